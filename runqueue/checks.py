@@ -1,0 +1,47 @@
+"""System checks: runqueue needs PostgreSQL and a well-formed RUNQUEUE dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import Error, Tags, register
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+
+@register(Tags.database, Tags.compatibility)
+def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
+    """The claim needs FOR UPDATE SKIP LOCKED and LISTEN/NOTIFY: PostgreSQL only."""
+    errors = []
+    for alias in connections:
+        vendor = connections[alias].vendor
+        if alias == "default" and vendor != "postgresql":
+            errors.append(
+                Error(
+                    f"runqueue needs PostgreSQL, but the {alias!r} database is {vendor}.",
+                    hint="Point DATABASES['default'] at PostgreSQL 14 or newer "
+                    "(django.db.backends.postgresql with psycopg 3).",
+                    id="runqueue.E001",
+                )
+            )
+    return errors
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Report a malformed RUNQUEUE dict as a check error, not a crash later."""
+    from django.conf import settings
+
+    from runqueue.conf import parse
+
+    try:
+        parse(getattr(settings, "RUNQUEUE", {}))
+    except ImproperlyConfigured as exc:
+        return [
+            Error(
+                str(exc),
+                hint="See runqueue/conf.py or the README for the settings and their defaults.",
+                id="runqueue.E002",
+            )
+        ]
+    return []

@@ -1,0 +1,135 @@
+"""The ``RUNQUEUE`` settings dict, read lazily into a frozen dataclass.
+
+Defaults (every key optional)::
+
+    RUNQUEUE = {
+        "LEASE_SECONDS": 30,          # a claim's lease; heartbeats renew it
+        "HEARTBEAT_SECONDS": 10,      # how often a worker renews held leases
+        "SWEEP_SECONDS": 5,           # how often a worker's sweeper looks for expired leases
+        "POLL_SECONDS": 2,            # fallback poll when no NOTIFY arrives
+        "GRACE_SECONDS": 30,          # SIGTERM: how long in-flight runs may finish
+        "MAX_ATTEMPTS": 3,            # default max_attempts of a submitted run
+        "BACKOFF_BASE_SECONDS": 2,    # retry delay base: base * 2**(attempts-1)
+        "BACKOFF_MAX_SECONDS": 600,   # retry delay cap
+        "BACKOFF_JITTER": 0.2,        # +/- fraction of random jitter on the delay
+        "IDEMPOTENCY_KEY_RETENTION_SECONDS": 86400,
+        "SUBMIT_LOCK_TIMEOUT_MS": 2000,  # wait on a concurrent same-key submit
+        "NOTIFY_CHANNEL": "runqueue",
+        "HANDLER_MODULES": [],        # extra modules to import for @handler
+        "TRANSIENT_EXCEPTIONS": [],   # dotted exception classes classified transient
+        "TERMINAL_RUN_RETENTION_SECONDS": None,  # prune terminal runs older than this
+    }
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    LEASE_SECONDS: float = 30
+    HEARTBEAT_SECONDS: float = 10
+    SWEEP_SECONDS: float = 5
+    POLL_SECONDS: float = 2
+    GRACE_SECONDS: float = 30
+    MAX_ATTEMPTS: int = 3
+    BACKOFF_BASE_SECONDS: float = 2
+    BACKOFF_MAX_SECONDS: float = 600
+    BACKOFF_JITTER: float = 0.2
+    IDEMPOTENCY_KEY_RETENTION_SECONDS: float = 86400
+    SUBMIT_LOCK_TIMEOUT_MS: int = 2000
+    NOTIFY_CHANNEL: str = "runqueue"
+    HANDLER_MODULES: tuple[str, ...] = ()
+    TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
+    TERMINAL_RUN_RETENTION_SECONDS: float | None = None
+
+
+_INTEGERS = {"MAX_ATTEMPTS", "SUBMIT_LOCK_TIMEOUT_MS"}
+# Everything else numeric may be zero (no backoff, no grace period).
+_POSITIVE = _INTEGERS | {
+    "LEASE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "SWEEP_SECONDS",
+    "POLL_SECONDS",
+    "IDEMPOTENCY_KEY_RETENTION_SECONDS",
+    "TERMINAL_RUN_RETENTION_SECONDS",
+}
+
+
+def _number(name: str, value: Any, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a number, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be an integer, got {value!r}")
+    return value
+
+
+def _strings(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a list of strings, got {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must hold non-empty strings, got {value!r}"
+        )
+    return tuple(value)
+
+
+def parse(raw: Any) -> Settings:
+    """Validate a RUNQUEUE dict; raise ImproperlyConfigured naming the bad key."""
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"RUNQUEUE must be a dict, got {type(raw).__name__}")
+    known = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"Unknown RUNQUEUE setting(s): {', '.join(map(repr, unknown))}. "
+            f"Known: {', '.join(sorted(known))}"
+        )
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
+            values[name] = _strings(name, value)
+        elif name == "NOTIFY_CHANNEL":
+            if not isinstance(value, str) or not value or len(value) > 63:
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE['NOTIFY_CHANNEL'] must be a 1-63 character string, got {value!r}"
+                )
+            values[name] = value
+        elif name == "TERMINAL_RUN_RETENTION_SECONDS" and value is None:
+            values[name] = None
+        else:
+            number = _number(name, value, integer=name in _INTEGERS)
+            if number < 0 or (number == 0 and name in _POSITIVE):
+                raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] is out of range: {value!r}")
+            values[name] = number
+    settings = Settings(**values)
+    if not 0 <= settings.BACKOFF_JITTER < 1:
+        raise ImproperlyConfigured("RUNQUEUE['BACKOFF_JITTER'] must be in [0, 1)")
+    if settings.HEARTBEAT_SECONDS >= settings.LEASE_SECONDS:
+        raise ImproperlyConfigured(
+            "RUNQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS, "
+            "or every lease expires between heartbeats"
+        )
+    return settings
+
+
+@cache
+def get_settings() -> Settings:
+    """The current RUNQUEUE settings (cached; reset when settings change)."""
+    from django.conf import settings
+
+    return parse(getattr(settings, "RUNQUEUE", {}))
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RUNQUEUE":
+        get_settings.cache_clear()

@@ -1,0 +1,81 @@
+"""runqueue's exceptions, and the failure taxonomy that classifies the rest."""
+
+from __future__ import annotations
+
+import uuid
+
+
+class RunqueueError(Exception):
+    """Base class of runqueue's errors; raise a subclass."""
+
+
+class InvalidSubmission(RunqueueError, ValueError):
+    """A submit argument is malformed; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class ActiveRunConflict(RunqueueError):
+    """The session already has a queued or running run."""
+
+    def __init__(self, session_id: str, run_id: uuid.UUID | None, status: str | None) -> None:
+        self.session_id = session_id
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"session {session_id!r} already has an active run {run_id} ({status})")
+
+
+class IdempotencyConflict(RunqueueError):
+    """An Idempotency-Key was reused with a different request."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"idempotency key {key!r} was already used for a different request")
+
+
+class IdempotencyInProgress(RunqueueError):
+    """The first request with this key has not finished yet; retry shortly."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"a request with idempotency key {key!r} is still in progress")
+
+
+class RunNotFound(RunqueueError, LookupError):
+    def __init__(self, run_id: object) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id}")
+
+
+class InvalidTransition(RunqueueError):
+    """The run is not in a status that allows this operation."""
+
+    def __init__(self, run_id: object, status: str, action: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+        super().__init__(f"cannot {action} run {run_id}: it is {status}")
+
+
+class UnknownKind(RunqueueError, LookupError):
+    """No handler is registered for this kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(f"no handler registered for kind {kind!r}")
+
+
+class PermanentError(RunqueueError):
+    """Raised by a handler: fail the run now, never retry."""
+
+
+class TransientError(RunqueueError):
+    """Raised by a handler: give the lease up so the run is retried with backoff."""
+
+
+#: Failure classifications recorded in ``Run.failure["classification"]``.
+PERMANENT = "permanent"
+TRANSIENT = "transient"
+LEASE_EXPIRED = "lease_expired"

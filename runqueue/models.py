@@ -1,0 +1,323 @@
+"""The run queue's tables.
+
+Every queue column, index and constraint is declared here and written in the
+first migration: a fencing token cannot be retrofitted onto in-flight runs.
+Only ``runqueue.submit`` and ``runqueue.leases`` write run state.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    WAITING_FOR_USER = "waiting_for_user", "Waiting for user"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed (dead-lettered)"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+#: Statuses that hold a session's one active-run slot.
+ACTIVE_STATUSES: tuple[str, ...] = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_FOR_USER,
+)
+TERMINAL_STATUSES: tuple[str, ...] = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.CANCELLED,
+)
+
+
+class PriorityClass(models.IntegerChoices):
+    """Claim classes. A class is a range, so it can subdivide without a migration."""
+
+    INTERACTIVE = 0, "Interactive"
+    ASYNC = 10, "Async"
+    MAINTENANCE = 20, "Maintenance"
+
+    @classmethod
+    def of(cls, priority: int) -> PriorityClass:
+        """The class a priority value falls in: 0-9, 10-19, 20 and up."""
+        if priority < 0:
+            raise ValueError(f"priority must be >= 0, got {priority}")
+        if priority < cls.ASYNC:
+            return cls.INTERACTIVE
+        if priority < cls.MAINTENANCE:
+            return cls.ASYNC
+        return cls.MAINTENANCE
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """Inclusive (low, high) priority values of this class."""
+        high = {0: 9, 10: 19, 20: 32767}[int(self)]
+        return int(self), high
+
+
+class Idempotency(models.TextChoices):
+    """A tool's declared idempotency class: decides recovery of a started call."""
+
+    IDEMPOTENT = "idempotent", "Idempotent"
+    NON_IDEMPOTENT = "non_idempotent", "Non-idempotent"
+
+
+class ToolStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    UNCERTAIN = "uncertain", "Uncertain"
+
+
+class SubmitOutcome(models.TextChoices):
+    CREATED = "created", "Run created"
+    INPUT_DELIVERED = "input_delivered", "Input delivered"
+
+
+class RunQuerySet(models.QuerySet):
+    """Read-only named filters; writes go through submit and leases."""
+
+    def active(self) -> RunQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def dead_lettered(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.FAILED)
+
+    def uncertain(self) -> RunQuerySet:
+        return self.filter(
+            tool_invocations__status=ToolStatus.UNCERTAIN,
+            tool_invocations__resolution__isnull=True,
+        ).distinct()
+
+    def in_class(self, cls: PriorityClass) -> RunQuerySet:
+        low, high = cls.bounds
+        return self.filter(priority__gte=low, priority__lte=high)
+
+
+class Run(models.Model):
+    """One unit of agent work: a turn, a research job, a maintenance job."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.CharField(max_length=255, default="default")
+    principal = models.CharField(max_length=255, blank=True, default="")
+    # NULL, not "": runs outside a session never collide in the unique index.
+    session_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    kind = models.CharField(max_length=255)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=RunStatus, default=RunStatus.QUEUED)
+    priority = models.SmallIntegerField(default=PriorityClass.INTERACTIVE)
+    attempts = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(default=3)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    lease_epoch = models.BigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    input = models.JSONField(null=True, blank=True)
+    failure = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        db_table = "runqueue_run"
+        ordering = ["-created_at"]
+        constraints = [
+            # ADR-0004 §10: one non-terminal run per session, in the schema.
+            # waiting_for_user holds the slot; input delivery resumes that run.
+            models.UniqueConstraint(
+                fields=["tenant", "session_id"],
+                condition=Q(status__in=ACTIVE_STATUSES),
+                name="runqueue_run_one_active_per_session",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=RunStatus.values), name="runqueue_run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=0), name="runqueue_run_priority_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempts__gte=0, attempts__lte=models.F("max_attempts")),
+                name="runqueue_run_attempts_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="runqueue_run_max_attempts_gte_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(lease_epoch__gte=0), name="runqueue_run_epoch_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RunStatus.RUNNING) | Q(lease_expires_at__isnull=False),
+                name="runqueue_run_running_has_lease",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=ACTIVE_STATUSES) | Q(finished_at__isnull=False),
+                name="runqueue_run_terminal_has_finished_at",
+            ),
+            models.CheckConstraint(condition=~Q(kind=""), name="runqueue_run_kind_not_empty"),
+        ]
+        indexes = [
+            # The claim's index. lease_expires_at stays out of every index so
+            # heartbeats remain HOT updates.
+            models.Index(
+                fields=["status", "priority", "created_at"],
+                condition=Q(status__in=ACTIVE_STATUSES),
+                name="runqueue_run_claim_idx",
+            ),
+            models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="runqueue_run_finished_idx",
+            ),
+        ]
+        permissions = [
+            ("requeue_run", "Can requeue a dead-lettered run"),
+            ("cancel_run", "Can cancel a run"),
+            ("resolve_uncertain", "Can resolve an uncertain tool invocation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.status})"
+
+    @property
+    def priority_class(self) -> PriorityClass:
+        return PriorityClass.of(self.priority)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class IdempotencyKey(models.Model):
+    """A client's Idempotency-Key and what its first request did."""
+
+    tenant = models.CharField(max_length=255)
+    principal = models.CharField(max_length=255, blank=True, default="")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="idempotency_keys")
+    outcome = models.CharField(max_length=20, choices=SubmitOutcome)
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "runqueue_idempotency_key"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "principal", "key"], name="runqueue_idempotency_key_unique"
+            ),
+            models.CheckConstraint(
+                condition=~Q(key=""), name="runqueue_idempotency_key_not_empty"
+            ),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="runqueue_idemkey_expires_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.principal}/{self.key}"
+
+
+class RunEvent(models.Model):
+    """Append-only log: the events alone rebuild a run's history."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=64)
+    lease_epoch = models.BigIntegerField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "runqueue_run_event"
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["run", "id"], name="runqueue_event_run_idx"),
+            models.Index(fields=["type", "created_at"], name="runqueue_event_type_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} @{self.lease_epoch}"
+
+
+class ToolInvocation(models.Model):
+    """One side effect of a run, recorded started before it runs."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_invocations")
+    seq = models.IntegerField()
+    tool = models.CharField(max_length=255)
+    idempotency = models.CharField(max_length=20, choices=Idempotency)
+    status = models.CharField(max_length=20, choices=ToolStatus, default=ToolStatus.STARTED)
+    arguments = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    lease_epoch = models.BigIntegerField()
+    resolution = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runqueue_tool_invocation"
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="runqueue_tool_run_seq_unique"),
+            models.CheckConstraint(condition=Q(seq__gte=0), name="runqueue_tool_seq_gte_0"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run"],
+                condition=Q(status=ToolStatus.UNCERTAIN, resolution__isnull=True),
+                name="runqueue_tool_unresolved_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} #{self.seq} ({self.status})"
+
+
+class Checkpoint(models.Model):
+    """A handler's saved state at a tool-invocation boundary."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.IntegerField()
+    state = models.JSONField()
+    lease_epoch = models.BigIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "runqueue_checkpoint"
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "seq"], name="runqueue_checkpoint_run_seq_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint #{self.seq} of {self.run_id}"
+
+
+class Worker(models.Model):
+    """A runworker process, for the admin's live view."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    slots = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runqueue_worker"
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return self.id
