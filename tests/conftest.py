@@ -1,0 +1,27 @@
+"""Shared fixtures: every test talks to a real PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from django.db import connection
+
+
+@pytest.fixture
+def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Open extra real connections to the test database (closed afterwards)."""
+    opened: list[psycopg.Connection] = []
+
+    def connect(*, autocommit: bool = True) -> psycopg.Connection:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        conn = psycopg.connect(**params, autocommit=autocommit)
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        conn.close()
