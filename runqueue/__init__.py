@@ -46,7 +46,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module = import_module(_LAZY[name])
-        # runqueue.submit is both a module and the function it holds.
-        return getattr(module, name)
+        value = getattr(import_module(_LAZY[name]), name)
+        # Importing runqueue.submit sets the package attribute to the module;
+        # the public name is the function it holds.
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'runqueue' has no attribute {name!r}")

@@ -7,4 +7,10 @@ class RunqueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        import runqueue
         from runqueue import checks, conf  # noqa: F401 - registers checks and receivers
+        from runqueue.submit import submit
+
+        # The submodule import bound runqueue.submit to the module: the public
+        # name is the function.
+        runqueue.submit = submit

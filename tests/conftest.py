@@ -25,3 +25,19 @@ def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connec
     yield connect
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture
+def fast_retry(settings) -> None:
+    """No backoff delay, so a requeued run is due at once."""
+    settings.RUNQUEUE = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}
+
+
+@pytest.fixture
+def hooks() -> Iterator[object]:
+    """The leases test hooks, reset after the test."""
+    from runqueue.leases import hooks as leases_hooks
+
+    yield leases_hooks
+    leases_hooks.inside_fence = None
+    leases_hooks.inside_sweep = None

@@ -1,0 +1,48 @@
+"""Event type names and the append helper.
+
+Every state change appends its event in the same transaction as the change,
+so the log alone can rebuild a run's history. ``append`` never opens a
+transaction of its own: it runs inside the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runqueue.models import RunEvent
+
+CREATED = "run.created"
+CLAIMED = "run.claimed"
+CHECKPOINTED = "run.checkpointed"
+TOOL_STARTED = "tool.started"
+TOOL_COMPLETED = "tool.completed"
+TOOL_FAILED = "tool.failed"
+TOOL_UNCERTAIN = "tool.uncertain"
+TOOL_RESOLVED = "tool.resolved"
+WAITING = "run.waiting"
+INPUT_DELIVERED = "run.input_delivered"
+REQUEUED = "run.requeued"
+FENCED = "run.fenced"
+SUCCEEDED = "run.succeeded"
+FAILED = "run.failed"
+CANCELLED = "run.cancelled"
+OPERATOR_REQUEUED = "run.operator_requeued"
+
+#: Events that move a run's status, and the status each moves it to.
+#: ``run.requeued`` and ``run.operator_requeued`` move it back to queued.
+STATUS_OF: dict[str, str] = {
+    CREATED: "queued",
+    CLAIMED: "running",
+    WAITING: "waiting_for_user",
+    INPUT_DELIVERED: "queued",
+    REQUEUED: "queued",
+    OPERATOR_REQUEUED: "queued",
+    SUCCEEDED: "succeeded",
+    FAILED: "failed",
+    CANCELLED: "cancelled",
+}
+
+
+def append(run_id: Any, type_: str, lease_epoch: int, data: dict[str, Any] | None = None) -> None:
+    """Append one event inside the caller's transaction."""
+    RunEvent.objects.create(run_id=run_id, type=type_, lease_epoch=lease_epoch, data=data or {})

@@ -1,0 +1,335 @@
+"""Submission: idempotency keys, then session routing.
+
+The order is fixed (ADR-0004 §9, DESIGN "Submit"): the idempotency lookup
+comes first, so a client retrying the request that created the session's
+live run gets that run back, not a conflict. Then the session decides: a run
+waiting for the user receives this request as input, a queued or running
+run is a conflict, otherwise a new run is created. Concurrent submits are
+resolved by the database's unique constraints, never by a Python check.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.db import IntegrityError, OperationalError, connection, transaction
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from runqueue import events
+from runqueue.conf import get_settings
+from runqueue.errors import (
+    ActiveRunConflict,
+    IdempotencyConflict,
+    IdempotencyInProgress,
+    InvalidSubmission,
+)
+from runqueue.leases import notify
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    IdempotencyKey,
+    PriorityClass,
+    Run,
+    RunStatus,
+    SubmitOutcome,
+)
+from runqueue.sql import execute
+
+Outcome = Literal["created", "replayed", "input_delivered"]
+
+_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+_SESSION_CONSTRAINT = "runqueue_run_one_active_per_session"
+_KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
+_MAX_PRIORITY = 32767
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submission:
+    """What a submit did: ``outcome`` is created, replayed or input_delivered.
+
+    For a replay, ``original_outcome`` says what the first request did
+    (created or input_delivered), so an API can answer as it did then.
+    """
+
+    run: Run
+    outcome: Outcome
+    original_outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    kind: str
+    payload: Any
+    session_id: str | None
+    tenant: str
+    principal: str
+    priority: int
+    scheduled_for: dt.datetime | None
+    max_attempts: int
+    key: str | None
+
+    def hash(self) -> str:
+        """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
+        canonical = {
+            "kind": self.kind,
+            "payload": self.payload,
+            "session_id": self.session_id,
+            "priority": self.priority,
+            "scheduled_for": self.scheduled_for.astimezone(dt.UTC).isoformat()
+            if self.scheduled_for
+            else None,
+        }
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def submit(
+    *,
+    kind: str,
+    payload: Any = None,
+    session_id: str | None = None,
+    tenant: str = "default",
+    principal: str = "",
+    priority: int = PriorityClass.INTERACTIVE,
+    idempotency_key: str | None = None,
+    scheduled_for: dt.datetime | None = None,
+    max_attempts: int | None = None,
+) -> Submission:
+    """Submit a run, or deliver input to the session's waiting run.
+
+    Raises InvalidSubmission (nothing written), ActiveRunConflict,
+    IdempotencyConflict or IdempotencyInProgress.
+    """
+    request = _validate(
+        kind=kind,
+        payload={} if payload is None else payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        scheduled_for=scheduled_for,
+        max_attempts=get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        key=idempotency_key,
+    )
+    request_hash = request.hash()
+    # A same-key submit that committed between our lookup and our key insert
+    # makes us start over once: the lookup then finds its key.
+    for _ in range(3):
+        try:
+            return _submit_once(request, request_hash)
+        except _Retry:
+            continue
+    raise IdempotencyInProgress(request.key or "")
+
+
+class _Retry(Exception):
+    pass
+
+
+def _submit_once(request: _Request, request_hash: str) -> Submission:
+    try:
+        with transaction.atomic(durable=True):
+            if request.key is not None:
+                _set_lock_timeout()
+                replay = _replay(request, request_hash)
+                if replay is not None:
+                    return replay
+            if request.session_id is not None:
+                try:
+                    delivered = _deliver_to_waiting_run(request)
+                except ActiveRunConflict:
+                    # The session's run may be the one a same-key request just
+                    # committed: a statement's fresh snapshot now shows its key.
+                    replay = request.key is not None and _replay(request, request_hash)
+                    if replay:
+                        return replay
+                    raise
+                if delivered is not None:
+                    _remember_key(request, request_hash, delivered, SubmitOutcome.INPUT_DELIVERED)
+                    return Submission(
+                        run=delivered,
+                        outcome="input_delivered",
+                        original_outcome="input_delivered",
+                    )
+            run = _create_run(request)
+            _remember_key(request, request_hash, run, SubmitOutcome.CREATED)
+            return Submission(run=run, outcome="created", original_outcome="created")
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise IdempotencyInProgress(request.key or "") from exc
+        raise
+
+
+def _set_lock_timeout() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('lock_timeout', %s, true)",
+            [f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"],
+        )
+
+
+def _replay(request: _Request, request_hash: str) -> Submission | None:
+    """The original run for a known key, IdempotencyConflict, or None."""
+    found = (
+        IdempotencyKey.objects.filter(
+            tenant=request.tenant, principal=request.principal, key=request.key
+        )
+        .select_related("run")
+        .first()
+    )
+    if found is None:
+        return None
+    if found.expires_at <= timezone.now():
+        found.delete()  # expired: the key is free again
+        return None
+    if found.request_hash != request_hash:
+        raise IdempotencyConflict(request.key or "")
+    return Submission(run=found.run, outcome="replayed", original_outcome=found.outcome)
+
+
+def _deliver_to_waiting_run(request: _Request) -> Run | None:
+    """Input delivery if the session's run waits for the user; conflict if it is busy."""
+    active = (
+        Run.objects.select_for_update(no_key=True)
+        .filter(tenant=request.tenant, session_id=request.session_id, status__in=ACTIVE_STATUSES)
+        .first()
+    )
+    if active is None:
+        return None
+    if active.status != RunStatus.WAITING_FOR_USER:
+        raise ActiveRunConflict(request.session_id or "", active.id, active.status)
+    with connection.cursor() as cursor:
+        row = execute(
+            cursor, "deliver_input", {"run_id": active.id, "input": Jsonb(request.payload)}
+        ).fetchone()
+    events.append(active.id, events.INPUT_DELIVERED, row[1], {"input": request.payload})
+    notify(active.priority)
+    active.refresh_from_db()
+    return active
+
+
+def _create_run(request: _Request) -> Run:
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                kind=request.kind,
+                payload=request.payload,
+                session_id=request.session_id,
+                tenant=request.tenant,
+                principal=request.principal,
+                priority=request.priority,
+                scheduled_for=request.scheduled_for,
+                max_attempts=request.max_attempts,
+            )
+    except IntegrityError as exc:
+        if _constraint(exc) != _SESSION_CONSTRAINT:
+            raise
+        # Another submit won the session slot while we routed; its key, if it
+        # is the same request, is committed now and is the answer.
+        raise _Retry from exc
+    events.append(run.id, events.CREATED, run.lease_epoch, {"priority": run.priority})
+    if request.scheduled_for is None or request.scheduled_for <= timezone.now():
+        notify(run.priority)
+    return run
+
+
+def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) -> None:
+    if request.key is None:
+        return
+    retention = dt.timedelta(seconds=get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS)
+    try:
+        with transaction.atomic():
+            IdempotencyKey.objects.create(
+                tenant=request.tenant,
+                principal=request.principal,
+                key=request.key,
+                request_hash=request_hash,
+                run=run,
+                outcome=outcome,
+                expires_at=timezone.now() + retention,
+            )
+    except IntegrityError as exc:
+        if _constraint(exc) != _KEY_CONSTRAINT:
+            raise
+        raise _Retry from exc
+
+
+def _constraint(exc: IntegrityError) -> str | None:
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None)
+
+
+# --- validation -----------------------------------------------------------------
+
+
+def _text(field: str, value: Any, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidSubmission(field, f"must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise InvalidSubmission(field, "must not be empty")
+    if len(value) > 255:
+        raise InvalidSubmission(field, f"must be at most 255 characters, got {len(value)}")
+    if "\x00" in value:
+        raise InvalidSubmission(field, "must not contain NUL characters")
+    return value
+
+
+def _validate(
+    *,
+    kind: Any,
+    payload: Any,
+    session_id: Any,
+    tenant: Any,
+    principal: Any,
+    priority: Any,
+    scheduled_for: Any,
+    max_attempts: Any,
+    key: Any,
+) -> _Request:
+    """Check every argument before anything is written."""
+    _text("kind", kind)
+    _text("tenant", tenant)
+    _text("principal", principal, allow_empty=True)
+    if session_id is not None:
+        _text("session_id", session_id)
+    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+        raise InvalidSubmission(
+            "idempotency_key", "must be 1-255 printable ASCII characters without spaces"
+        )
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidSubmission("priority", f"must be an integer, got {priority!r}")
+    if not 0 <= priority <= _MAX_PRIORITY:
+        raise InvalidSubmission(
+            "priority", f"must be between 0 and {_MAX_PRIORITY}, got {priority}"
+        )
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidSubmission(
+            "max_attempts", f"must be a positive integer, got {max_attempts!r}"
+        )
+    if scheduled_for is not None:
+        if not isinstance(scheduled_for, dt.datetime):
+            raise InvalidSubmission("scheduled_for", f"must be a datetime, got {scheduled_for!r}")
+        if timezone.is_naive(scheduled_for):
+            raise InvalidSubmission("scheduled_for", "must be timezone-aware")
+    try:
+        text = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSubmission("payload", f"must be JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise InvalidSubmission("payload", "must not contain NUL characters")
+    return _Request(
+        kind=kind,
+        payload=json.loads(text),
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=int(priority),
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        key=key,
+    )

@@ -1,0 +1,70 @@
+"""Helpers for tests that race real threads and connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection, connections
+
+from runqueue.models import RunEvent
+
+DEADLINE = 30.0
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = "") -> Any:
+    """Poll ``predicate`` until it is truthy or the deadline passes."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.005)
+
+
+class Worker(threading.Thread):
+    """Run ``fn`` in a thread with its own Django connection; keep result or error."""
+
+    def __init__(self, fn: Callable[[], Any], name: str = "worker") -> None:
+        super().__init__(name=name, daemon=True)
+        self.fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.backend_pid: int | None = None
+        self.started_fn = threading.Event()
+
+    def run(self) -> None:
+        try:
+            connection.ensure_connection()
+            self.backend_pid = connection.connection.info.backend_pid
+            self.started_fn.set()
+            self.result = self.fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.error = exc
+        finally:
+            connections.close_all()
+
+    def outcome(self, timeout: float = DEADLINE) -> Any:
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def is_blocked(backend_pid: int) -> bool:
+    """True while that backend waits on a lock held by another."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [backend_pid])
+        return cursor.fetchone()[0]
+
+
+def event_types(run_id: Any, epoch: int | None = None) -> list[str]:
+    qs = RunEvent.objects.filter(run_id=run_id).order_by("id")
+    if epoch is not None:
+        qs = qs.filter(lease_epoch=epoch)
+    return list(qs.values_list("type", flat=True))
