@@ -34,8 +34,8 @@ WITH claimed AS (
                'owner', c.lease_owner,
                'attempt', c.attempts,
                'priority', c.priority,
-               'wait_ms', round(extract(epoch FROM now() - greatest(
-                   c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000)),
+               'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
+                   c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
            now()
       FROM claimed c
 )

@@ -1,0 +1,315 @@
+"""Claim, heartbeat, finish, give up, sweep and cancel against real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+import runqueue
+from runqueue import leases
+from runqueue.errors import InvalidTransition, RunNotFound
+from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from tests.helpers import Worker, event_types
+
+pytestmark = pytest.mark.django_db
+
+INTERACTIVE, ASYNC, MAINTENANCE = (
+    PriorityClass.INTERACTIVE,
+    PriorityClass.ASYNC,
+    PriorityClass.MAINTENANCE,
+)
+
+
+def _expire(run_id) -> None:
+    """Move a lease's expiry into the past on the database clock (test-only)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_run SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            [run_id],
+        )
+
+
+def test_claim_sets_lease_epoch_attempts_and_logs_the_claim() -> None:
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1", lease_seconds=45)
+    assert lease.run_id == sub.run.id
+    run = Run.objects.get(id=sub.run.id)
+    assert (run.status, run.lease_epoch, run.attempts, run.lease_owner) == (
+        RunStatus.RUNNING,
+        1,
+        1,
+        "w1",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT lease_expires_at - now() FROM runqueue_run WHERE id = %s", [run.id])
+        remaining = cursor.fetchone()[0]
+    assert dt.timedelta(seconds=40) < remaining <= dt.timedelta(seconds=45)
+    event = RunEvent.objects.get(run_id=run.id, type="run.claimed")
+    assert event.lease_epoch == 1
+    assert event.data["owner"] == "w1" and event.data["attempt"] == 1
+    assert event.data["wait_ms"] >= 0
+
+
+def test_claims_come_out_by_priority_then_age() -> None:
+    order = [("m1", 20), ("a1", 10), ("i1", 0), ("a2", 12), ("i2", 0), ("i3", 5)]
+    for kind, priority in order:
+        runqueue.submit(kind=kind, priority=priority)
+    claimed = []
+    while lease := leases.claim_one("w1"):
+        claimed.append(lease.run.kind)
+    assert claimed == ["i1", "i2", "i3", "a1", "a2", "m1"]
+
+
+def test_a_slot_never_claims_outside_its_classes() -> None:
+    for priority in (0, 5, 10, 15, 20, 25):
+        runqueue.submit(kind=f"p{priority}", priority=priority)
+    got_async = [lease.run.priority for lease in leases.claim("w", [ASYNC], limit=10)]
+    got_maint = [lease.run.priority for lease in leases.claim("w", [MAINTENANCE], limit=10)]
+    got_inter = [lease.run.priority for lease in leases.claim("w", [INTERACTIVE], limit=10)]
+    assert (got_inter, got_async, got_maint) == ([0, 5], [10, 15], [20, 25])
+
+
+def test_a_slot_shared_by_two_classes_claims_from_both_and_only_those() -> None:
+    for priority in (0, 10, 20):
+        runqueue.submit(kind=f"p{priority}", priority=priority)
+    got = [lease.run.priority for lease in leases.claim("w", [INTERACTIVE, MAINTENANCE], limit=10)]
+    assert got == [0, 20]
+
+
+def test_future_scheduled_for_is_not_claimed() -> None:
+    later = runqueue.submit(kind="later", scheduled_for=timezone.now() + dt.timedelta(hours=1))
+    due = runqueue.submit(kind="due", scheduled_for=timezone.now() - dt.timedelta(seconds=1))
+    assert [lease.run_id for lease in leases.claim("w", limit=10)] == [due.run.id]
+    assert Run.objects.get(id=later.run.id).status == RunStatus.QUEUED
+
+
+def test_batched_claim_claims_exactly_limit() -> None:
+    for i in range(50):
+        runqueue.submit(kind="k", payload={"i": i})
+    batch = leases.claim("w", limit=7)
+    assert len(batch) == 7
+    assert Run.objects.filter(status=RunStatus.RUNNING).count() == 7
+    assert RunEvent.objects.filter(type="run.claimed").count() == 7
+
+
+def test_claim_plan_uses_the_claim_index() -> None:
+    """EXPLAIN after ANALYZE: the claim scans the partial claim index, and its
+    subquery is run once (an InitPlan), not once per row."""
+    Run.objects.bulk_create(
+        [Run(kind="k", priority=random.choice([0, 10, 20]), payload={}) for _ in range(5000)]
+    )
+    Run.objects.filter(priority=10).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    from runqueue.sql import queries
+
+    params = {
+        "owner": "w",
+        "lease_seconds": 30.0,
+        "limit": 10,
+        "min_priority": 0,
+        "max_priority": 9,
+        "class_indexes": [0],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runqueue_run")
+        cursor.execute("EXPLAIN " + queries()["claim"], params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "runqueue_run_claim_idx" in plan, plan
+    assert "InitPlan" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_never_claim_one_run_twice() -> None:
+    n_runs, n_threads = 120, 8
+    for i in range(n_runs):
+        runqueue.submit(kind="k", payload={"i": i}, priority=random.choice([0, 10, 20]))
+    barrier = threading.Barrier(n_threads)
+
+    def drain(name: str) -> list:
+        barrier.wait()
+        got = []
+        while batch := leases.claim(name, limit=random.choice([1, 3])):
+            got.extend(lease.run_id for lease in batch)
+        return got
+
+    workers = [Worker(lambda n=f"w{i}": drain(n), name=f"w{i}") for i in range(n_threads)]
+    for w in workers:
+        w.start()
+    claimed = [run_id for w in workers for run_id in w.outcome()]
+    assert len(claimed) == n_runs
+    assert len(set(claimed)) == n_runs
+    assert Counter(Run.objects.values_list("lease_epoch", flat=True)) == {1: n_runs}
+    assert RunEvent.objects.filter(type="run.claimed").count() == n_runs
+
+
+def test_heartbeat_renews_on_the_database_clock_and_is_false_once_fenced() -> None:
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1", lease_seconds=60)
+    _expire(sub.run.id)
+    assert leases.heartbeat(lease) is True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT lease_expires_at - now() FROM runqueue_run WHERE id = %s", [sub.run.id]
+        )
+        assert cursor.fetchone()[0] > dt.timedelta(seconds=55)
+    runqueue.cancel(sub.run.id, reason="user left", actor="tester")
+    assert leases.heartbeat(lease) is False
+    assert leases.heartbeat(lease) is False
+    assert event_types(sub.run.id, epoch=1) == ["run.claimed", "run.fenced"]
+
+
+def test_succeed_records_result_and_event() -> None:
+    sub = runqueue.submit(kind="k", session_id="s1")
+    lease = leases.claim_one("w1")
+    assert leases.succeed(lease, {"answer": 42})
+    run = Run.objects.get(id=sub.run.id)
+    assert (run.status, run.result, run.lease_expires_at) == (
+        RunStatus.SUCCEEDED,
+        {"answer": 42},
+        None,
+    )
+    assert run.finished_at is not None
+    assert event_types(run.id) == ["run.created", "run.claimed", "run.succeeded"]
+    # The session's slot is free again.
+    assert runqueue.submit(kind="k", session_id="s1").outcome == "created"
+
+
+def test_permanent_failure_is_never_retried(fast_retry) -> None:
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1")
+    try:
+        raise runqueue.PermanentError("card declined")
+    except runqueue.PermanentError as exc:
+        assert leases.fail(lease, leases.permanent_failure(exc, lease.attempt))
+    run = Run.objects.get(id=sub.run.id)
+    assert run.status == RunStatus.FAILED
+    assert run.failure["classification"] == "permanent"
+    assert run.failure["error_type"] == "PermanentError"
+    assert "card declined" in run.failure["traceback"]
+    assert leases.sweep() == []
+    assert leases.claim_one("w2") is None
+    assert Run.objects.get(id=sub.run.id).attempts == 1
+
+
+def test_give_up_requeues_with_backoff_then_dead_letters(settings) -> None:
+    settings.RUNQUEUE = {"BACKOFF_BASE_SECONDS": 30, "BACKOFF_JITTER": 0}
+    sub = runqueue.submit(kind="k", max_attempts=2)
+    lease = leases.claim_one("w1")
+    assert leases.give_up(lease, runqueue.TransientError("rate limited"))
+    run = Run.objects.get(id=sub.run.id)
+    assert (run.status, run.lease_epoch, run.attempts) == (RunStatus.QUEUED, 2, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT scheduled_for - now() FROM runqueue_run WHERE id = %s", [run.id])
+        assert dt.timedelta(seconds=25) < cursor.fetchone()[0] <= dt.timedelta(seconds=30)
+    assert leases.claim_one("w1") is None  # not due yet
+
+    Run.objects.filter(id=run.id).update(scheduled_for=None)
+    lease = leases.claim_one("w2")
+    assert (lease.epoch, lease.attempt) == (3, 2)
+    assert leases.give_up(lease, runqueue.TransientError("rate limited again"))
+    run = Run.objects.get(id=sub.run.id)
+    assert run.status == RunStatus.FAILED
+    assert run.failure["classification"] == "transient"
+    assert run.failure["attempt"] == 2
+    assert event_types(run.id) == [
+        "run.created",
+        "run.claimed",
+        "run.requeued",
+        "run.claimed",
+        "run.failed",
+    ]
+
+
+def test_sweep_requeues_expired_leases_with_backoff(settings) -> None:
+    settings.RUNQUEUE = {"BACKOFF_BASE_SECONDS": 60, "BACKOFF_JITTER": 0}
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1")
+    assert leases.sweep() == []  # not expired yet
+    _expire(sub.run.id)
+    [(run_id, status, epoch, attempts)] = leases.sweep()
+    assert (run_id, status, epoch, attempts) == (sub.run.id, RunStatus.QUEUED, 2, 1)
+    run = Run.objects.get(id=sub.run.id)
+    assert run.scheduled_for > timezone.now() + dt.timedelta(seconds=50)
+    assert run.lease_owner == "" and run.lease_expires_at is None
+    requeued = RunEvent.objects.get(run_id=run.id, type="run.requeued")
+    assert requeued.data["reason"] == "lease_expired" and requeued.data["expired_epoch"] == 1
+    # The old owner is fenced now.
+    assert leases.succeed(lease, "late") is False
+    assert Run.objects.get(id=sub.run.id).status == RunStatus.QUEUED
+
+
+def test_sweep_dead_letters_at_max_attempts(fast_retry) -> None:
+    sub = runqueue.submit(kind="k")
+    for attempt in (1, 2, 3):
+        lease = leases.claim_one("w")
+        assert lease.attempt == attempt
+        _expire(sub.run.id)
+        leases.sweep()
+    run = Run.objects.get(id=sub.run.id)
+    assert run.status == RunStatus.FAILED
+    assert run.failure["classification"] == "lease_expired"
+    assert run.failure["message"] == "lease expired on attempt 3 of 3"
+    assert run.failure["attempt"] == 3
+    assert leases.claim_one("w") is None  # never a fourth claim
+    assert event_types(run.id).count("run.claimed") == 3
+    assert event_types(run.id)[-1] == "run.failed"
+
+
+@pytest.mark.parametrize("action", ["succeed", "heartbeat"])
+def test_sweeper_rechecks_what_it_read(action: str) -> None:
+    """River #1302's race: the run is finished (or renewed) between the
+    sweeper's read and its update; the update must change nothing."""
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1", lease_seconds=30)
+    _expire(sub.run.id)
+
+    def owner_acts(rows) -> None:
+        assert [r[0] for r in rows] == [sub.run.id]
+        assert getattr(leases, action)(lease)
+
+    assert leases.sweep(after_read=owner_acts) == []
+    run = Run.objects.get(id=sub.run.id)
+    assert run.lease_epoch == 1
+    assert run.status == (RunStatus.SUCCEEDED if action == "succeed" else RunStatus.RUNNING)
+    assert "run.requeued" not in event_types(run.id)
+
+
+def test_cancel_fences_a_running_worker_and_frees_the_session() -> None:
+    sub = runqueue.submit(kind="k", session_id="s1")
+    lease = leases.claim_one("w1")
+    run = runqueue.cancel(sub.run.id, reason="user stopped it", actor="support:ann")
+    assert (run.status, run.lease_epoch) == (RunStatus.CANCELLED, 2)
+    cancelled = RunEvent.objects.get(run_id=run.id, type="run.cancelled")
+    assert cancelled.data == {"reason": "user stopped it", "actor": "support:ann"}
+    assert leases.checkpoint(lease, {"step": 2}) is False
+    assert runqueue.submit(kind="k", session_id="s1").outcome == "created"
+
+
+def test_cancel_errors() -> None:
+    import uuid
+
+    with pytest.raises(RunNotFound):
+        runqueue.cancel(uuid.uuid4(), reason="x", actor="y")
+    sub = runqueue.submit(kind="k")
+    runqueue.cancel(sub.run.id, reason="x", actor="y")
+    with pytest.raises(InvalidTransition) as excinfo:
+        runqueue.cancel(sub.run.id, reason="x", actor="y")
+    assert str(excinfo.value) == f"cannot cancel run {sub.run.id}: it is cancelled"
+
+
+def test_backoff_curve_is_exponential_capped_and_jittered(settings) -> None:
+    settings.RUNQUEUE = {
+        "BACKOFF_BASE_SECONDS": 2,
+        "BACKOFF_MAX_SECONDS": 60,
+        "BACKOFF_JITTER": 0.2,
+    }
+    rng = random.Random(7)
+    for attempts, nominal in [(1, 2), (2, 4), (3, 8), (5, 32), (6, 60), (30, 60)]:
+        samples = [leases.backoff(attempts, rng=rng) for _ in range(200)]
+        assert nominal * 0.8 <= min(samples) and max(samples) < nominal * 1.2
+        assert max(samples) - min(samples) > nominal * 0.2  # jitter spreads retries
