@@ -68,3 +68,12 @@ def event_types(run_id: Any, epoch: int | None = None) -> list[str]:
     if epoch is not None:
         qs = qs.filter(lease_epoch=epoch)
     return list(qs.values_list("type", flat=True))
+
+
+def expire_lease(run_id: Any) -> None:
+    """Move a lease's expiry into the past on the database clock (test-only)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_run SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            [run_id],
+        )

@@ -15,7 +15,7 @@ import runqueue
 from runqueue import leases
 from runqueue.errors import InvalidTransition, RunNotFound
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
-from tests.helpers import Worker, event_types
+from tests.helpers import Worker, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -24,15 +24,6 @@ INTERACTIVE, ASYNC, MAINTENANCE = (
     PriorityClass.ASYNC,
     PriorityClass.MAINTENANCE,
 )
-
-
-def _expire(run_id) -> None:
-    """Move a lease's expiry into the past on the database clock (test-only)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE runqueue_run SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
-            [run_id],
-        )
 
 
 def test_claim_sets_lease_epoch_attempts_and_logs_the_claim() -> None:
@@ -150,7 +141,7 @@ def test_concurrent_claimers_never_claim_one_run_twice() -> None:
 def test_heartbeat_renews_on_the_database_clock_and_is_false_once_fenced() -> None:
     sub = runqueue.submit(kind="k")
     lease = leases.claim_one("w1", lease_seconds=60)
-    _expire(sub.run.id)
+    expire_lease(sub.run.id)
     assert leases.heartbeat(lease) is True
     with connection.cursor() as cursor:
         cursor.execute(
@@ -230,7 +221,7 @@ def test_sweep_requeues_expired_leases_with_backoff(settings) -> None:
     sub = runqueue.submit(kind="k")
     lease = leases.claim_one("w1")
     assert leases.sweep() == []  # not expired yet
-    _expire(sub.run.id)
+    expire_lease(sub.run.id)
     [(run_id, status, epoch, attempts)] = leases.sweep()
     assert (run_id, status, epoch, attempts) == (sub.run.id, RunStatus.QUEUED, 2, 1)
     run = Run.objects.get(id=sub.run.id)
@@ -248,7 +239,7 @@ def test_sweep_dead_letters_at_max_attempts(fast_retry) -> None:
     for attempt in (1, 2, 3):
         lease = leases.claim_one("w")
         assert lease.attempt == attempt
-        _expire(sub.run.id)
+        expire_lease(sub.run.id)
         leases.sweep()
     run = Run.objects.get(id=sub.run.id)
     assert run.status == RunStatus.FAILED
@@ -266,7 +257,7 @@ def test_sweeper_rechecks_what_it_read(action: str) -> None:
     sweeper's read and its update; the update must change nothing."""
     sub = runqueue.submit(kind="k")
     lease = leases.claim_one("w1", lease_seconds=30)
-    _expire(sub.run.id)
+    expire_lease(sub.run.id)
 
     def owner_acts(rows) -> None:
         assert [r[0] for r in rows] == [sub.run.id]
