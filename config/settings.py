@@ -97,6 +97,9 @@ STORAGES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 RUNQUEUE: dict = {}
+# Extra handler modules for the worker, e.g. RUNQUEUE_HANDLER_MODULES=myapp.agents
+if env("RUNQUEUE_HANDLER_MODULES", default=""):
+    RUNQUEUE["HANDLER_MODULES"] = env.list("RUNQUEUE_HANDLER_MODULES")
 
 LOGGING = {
     "version": 1,

@@ -27,6 +27,9 @@ _LAZY = {
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",
+    "handler": "runqueue.registry",
+    "RunContext": "runqueue.runtime",
+    "ToolOutcome": "runqueue.runtime",
 }
 
 __all__ = [

@@ -14,3 +14,8 @@ class RunqueueConfig(AppConfig):
         # The submodule import bound runqueue.submit to the module: the public
         # name is the function.
         runqueue.submit = submit
+        # Every process (web, worker, shell) knows every kind, so submit can
+        # refuse an unknown one.
+        from runqueue import registry
+
+        registry.autodiscover()

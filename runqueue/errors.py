@@ -79,3 +79,13 @@ class TransientError(RunqueueError):
 PERMANENT = "permanent"
 TRANSIENT = "transient"
 LEASE_EXPIRED = "lease_expired"
+
+
+def classify(exc: BaseException, transient: tuple[type[BaseException], ...] = ()) -> str:
+    """The failure taxonomy: TransientError and the configured transient
+    exception classes are transient; everything else is permanent."""
+    if isinstance(exc, PermanentError):
+        return PERMANENT
+    if isinstance(exc, TransientError) or (transient and isinstance(exc, transient)):
+        return TRANSIENT
+    return PERMANENT

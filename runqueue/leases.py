@@ -246,14 +246,20 @@ def _next_checkpoint_seq(run_id: Any) -> int:
     return 0 if last is None else last + 1
 
 
-def _save_checkpoint(lease: Lease, state: Any) -> None:
+def _save_checkpoint(lease: Lease, state: Any, tool_seq: int) -> None:
     seq = _next_checkpoint_seq(lease.run_id)
-    Checkpoint.objects.create(run_id=lease.run_id, seq=seq, state=state, lease_epoch=lease.epoch)
+    Checkpoint.objects.create(
+        run_id=lease.run_id, seq=seq, state=state, tool_seq=tool_seq, lease_epoch=lease.epoch
+    )
     events.append(lease.run_id, events.CHECKPOINTED, lease.epoch, {"seq": seq})
 
 
-def checkpoint(lease: Lease, state: Any) -> bool:
-    """Save the handler's state (and renew the lease); False once fenced."""
+def checkpoint(lease: Lease, state: Any, *, tool_seq: int = 0) -> bool:
+    """Save the handler's state (and renew the lease); False once fenced.
+
+    ``tool_seq`` is how many tool invocations the handler has made so far:
+    on resume from this checkpoint, numbering continues from it.
+    """
     _check_json(state, "checkpoint state")
     return (
         _fenced(
@@ -261,7 +267,7 @@ def checkpoint(lease: Lease, state: Any) -> bool:
             "checkpoint",
             "fence_renew",
             _renew_params(lease),
-            lambda _row: _save_checkpoint(lease, state),
+            lambda _row: _save_checkpoint(lease, state, tool_seq),
         )
         is not None
     )
@@ -382,17 +388,30 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
     return _fenced(lease, "give_up", "fence_give_up", params, write) is not None
 
 
-def wait_for_user(lease: Lease, question: Any, state: Any = None) -> bool:
+def wait_for_user(lease: Lease, question: Any, state: Any = None, *, tool_seq: int = 0) -> bool:
     """End the turn waiting for the user; the run keeps its session slot."""
     _check_json(question, "question")
     _check_json(state, "checkpoint state")
 
     def write(_row: tuple) -> None:
         if state is not None:
-            _save_checkpoint(lease, state)
+            _save_checkpoint(lease, state, tool_seq)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
     return _fenced(lease, "wait_for_user", "fence_wait", None, write) is not None
+
+
+def release(lease: Lease, reason: str) -> bool:
+    """Give a run back unfinished (worker shutdown): queued at once, the
+    attempt returned, the epoch bumped so a handler still running is fenced."""
+
+    def write(row: tuple) -> None:
+        events.append(
+            lease.run_id, events.REQUEUED, row[1], {"reason": reason, "attempt": lease.attempt}
+        )
+        notify(lease.run.priority)
+
+    return _fenced(lease, "release", "fence_release", None, write) is not None
 
 
 def _failure_summary(failure: dict[str, Any]) -> dict[str, Any]:

@@ -288,6 +288,9 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     seq = models.IntegerField()
     state = models.JSONField()
+    #: How many tool invocations the handler had made when it saved this
+    #: state: on resume, numbering continues from here.
+    tool_seq = models.IntegerField(default=0)
     lease_epoch = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())
 

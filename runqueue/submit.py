@@ -21,13 +21,14 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events
+from runqueue import events, registry
 from runqueue.conf import get_settings
 from runqueue.errors import (
     ActiveRunConflict,
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidSubmission,
+    UnknownKind,
 )
 from runqueue.leases import notify
 from runqueue.models import (
@@ -102,8 +103,8 @@ def submit(
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
-    Raises InvalidSubmission (nothing written), ActiveRunConflict,
-    IdempotencyConflict or IdempotencyInProgress.
+    Raises InvalidSubmission or UnknownKind (nothing written),
+    ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
     """
     request = _validate(
         kind=kind,
@@ -293,6 +294,8 @@ def _validate(
 ) -> _Request:
     """Check every argument before anything is written."""
     _text("kind", kind)
+    if not registry.is_registered(kind):
+        raise UnknownKind(kind)
     _text("tenant", tenant)
     _text("principal", principal, allow_empty=True)
     if session_id is not None:

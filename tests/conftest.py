@@ -8,6 +8,8 @@ import psycopg
 import pytest
 from django.db import connection
 
+import tests.handlers  # noqa: F401 - registers the kinds the tests submit
+
 
 @pytest.fixture
 def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection]]:

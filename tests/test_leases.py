@@ -50,16 +50,16 @@ def test_claim_sets_lease_epoch_attempts_and_logs_the_claim() -> None:
 def test_claims_come_out_by_priority_then_age() -> None:
     order = [("m1", 20), ("a1", 10), ("i1", 0), ("a2", 12), ("i2", 0), ("i3", 5)]
     for kind, priority in order:
-        runqueue.submit(kind=kind, priority=priority)
+        runqueue.submit(kind="k", payload={"name": kind}, priority=priority)
     claimed = []
     while lease := leases.claim_one("w1"):
-        claimed.append(lease.run.kind)
+        claimed.append(lease.run.payload["name"])
     assert claimed == ["i1", "i2", "i3", "a1", "a2", "m1"]
 
 
 def test_a_slot_never_claims_outside_its_classes() -> None:
     for priority in (0, 5, 10, 15, 20, 25):
-        runqueue.submit(kind=f"p{priority}", priority=priority)
+        runqueue.submit(kind="k", priority=priority)
     got_async = [lease.run.priority for lease in leases.claim("w", [ASYNC], limit=10)]
     got_maint = [lease.run.priority for lease in leases.claim("w", [MAINTENANCE], limit=10)]
     got_inter = [lease.run.priority for lease in leases.claim("w", [INTERACTIVE], limit=10)]
@@ -68,14 +68,14 @@ def test_a_slot_never_claims_outside_its_classes() -> None:
 
 def test_a_slot_shared_by_two_classes_claims_from_both_and_only_those() -> None:
     for priority in (0, 10, 20):
-        runqueue.submit(kind=f"p{priority}", priority=priority)
+        runqueue.submit(kind="k", priority=priority)
     got = [lease.run.priority for lease in leases.claim("w", [INTERACTIVE, MAINTENANCE], limit=10)]
     assert got == [0, 20]
 
 
 def test_future_scheduled_for_is_not_claimed() -> None:
-    later = runqueue.submit(kind="later", scheduled_for=timezone.now() + dt.timedelta(hours=1))
-    due = runqueue.submit(kind="due", scheduled_for=timezone.now() - dt.timedelta(seconds=1))
+    later = runqueue.submit(kind="k", scheduled_for=timezone.now() + dt.timedelta(hours=1))
+    due = runqueue.submit(kind="k", scheduled_for=timezone.now() - dt.timedelta(seconds=1))
     assert [lease.run_id for lease in leases.claim("w", limit=10)] == [due.run.id]
     assert Run.objects.get(id=later.run.id).status == RunStatus.QUEUED
 

@@ -190,6 +190,14 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(kwargs: dict, field: st
     assert not IdempotencyKey.objects.exists()
 
 
+def test_unknown_kind_is_refused_and_writes_nothing() -> None:
+    with pytest.raises(runqueue.UnknownKind) as excinfo:
+        runqueue.submit(kind="no.such.handler")
+    assert excinfo.value.kind == "no.such.handler"
+    assert str(excinfo.value) == "no handler registered for kind 'no.such.handler'"
+    assert not Run.objects.exists()
+
+
 def test_unicode_payload_round_trips() -> None:
     payload = {"text": "héllo 🌍 \u202e", "nested": [1, 2.5, None, True]}
     sub = runqueue.submit(kind="k", payload=payload)

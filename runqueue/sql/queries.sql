@@ -89,6 +89,19 @@ UPDATE runqueue_run
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
 RETURNING id, status, lease_epoch, attempts, scheduled_for;
 
+-- name: fence_release --
+-- Give a run back unfinished on worker shutdown: due at once, the attempt
+-- handed back, the epoch bumped so the handler still running is fenced.
+UPDATE runqueue_run
+   SET status = 'queued',
+       lease_epoch = lease_epoch + 1,
+       attempts = greatest(attempts - 1, 0),
+       scheduled_for = NULL,
+       lease_owner = '',
+       lease_expires_at = NULL
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+RETURNING id, lease_epoch;
+
 -- name: expired_leases --
 -- The sweeper's read: running runs whose lease expired on the database clock.
 SELECT id, lease_epoch, attempts, max_attempts

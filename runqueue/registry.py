@@ -1,0 +1,62 @@
+"""Handlers by kind: ``@runqueue.handler("kind")``, lookup and discovery.
+
+The worker dispatches only through this registry, never through a dotted
+path stored in the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any, TypeVar
+
+from django.utils.module_loading import autodiscover_modules
+
+from runqueue.errors import UnknownKind
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_handlers: dict[str, Callable[..., Any]] = {}
+
+
+def handler(kind: str) -> Callable[[F], F]:
+    """Register ``fn(ctx)`` as the handler of runs of this kind."""
+    if not isinstance(kind, str) or not kind or len(kind) > 255:
+        raise ValueError(f"a handler kind is a 1-255 character string, got {kind!r}")
+
+    def register(fn: F) -> F:
+        existing = _handlers.get(kind)
+        if existing is not None and _name(existing) != _name(fn):
+            raise ValueError(f"kind {kind!r} is already handled by {_name(existing)}")
+        _handlers[kind] = fn
+        return fn
+
+    return register
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def lookup(kind: str) -> Callable[..., Any]:
+    try:
+        return _handlers[kind]
+    except KeyError:
+        raise UnknownKind(kind) from None
+
+
+def is_registered(kind: str) -> bool:
+    return kind in _handlers
+
+
+def kinds() -> list[str]:
+    return sorted(_handlers)
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``handlers`` module and RUNQUEUE["HANDLER_MODULES"]."""
+    from runqueue.conf import get_settings
+
+    autodiscover_modules("handlers")
+    for module in get_settings().HANDLER_MODULES:
+        import_module(module)

@@ -1,0 +1,261 @@
+"""The handler runtime: the RunContext a handler gets, and running a lease.
+
+A handler is ``fn(ctx) -> result``. It resumes from its last checkpoint
+(``ctx.state``); tool invocations recorded by an earlier attempt are replayed
+from their records instead of running again, and the one left ``started`` is
+decided by its idempotency class: an idempotent tool runs again, a
+non-idempotent one becomes ``uncertain`` and the handler is told so.
+Once the lease is lost, nothing more is written or run for this attempt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal
+
+from django.utils.module_loading import import_string
+
+from runqueue import leases, registry
+from runqueue.conf import get_settings
+from runqueue.errors import PERMANENT, PermanentError, UnknownKind, classify
+from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
+
+logger = logging.getLogger("runqueue.runtime")
+
+ToolStatusName = Literal["completed", "failed", "uncertain", "fenced"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """How a tool invocation ended.
+
+    ``uncertain``: the call started on an earlier attempt and its outcome is
+    unknown (it may have happened). ``fenced``: not run, because this worker
+    lost the run.
+    """
+
+    status: ToolStatusName
+    seq: int
+    value: Any = None
+    error: Any = None
+    replayed: bool = False
+    resolution: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class AskUser:
+    """Returned by a handler (via ``ctx.ask_user``) to end the turn waiting for input."""
+
+    question: Any
+    state: Any
+
+
+class RunContext:
+    """What a handler sees of its run, and the only way it writes."""
+
+    def __init__(
+        self,
+        lease: leases.Lease,
+        *,
+        state: Any,
+        tool_seq: int,
+        recorded: dict[int, ToolInvocation],
+    ) -> None:
+        self.lease = lease
+        self.state = state
+        self._seq = tool_seq
+        self._recorded = recorded
+
+    @property
+    def run(self) -> Run:
+        return self.lease.run
+
+    @property
+    def payload(self) -> Any:
+        return self.lease.run.payload
+
+    @property
+    def input(self) -> Any:
+        """Input delivered by the user on resume, or None."""
+        return self.lease.run.input
+
+    @property
+    def attempt(self) -> int:
+        return self.lease.attempt
+
+    @property
+    def fenced(self) -> bool:
+        """True once another worker owns the run: stop, nothing more is written."""
+        return self.lease.fenced
+
+    def heartbeat(self) -> bool:
+        return leases.heartbeat(self.lease)
+
+    def checkpoint(self, state: Any) -> bool:
+        """Save ``state``; a later attempt resumes with it as ``ctx.state``."""
+        ok = leases.checkpoint(self.lease, state, tool_seq=self._seq)
+        if ok:
+            self.state = state
+        return ok
+
+    def ask_user(self, question: Any, state: Any = None) -> AskUser:
+        """Return this from the handler to wait for the user's answer."""
+        return AskUser(question=question, state=self.state if state is None else state)
+
+    def idempotency_key(self, seq: int) -> str:
+        """A key for tool call ``seq`` that stays the same on every attempt."""
+        return f"{self.run.id}:{seq}"
+
+    def invoke_tool(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        args: dict[str, Any] | None = None,
+        idempotency: str = Idempotency.NON_IDEMPOTENT,
+    ) -> ToolOutcome:
+        """Run a side effect at most once per record; see the module docstring."""
+        idempotency = Idempotency(idempotency)
+        seq = self._seq
+        self._seq += 1
+        if self.fenced:
+            return ToolOutcome(status="fenced", seq=seq)
+        recorded = self._recorded.pop(seq, None)
+        if recorded is not None:
+            if recorded.tool != name:
+                raise PermanentError(
+                    f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is "
+                    f"{name!r} now: a handler must make its tool calls in the same order"
+                )
+            replay = self._replay(recorded)
+            if replay is not None:
+                return replay
+        args = args or {}
+        if not leases.record_tool_started(
+            self.lease, seq=seq, tool=name, idempotency=idempotency, arguments=args
+        ):
+            return ToolOutcome(status="fenced", seq=seq)
+        try:
+            value = _call(fn, args, self.idempotency_key(seq))
+        except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's to handle
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.FAILED, error=error)
+            return ToolOutcome(status="failed", seq=seq, error=error)
+        value = _jsonable(value)
+        leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.COMPLETED, result=value)
+        return ToolOutcome(status="completed", seq=seq, value=value)
+
+    def _replay(self, recorded: ToolInvocation) -> ToolOutcome | None:
+        """The outcome recorded by an earlier attempt, or None to run again."""
+        seq = recorded.seq
+        if recorded.status == ToolStatus.COMPLETED:
+            return ToolOutcome(status="completed", seq=seq, value=recorded.result, replayed=True)
+        if recorded.status == ToolStatus.FAILED:
+            return ToolOutcome(status="failed", seq=seq, error=recorded.error, replayed=True)
+        if recorded.status == ToolStatus.UNCERTAIN:
+            return ToolOutcome(
+                status="uncertain",
+                seq=seq,
+                error=recorded.error,
+                replayed=True,
+                resolution=recorded.resolution,
+            )
+        if recorded.idempotency == Idempotency.IDEMPOTENT:
+            return None  # started, outcome unknown, safe to run again
+        error = {
+            "type": "UncertainOutcome",
+            "message": f"{recorded.tool} started on epoch {recorded.lease_epoch} and its "
+            "worker was lost before recording the outcome: it may or may not have happened",
+        }
+        if not leases.record_tool_outcome(
+            self.lease, seq=seq, status=ToolStatus.UNCERTAIN, error=error
+        ):
+            return ToolOutcome(status="fenced", seq=seq)
+        return ToolOutcome(status="uncertain", seq=seq, error=error)
+
+
+def _call(fn: Callable[..., Any], args: dict[str, Any], key: str) -> Any:
+    if _accepts_key(fn):
+        return fn(**args, idempotency_key=key)
+    return fn(**args)
+
+
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        return "idempotency_key" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _jsonable(value: Any) -> Any:
+    """A tool's value as it will be replayed: JSON, with str() for the rest."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def build_context(lease: leases.Lease) -> RunContext:
+    """Resume from the last checkpoint, with the tool records made since."""
+    last = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-seq").first()
+    tool_seq = last.tool_seq if last else 0
+    recorded = {
+        tool.seq: tool
+        for tool in ToolInvocation.objects.filter(run_id=lease.run_id, seq__gte=tool_seq)
+    }
+    return RunContext(
+        lease, state=last.state if last else None, tool_seq=tool_seq, recorded=recorded
+    )
+
+
+@cache
+def _transient_classes(paths: tuple[str, ...]) -> tuple[type[BaseException], ...]:
+    return tuple(import_string(p) for p in paths)
+
+
+def execute(lease: leases.Lease) -> str:
+    """Run the handler for a claimed lease and record how it ended.
+
+    Returns the outcome: succeeded, failed, requeued, waiting or fenced.
+    """
+    try:
+        fn = registry.lookup(lease.run.kind)
+    except UnknownKind as exc:
+        leases.fail(
+            lease, leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt)
+        )
+        return "failed" if not lease.fenced else "fenced"
+    ctx = build_context(lease)
+    try:
+        result = fn(ctx)
+    except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
+        transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
+        if classify(exc, transient) == PERMANENT:
+            logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
+            ok = leases.fail(lease, leases.permanent_failure(exc, lease.attempt))
+            return "failed" if ok else "fenced"
+        ok = leases.give_up(lease, exc)
+        return "requeued" if ok else "fenced"
+    if isinstance(result, AskUser):
+        ok = leases.wait_for_user(lease, result.question, result.state, tool_seq=ctx._seq)
+        return "waiting" if ok else "fenced"
+    try:
+        ok = leases.succeed(lease, result)
+    except ValueError as exc:
+        ok = leases.fail(
+            lease,
+            leases.failure_record(
+                exc,
+                classification=PERMANENT,
+                attempt=lease.attempt,
+                message=f"the handler's result could not be stored: {exc}",
+            ),
+        )
+        return "failed" if ok else "fenced"
+    return "succeeded" if ok else "fenced"

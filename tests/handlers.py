@@ -1,0 +1,134 @@
+"""Handlers the tests submit to, in this process and in runworker subprocesses.
+
+Side effects go to the table ``runqueue_test_ledger`` through a connection of
+their own (autocommit), so they survive a fenced or killed worker: the tests
+count them to prove at-most-once and at-least-once claims.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+import runqueue
+from runqueue import Idempotency, RunContext
+
+LEDGER_DDL = """
+CREATE TABLE IF NOT EXISTS runqueue_test_ledger (
+    id bigserial PRIMARY KEY,
+    run_id text NOT NULL,
+    what text NOT NULL,
+    detail text NOT NULL DEFAULT '',
+    pid int NOT NULL DEFAULT pg_backend_pid(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def ledger(run_id: Any, what: str, detail: str = "") -> None:
+    """Record a side effect outside the worker's transactions."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runqueue_test_ledger (run_id, what, detail) VALUES (%s, %s, %s)",
+            (str(run_id), what, detail),
+        )
+
+
+def released(run_id: Any, what: str = "release") -> bool:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM runqueue_test_ledger WHERE run_id = %s AND what = %s",
+            (str(run_id), what),
+        ).fetchone()
+    return row is not None
+
+
+def wait_for_release(ctx: RunContext, what: str = "release", timeout: float = 60) -> None:
+    """Block (heartbeating through the worker) until the test writes ``what``."""
+    deadline = time.monotonic() + timeout
+    while not released(ctx.run.id, what):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"test never wrote {what!r}")
+        time.sleep(0.02)
+
+
+def _echo(ctx: RunContext) -> Any:
+    return {"echo": ctx.payload}
+
+
+# Plain kinds the queue-core tests submit (and never execute).
+for _kind in ("k", "other", "chat.turn", "agent.turn", "test.echo"):
+    runqueue.handler(_kind)(_echo)
+
+
+@runqueue.handler("test.record")
+def record(ctx: RunContext) -> dict:
+    ledger(ctx.run.id, "ran", ctx.lease.owner)
+    return {"owner": ctx.lease.owner}
+
+
+def _charge(run_id: str, cents: int, idempotency_key: str) -> dict:
+    ledger(run_id, "charge", idempotency_key)
+    return {"charged": cents}
+
+
+def _send_email(run_id: str, to: str, idempotency_key: str) -> dict:
+    ledger(run_id, "email", idempotency_key)
+    return {"sent": to}
+
+
+@runqueue.handler("test.tools")
+def tools(ctx: RunContext) -> dict:
+    """Calls a tool of the class in the payload, blocking inside it until
+    released, so the test can kill or freeze the worker mid-call."""
+    idem = ctx.payload.get("idempotency", Idempotency.NON_IDEMPOTENT)
+
+    def effect(run_id: str, idempotency_key: str) -> dict:
+        ledger(run_id, "effect", idempotency_key)
+        if ctx.payload.get("block"):
+            wait_for_release(ctx)
+        return {"done": True}
+
+    outcome = ctx.invoke_tool("effect", effect, args={"run_id": str(ctx.run.id)}, idempotency=idem)
+    ledger(ctx.run.id, "outcome", outcome.status)
+    return {"tool": outcome.status, "owner": ctx.lease.owner}
+
+
+@runqueue.handler("test.block")
+def block(ctx: RunContext) -> dict:
+    """Starts, then waits for the test's release; records who finished."""
+    ledger(ctx.run.id, "started", ctx.lease.owner)
+    wait_for_release(ctx)
+    if ctx.fenced or not ctx.heartbeat():
+        ledger(ctx.run.id, "noticed_fenced", ctx.lease.owner)
+        return None
+    ledger(ctx.run.id, "finishing", ctx.lease.owner)
+    return {"finished_by": ctx.lease.owner}
+
+
+@runqueue.handler("test.ask")
+def ask(ctx: RunContext) -> Any:
+    """Asks the user once, then completes with the answer."""
+    if ctx.input is None:
+        ctx.checkpoint({"asked": True})
+        return ctx.ask_user({"question": "Which day?"})
+    return {"answer": ctx.input, "state": ctx.state}
+
+
+@runqueue.handler("test.fail")
+def fail(ctx: RunContext) -> None:
+    kind = ctx.payload.get("error", "value")
+    if kind == "permanent":
+        raise runqueue.PermanentError("card declined")
+    if kind == "transient":
+        raise runqueue.TransientError("rate limited")
+    raise ValueError("unexpected shape")
