@@ -10,6 +10,7 @@ Every transition made by anyone but the owner bumps ``lease_epoch``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import random
@@ -28,6 +29,7 @@ from runqueue import events
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, TRANSIENT, InvalidTransition, RunNotFound
 from runqueue.models import (
+    TERMINAL_STATUSES,
     Checkpoint,
     PriorityClass,
     Run,
@@ -469,6 +471,28 @@ def cancel(run_id: Any, *, reason: str, actor: str) -> Run:
             raise InvalidTransition(run_id, status, "cancel")
         events.append(run_id, events.CANCELLED, row[1], {"reason": reason, "actor": actor})
     return Run.objects.get(id=run_id)
+
+
+def prune_terminal_runs(
+    *, older_than_seconds: float, batch: int = 500, heartbeat: Callable[[], bool] | None = None
+) -> int:
+    """Delete terminal runs finished longer ago than that, with their events,
+    tool records, checkpoints and keys; in batches."""
+    deleted = 0
+    cutoff = timezone.now() - dt.timedelta(seconds=older_than_seconds)
+    while True:
+        ids = list(
+            Run.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff).values_list(
+                "id", flat=True
+            )[:batch]
+        )
+        if not ids:
+            return deleted
+        with transaction.atomic():
+            Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
+        deleted += len(ids)
+        if heartbeat is not None and not heartbeat():
+            return deleted
 
 
 # --- helpers -----------------------------------------------------------------

@@ -240,8 +240,10 @@ def execute(lease: leases.Lease) -> str:
             logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
             ok = leases.fail(lease, leases.permanent_failure(exc, lease.attempt))
             return "failed" if ok else "fenced"
-        ok = leases.give_up(lease, exc)
-        return "requeued" if ok else "fenced"
+        if not leases.give_up(lease, exc):
+            return "fenced"
+        # attempts has not moved since the claim: the same test the SQL makes.
+        return "failed" if lease.attempt >= lease.run.max_attempts else "requeued"
     if isinstance(result, AskUser):
         ok = leases.wait_for_user(lease, result.question, result.state, tool_seq=ctx._seq)
         return "waiting" if ok else "fenced"

@@ -14,6 +14,7 @@ import datetime as dt
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -263,6 +264,24 @@ def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) 
 def _constraint(exc: IntegrityError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
+
+
+def prune_idempotency_keys(
+    *, batch: int = 1000, heartbeat: Callable[[], bool] | None = None
+) -> int:
+    """Delete expired keys in batches (small transactions, little bloat)."""
+    deleted = 0
+    while True:
+        ids = list(
+            IdempotencyKey.objects.filter(expires_at__lte=timezone.now()).values_list(
+                "id", flat=True
+            )[:batch]
+        )
+        if not ids:
+            return deleted
+        deleted += IdempotencyKey.objects.filter(id__in=ids).delete()[0]
+        if heartbeat is not None and not heartbeat():
+            return deleted
 
 
 # --- validation -----------------------------------------------------------------

@@ -1,0 +1,126 @@
+"""``manage.py runworker``: parse options, build a Pool, run it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runqueue.conf import get_settings
+from runqueue.worker.pool import Pool, PoolConfig, default_worker_id
+from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
+
+
+def slot_spec(text: str) -> SlotSpec:
+    try:
+        return SlotSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, got {text}")
+    return value
+
+
+def grace(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else seconds(text)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a runqueue worker: slot groups with reserved capacity per priority class. "
+        "SIGTERM/SIGINT stop claiming and let running work finish within the grace period; "
+        "a second signal exits at once."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        conf = get_settings()
+        parser.add_argument(
+            "--slots",
+            action="append",
+            type=slot_spec,
+            metavar="CLASSES=N",
+            help="N slots that claim only from CLASSES (interactive, async, maintenance, or a "
+            "comma list); repeatable. Default: " + " ".join(DEFAULT_SLOTS),
+        )
+        parser.add_argument(
+            "--lease-seconds",
+            type=seconds,
+            default=conf.LEASE_SECONDS,
+            help="lease length (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--heartbeat-seconds",
+            type=seconds,
+            default=conf.HEARTBEAT_SECONDS,
+            help="how often held leases are renewed (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--sweep-seconds",
+            type=seconds,
+            default=conf.SWEEP_SECONDS,
+            help="how often expired leases are swept (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--poll-seconds",
+            type=seconds,
+            default=conf.POLL_SECONDS,
+            help="fallback poll when no NOTIFY arrives (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--grace-seconds",
+            type=grace,
+            default=conf.GRACE_SECONDS,
+            help="on SIGTERM, how long running work may finish (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="drain the runs that are due, then exit 0"
+        )
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            help="this worker's name in the Worker table (default: host-pid-random)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        try:
+            config = PoolConfig(
+                slots=tuple(options["slots"] or [SlotSpec.parse(s) for s in DEFAULT_SLOTS]),
+                lease_seconds=options["lease_seconds"],
+                heartbeat_seconds=options["heartbeat_seconds"],
+                sweep_seconds=options["sweep_seconds"],
+                poll_seconds=options["poll_seconds"],
+                grace_seconds=options["grace_seconds"],
+                burst=options["burst"],
+                worker_id=options["worker_id"] or default_worker_id(),
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        pool = Pool(config)
+        pool.install_signal_handlers()
+        code = pool.run()
+        if code:
+            sys.exit(code)
+
+    def _configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("runqueue")
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stdout)
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+            )
+            logger.addHandler(handler)
+        if verbosity >= 2:
+            logger.setLevel(logging.DEBUG)
+        elif logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)

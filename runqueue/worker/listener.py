@@ -1,0 +1,54 @@
+"""LISTEN on a dedicated autocommit connection; wake the slots a NOTIFY names."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from django.db import connection
+from psycopg import sql
+
+logger = logging.getLogger("runqueue.worker")
+
+
+class Listener(threading.Thread):
+    """Never opens a transaction, never goes through Django's pooled
+    connection; reconnects with backoff. ``wake(payload)`` gets the class
+    name, or "" for any class (and after a reconnect, when notifies may
+    have been missed)."""
+
+    def __init__(
+        self, channel: str, wake: Callable[[str], None], stopping: threading.Event
+    ) -> None:
+        super().__init__(name="runqueue-listener", daemon=True)
+        self.channel = channel
+        self.wake = wake
+        self.stopping = stopping
+        self.listening = threading.Event()
+
+    def _connect(self) -> psycopg.Connection:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        conn = psycopg.connect(**params, autocommit=True)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        return conn
+
+    def run(self) -> None:
+        delay = 0.5
+        while not self.stopping.is_set():
+            try:
+                with self._connect() as conn:
+                    self.listening.set()
+                    delay = 0.5
+                    self.wake("")
+                    while not self.stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self.wake(note.payload)
+            except psycopg.Error as exc:
+                self.listening.clear()
+                logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 30)

@@ -1,0 +1,195 @@
+"""The pool: slot groups with reserved capacity, wake-ups, heartbeats, the
+sweeper and graceful shutdown. One per ``runworker`` process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.utils import timezone
+
+from runqueue import housekeeping, leases
+from runqueue.conf import get_settings
+from runqueue.models import Worker
+from runqueue.worker.listener import Listener
+from runqueue.worker.services import Periodic
+from runqueue.worker.slot import Slot
+from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
+
+logger = logging.getLogger("runqueue.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """How a pool runs; every default comes from the RUNQUEUE settings."""
+
+    slots: tuple[SlotSpec, ...] = field(
+        default_factory=lambda: tuple(SlotSpec.parse(s) for s in DEFAULT_SLOTS)
+    )
+    lease_seconds: float = field(default_factory=lambda: get_settings().LEASE_SECONDS)
+    heartbeat_seconds: float = field(default_factory=lambda: get_settings().HEARTBEAT_SECONDS)
+    sweep_seconds: float = field(default_factory=lambda: get_settings().SWEEP_SECONDS)
+    poll_seconds: float = field(default_factory=lambda: get_settings().POLL_SECONDS)
+    grace_seconds: float = field(default_factory=lambda: get_settings().GRACE_SECONDS)
+    housekeeping_seconds: float = 600
+    burst: bool = False
+    worker_id: str = field(default_factory=default_worker_id)
+
+    def __post_init__(self) -> None:
+        if not self.slots:
+            raise ValueError("a pool needs at least one slot")
+        if self.heartbeat_seconds >= self.lease_seconds:
+            raise ValueError(
+                f"heartbeat every {self.heartbeat_seconds}s would let a {self.lease_seconds}s "
+                "lease expire between heartbeats: make --heartbeat-seconds shorter"
+            )
+
+
+class Pool:
+    def __init__(self, config: PoolConfig) -> None:
+        self.config = config
+        #: Set on the first SIGTERM/SIGINT: stop claiming, let runs finish.
+        self.stopping = threading.Event()
+        #: Set once every run is finished or given back: background loops end.
+        self.stopped = threading.Event()
+        self._held: set[leases.Lease] = set()
+        self._lock = threading.Lock()
+        self._signals = 0
+        self.slots = [
+            Slot(self, f"{spec.label}-{i}", spec.classes)
+            for spec in config.slots
+            for i in range(spec.count)
+        ]
+
+    # --- leases held by this process ---------------------------------------------
+
+    def hold(self, lease: leases.Lease) -> None:
+        with self._lock:
+            self._held.add(lease)
+
+    def drop(self, lease: leases.Lease) -> None:
+        with self._lock:
+            self._held.discard(lease)
+
+    def held(self) -> list[leases.Lease]:
+        with self._lock:
+            return list(self._held)
+
+    def wake(self, payload: str) -> None:
+        """Wake the idle slots that may claim the class a NOTIFY names ("" = all)."""
+        for slot in self.slots:
+            if not payload or payload in slot.class_names:
+                slot.wake.set()
+
+    # --- background ticks -------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        for lease in self.held():
+            if not lease.fenced and not leases.heartbeat(lease):
+                logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
+
+    def _sweep(self) -> None:
+        leases.sweep()
+        Worker.objects.filter(id=self.config.worker_id).update(last_seen_at=timezone.now())
+        if time.monotonic() >= self._next_housekeeping:
+            self._next_housekeeping = time.monotonic() + self.config.housekeeping_seconds
+            housekeeping.schedule()
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def _register(self) -> None:
+        Worker.objects.update_or_create(
+            id=self.config.worker_id,
+            defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "slots": shape(self.config.slots),
+                "started_at": timezone.now(),
+                "last_seen_at": timezone.now(),
+                "stopped_at": None,
+            },
+        )
+
+    def start(self) -> None:
+        self._register()
+        self._next_housekeeping = 0.0
+        self.heartbeat = Periodic(
+            "runqueue-heartbeat", self.config.heartbeat_seconds, self._heartbeat, self.stopped
+        )
+        self.heartbeat.start()
+        if self.config.burst:
+            leases.sweep()
+        else:
+            self.listener = Listener(get_settings().NOTIFY_CHANNEL, self.wake, self.stopping)
+            self.listener.start()
+            self.sweeper = Periodic(
+                "runqueue-sweeper", self.config.sweep_seconds, self._sweep, self.stopping
+            )
+            self.sweeper.start()
+        for slot in self.slots:
+            slot.start()
+        logger.info(
+            "Worker %s started: slots %s, lease %ss, heartbeat %ss%s",
+            self.config.worker_id,
+            shape(self.config.slots),
+            self.config.lease_seconds,
+            self.config.heartbeat_seconds,
+            ", burst" if self.config.burst else "",
+        )
+
+    def stop(self) -> None:
+        """Stop claiming; in-flight runs get the grace period."""
+        self.stopping.set()
+        self.wake("")
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: object) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                logger.warning("Second signal: exiting now; held leases will expire")
+                os._exit(1)
+            logger.info("Signal %s: stopping (grace %ss)", signum, self.config.grace_seconds)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def run(self) -> int:
+        """Run until stopped (or, with burst, until nothing is due); exit code."""
+        self.start()
+        if self.config.burst:
+            while any(slot.is_alive() for slot in self.slots) and not self.stopping.is_set():
+                for slot in self.slots:
+                    slot.join(0.2)
+        else:
+            self.stopping.wait()
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        self.stop()
+        deadline = time.monotonic() + self.config.grace_seconds
+        for slot in self.slots:
+            slot.join(max(deadline - time.monotonic(), 0))
+        for lease in self.held():
+            # Give back what did not finish in time: queued at once, and the
+            # epoch bump fences the handler still running it.
+            if leases.release(lease, "shutdown"):
+                logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
+        self.stopped.set()
+        Worker.objects.filter(id=self.config.worker_id).update(
+            stopped_at=timezone.now(), last_seen_at=timezone.now()
+        )
+        connection.close()
+        logger.info("Worker %s stopped", self.config.worker_id)

@@ -1,0 +1,100 @@
+"""One slot: wait for a wake-up, claim from its classes, run, repeat."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, close_old_connections, connection
+
+from runqueue import leases, runtime
+from runqueue.models import PriorityClass
+
+if TYPE_CHECKING:
+    from runqueue.worker.pool import Pool
+
+logger = logging.getLogger("runqueue.worker")
+
+
+class Slot(threading.Thread):
+    def __init__(self, pool: Pool, name: str, classes: tuple[PriorityClass, ...]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.pool = pool
+        self.classes = classes
+        self.class_names = {c.name.lower() for c in classes}
+        self.wake = threading.Event()
+        self.owner = f"{pool.config.worker_id}/{name}"
+        self.current: leases.Lease | None = None
+
+    def run(self) -> None:
+        config = self.pool.config
+        delay = 0.5
+        try:
+            while not self.pool.stopping.is_set():
+                close_old_connections()
+                # Clear before claiming: a NOTIFY that lands during the claim
+                # makes the wait below return at once.
+                self.wake.clear()
+                try:
+                    lease = leases.claim_one(
+                        self.owner, self.classes, lease_seconds=config.lease_seconds
+                    )
+                except DatabaseError as exc:
+                    logger.warning(
+                        "%s: claim failed (%s); retrying in %.1fs", self.name, exc, delay
+                    )
+                    connection.close()
+                    self.pool.stopping.wait(delay)
+                    delay = min(delay * 2, 30)
+                    continue
+                delay = 0.5
+                if lease is None:
+                    if config.burst:
+                        return
+                    self.wake.wait(config.poll_seconds * random.uniform(0.9, 1.1))  # noqa: S311
+                    continue
+                self._run(lease)
+        finally:
+            connection.close()
+
+    def _run(self, lease: leases.Lease) -> None:
+        run = lease.run
+        wait_ms = run.heartbeat_at - max(run.created_at, run.scheduled_for or run.created_at)
+        logger.info(
+            "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
+            run.id,
+            run.kind,
+            run.priority_class.name.lower(),
+            lease.epoch,
+            lease.attempt,
+            max(wait_ms.total_seconds() * 1000, 0),
+        )
+        self.current = lease
+        self.pool.hold(lease)
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            outcome = runtime.execute(lease)
+        except DatabaseError as exc:
+            # Lost the database mid-run: the lease expires and the sweeper
+            # requeues the run; nothing here can be trusted to have committed.
+            logger.warning(
+                "Run id=%s: database error (%s); leaving it to the sweeper", run.id, exc
+            )
+            connection.close()
+        except Exception:
+            logger.exception("Run id=%s: the runtime failed", run.id)
+        finally:
+            self.pool.drop(lease)
+            self.current = None
+            logger.info(
+                "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
+                run.id,
+                run.kind,
+                outcome,
+                lease.epoch,
+                (time.monotonic() - started) * 1000,
+            )

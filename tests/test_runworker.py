@@ -1,0 +1,194 @@
+"""runworker as operators run it: real processes, real signals, real PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from django.db import connection
+
+import runqueue
+from runqueue.models import PriorityClass, Run, RunEvent, RunStatus, ToolInvocation, Worker
+from tests.handlers import ledger
+from tests.helpers import event_types, wait_until
+from tests.workers import start_worker  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+FAST = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}
+SHORT_LEASE = [
+    "--lease-seconds",
+    "2",
+    "--heartbeat-seconds",
+    "0.5",
+    "--sweep-seconds",
+    "0.5",
+    "--poll-seconds",
+    "0.5",
+]
+
+
+def ledger_rows(run_id, what: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT detail FROM runqueue_test_ledger WHERE run_id = %s AND what = %s ORDER BY id",
+            [str(run_id), what],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def status_of(run_id) -> str:
+    return Run.objects.values_list("status", flat=True).get(id=run_id)
+
+
+def test_burst_drains_what_is_due_and_exits_0(start_worker) -> None:
+    ids = [runqueue.submit(kind="test.record", payload={"i": i}).run.id for i in range(5)]
+    failing = runqueue.submit(kind="test.fail", payload={"error": "permanent"}).run.id
+    worker = start_worker("--burst", "--worker-id", "burst-1")
+    assert worker.wait(120) == 0, worker.output()
+    assert set(Run.objects.filter(id__in=ids).values_list("status", flat=True)) == {"succeeded"}
+    failed = Run.objects.get(id=failing)
+    assert (failed.status, failed.failure["classification"]) == ("failed", "permanent")
+    assert "Claimed run id=" in worker.output() and "outcome=succeeded" in worker.output()
+    assert Worker.objects.get(id="burst-1").stopped_at is not None
+
+
+@pytest.mark.parametrize("idempotency", ["non_idempotent", "idempotent"])
+def test_kill_9_mid_tool_call_is_recovered_by_another_worker(start_worker, idempotency) -> None:
+    run_id = runqueue.submit(
+        kind="test.tools", payload={"idempotency": idempotency, "block": True}
+    ).run.id
+    a = start_worker(*SHORT_LEASE, "--worker-id", "A", settings=FAST)
+    wait_until(lambda: ledger_rows(run_id, "effect"), what="A to start the tool")
+    a.send(signal.SIGKILL)
+    a.wait()
+    # Let a re-run of the idempotent tool through at once.
+    ledger(run_id, "release")
+    b = start_worker(*SHORT_LEASE, "--worker-id", "B", settings=FAST)
+    wait_until(lambda: status_of(run_id) == "succeeded", what="B to finish the run")
+
+    run = Run.objects.get(id=run_id)
+    tool = ToolInvocation.objects.get(run_id=run_id, seq=0)
+    effects = ledger_rows(run_id, "effect")
+    if idempotency == "non_idempotent":
+        # Never run twice; reported to the handler as an unknown outcome.
+        assert len(effects) == 1
+        assert tool.status == "uncertain"
+        assert run.result["tool"] == "uncertain"
+        assert "tool.uncertain" in event_types(run_id)
+        assert Run.objects.uncertain().filter(id=run_id).exists()
+    else:
+        # Run again, with the same idempotency key for the external API.
+        assert len(effects) == 2 and effects[0] == effects[1] == f"{run_id}:0"
+        assert tool.status == "completed"
+        assert run.result["tool"] == "completed"
+    assert run.result["owner"].startswith("B/")
+    assert run.attempts == 2
+    assert "run.requeued" in event_types(run_id)
+    b.send(signal.SIGTERM)
+    assert b.wait() == 0
+
+
+def test_frozen_worker_writes_nothing_but_run_fenced(start_worker) -> None:
+    run_id = runqueue.submit(kind="test.block").run.id
+    a = start_worker(*SHORT_LEASE, "--worker-id", "A", settings=FAST)
+    wait_until(lambda: ledger_rows(run_id, "started"), what="A to start")
+    a.send(signal.SIGSTOP)
+    b = start_worker(*SHORT_LEASE, "--worker-id", "B", settings=FAST)
+    wait_until(lambda: len(ledger_rows(run_id, "started")) == 2, what="B to reclaim")
+    ledger(run_id, "release")
+    wait_until(lambda: status_of(run_id) == "succeeded", what="B to finish")
+    a.send(signal.SIGCONT)
+    wait_until(
+        lambda: RunEvent.objects.filter(run_id=run_id, type="run.fenced").exists(),
+        what="A to notice it was fenced",
+    )
+    wait_until(lambda: ledger_rows(run_id, "noticed_fenced"), what="A's handler to stop")
+
+    run = Run.objects.get(id=run_id)
+    assert run.result["finished_by"].startswith("B/")
+    assert event_types(run_id, epoch=1) == ["run.claimed", "run.fenced"]
+    assert ledger_rows(run_id, "finishing") == [ledger_rows(run_id, "started")[1]]
+    for worker in (a, b):
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()
+
+
+def test_sigterm_lets_the_run_finish_within_grace(start_worker) -> None:
+    run_id = runqueue.submit(kind="test.block").run.id
+    a = start_worker("--grace-seconds", "60", "--worker-id", "A")
+    wait_until(lambda: ledger_rows(run_id, "started"), what="A to start")
+    a.send(signal.SIGTERM)
+    ledger(run_id, "release")
+    assert a.wait() == 0, a.output()
+    assert status_of(run_id) == "succeeded"
+    assert Worker.objects.get(id="A").stopped_at is not None
+
+
+def test_sigterm_gives_back_what_the_grace_period_did_not_cover(start_worker) -> None:
+    run_id = runqueue.submit(kind="test.block").run.id
+    a = start_worker("--grace-seconds", "0.5", "--worker-id", "A")
+    wait_until(lambda: ledger_rows(run_id, "started"), what="A to start")
+    a.send(signal.SIGTERM)
+    assert a.wait() == 0, a.output()
+    run = Run.objects.get(id=run_id)
+    # Queued at once, the attempt handed back, the epoch moved past A's.
+    assert (run.status, run.attempts, run.lease_epoch, run.scheduled_for) == ("queued", 0, 2, None)
+    requeued = RunEvent.objects.get(run_id=run_id, type="run.requeued")
+    assert requeued.data["reason"] == "shutdown"
+    assert Worker.objects.get(id="A").stopped_at is not None
+
+
+def test_interactive_is_claimed_before_a_queued_async_backlog(start_worker) -> None:
+    """Reserved capacity: every async slot busy, thousands of async runs queued."""
+    blocker = runqueue.submit(kind="test.block", priority=PriorityClass.ASYNC).run.id
+    for i in range(2000):
+        runqueue.submit(kind="test.record", payload={"i": i}, priority=PriorityClass.ASYNC)
+    w = start_worker("--slots", "async=1", "--slots", "interactive=1", "--worker-id", "W")
+    wait_until(lambda: ledger_rows(blocker, "started"), what="the async slot to be busy")
+    interactive = runqueue.submit(kind="test.record", priority=PriorityClass.INTERACTIVE).run.id
+    wait_until(lambda: status_of(interactive) == "succeeded", what="the interactive run")
+
+    claims = list(
+        RunEvent.objects.filter(type="run.claimed").order_by("id").values_list("run_id", flat=True)
+    )
+    assert claims == [blocker, interactive]
+    assert Run.objects.get(id=interactive).result["owner"] == "W/interactive-0"
+    assert Run.objects.filter(priority=PriorityClass.ASYNC, status="queued").count() == 2000
+    ledger(blocker, "release")
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0
+
+
+def _listening() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN %%' AND state = 'idle'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_notify_wakes_an_idle_worker_long_before_its_poll(start_worker) -> None:
+    w = start_worker("--poll-seconds", "60", "--slots", "interactive=1", "--worker-id", "N")
+    wait_until(_listening, what="the worker to LISTEN")
+    wait_until(lambda: Worker.objects.filter(id="N").exists(), what="the worker to register")
+    run_id = runqueue.submit(kind="test.record").run.id
+    wait_until(lambda: status_of(run_id) == "succeeded", timeout=20, what="the run to finish")
+    claimed = RunEvent.objects.get(run_id=run_id, type="run.claimed")
+    assert claimed.data["wait_ms"] < 10_000  # a 60 s poll could not have found it
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0
+
+
+def test_ask_user_round_trip(start_worker) -> None:
+    w = start_worker("--poll-seconds", "0.5", "--worker-id", "Q")
+    run_id = runqueue.submit(kind="test.ask", session_id="chat-9").run.id
+    wait_until(lambda: status_of(run_id) == RunStatus.WAITING_FOR_USER, what="the question")
+    sub = runqueue.submit(kind="test.ask", session_id="chat-9", payload={"day": "Tuesday"})
+    assert (sub.outcome, sub.run.id) == ("input_delivered", run_id)
+    wait_until(lambda: status_of(run_id) == "succeeded", what="the answer")
+    run = Run.objects.get(id=run_id)
+    assert run.result == {"answer": {"day": "Tuesday"}, "state": {"asked": True}}
+    assert Run.objects.filter(session_id="chat-9").count() == 1
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0

@@ -1,0 +1,12 @@
+"""Settings for runworker subprocesses started by the tests: the project's
+settings, pointed at the test database the parent test run created."""
+
+import json
+import os
+
+from config.settings import *  # noqa: F403
+
+DATABASES = {"default": json.loads(os.environ["RUNQUEUE_TEST_DATABASE"])}
+RUNQUEUE = json.loads(os.environ.get("RUNQUEUE_TEST_SETTINGS", "{}")) | {
+    "HANDLER_MODULES": ["tests.handlers"]
+}
