@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
+from tests.workers import start_worker  # noqa: F401 - fixture
 
 
 @pytest.fixture

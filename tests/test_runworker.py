@@ -11,7 +11,6 @@ import runqueue
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus, ToolInvocation, Worker
 from tests.handlers import ledger
 from tests.helpers import event_types, wait_until
-from tests.workers import start_worker  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -163,7 +162,8 @@ def test_interactive_is_claimed_before_a_queued_async_backlog(start_worker) -> N
 def _listening() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query ILIKE 'LISTEN %%' AND state = 'idle'"
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE query ILIKE 'LISTEN %%' AND state = 'idle'"
         )
         return cursor.fetchone()[0] > 0
 

@@ -113,10 +113,18 @@ SELECT id, lease_epoch, attempts, max_attempts
 -- name: sweep_expired --
 -- Requeue with backoff, or dead-letter at max_attempts, the runs the sweeper
 -- read, re-checking what it read (epoch, status, expiry): a run finished or
--- renewed in between is left alone. Events in the same statement.
+-- renewed in between is left alone. A row its owner is writing right now is
+-- stepped over (SKIP LOCKED), so a frozen worker never blocks the sweeper;
+-- the next sweep re-reads it. Events in the same statement.
 WITH candidates AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(delays)s::float8[])
         AS c(id, epoch, delay)
+), locked AS (
+    SELECT r.id
+      FROM runqueue_run r
+      JOIN candidates c ON c.id = r.id
+     WHERE r.lease_epoch = c.epoch AND r.status = 'running' AND r.lease_expires_at <= now()
+       FOR NO KEY UPDATE OF r SKIP LOCKED
 ), swept AS (
     UPDATE runqueue_run r
        SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
@@ -134,7 +142,7 @@ WITH candidates AS (
            lease_owner = '',
            lease_expires_at = NULL
       FROM candidates c
-     WHERE r.id = c.id AND r.lease_epoch = c.epoch
+     WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
        AND r.status = 'running' AND r.lease_expires_at <= now()
     RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.max_attempts, r.scheduled_for,
               c.epoch AS expired_epoch

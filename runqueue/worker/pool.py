@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from runqueue import housekeeping, leases
@@ -121,7 +122,20 @@ class Pool:
             },
         )
 
+    def _limit_transactions(self, sender: object, connection: object, **kwargs: object) -> None:
+        """A worker frozen inside a transaction (SIGSTOP, a GC pause, a lost
+        network) must not hold the run's row lock for ever: the server ends
+        such a transaction after half a lease."""
+        timeout_ms = max(int(self.config.lease_seconds * 500), 500)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                [f"{timeout_ms}ms"],
+            )
+
     def start(self) -> None:
+        connection_created.connect(self._limit_transactions, weak=False)
+        connection.close()  # the next connection gets the setting too
         self._register()
         self._next_housekeeping = 0.0
         self.heartbeat = Periodic(
