@@ -17,6 +17,7 @@ from runqueue.errors import (
     RunNotFound,
     RunqueueError,
     TransientError,
+    UncertainOutcome,
     UnknownKind,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "RunNotFound",
     "RunqueueError",
     "TransientError",
+    "UncertainOutcome",
     "UnknownKind",
     *_LAZY,
 ]

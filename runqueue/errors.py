@@ -75,6 +75,11 @@ class TransientError(RunqueueError):
     """Raised by a handler: give the lease up so the run is retried with backoff."""
 
 
+class UncertainOutcome(RunqueueError):
+    """Raised by a tool: it may or may not have happened (a timeout after the
+    request was sent, say). Recorded as ``uncertain``, never retried."""
+
+
 #: Failure classifications recorded in ``Run.failure["classification"]``.
 PERMANENT = "permanent"
 TRANSIENT = "transient"

@@ -65,8 +65,14 @@ class Lease:
     run: Run
     owner: str
     lease_seconds: float
+    #: Another worker owns the run now (or it was cancelled): write nothing.
     fenced: bool = False
+    #: This worker finished, gave up or released the run: the lease is spent.
+    closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # One worker transaction at a time per lease (handler and heartbeat
+    # threads share it), so a heartbeat never races its own finish.
+    _write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def run_id(self) -> Any:
@@ -189,10 +195,27 @@ def _fenced(
     fence: str,
     params: dict[str, Any] | None = None,
     write: Callable[[tuple], None] | None = None,
+    *,
+    closes: bool = False,
 ) -> tuple | None:
-    """Run one worker transaction behind the fence; the fence row, or None if fenced."""
-    if lease.fenced:
-        return None
+    """Run one worker transaction behind the fence; the fence row, or None if
+    fenced (or the lease is already spent). ``closes``: this write ends the lease."""
+    with lease._write_lock:
+        if lease.fenced or lease.closed:
+            return None
+        row = _fenced_transaction(lease, action, fence, params, write)
+        if row is not None and closes:
+            lease.closed = True
+        return row
+
+
+def _fenced_transaction(
+    lease: Lease,
+    action: str,
+    fence: str,
+    params: dict[str, Any] | None,
+    write: Callable[[tuple], None] | None,
+) -> tuple | None:
     try:
         with transaction.atomic(durable=True):
             with connection.cursor() as cursor:
@@ -344,7 +367,7 @@ def succeed(lease: Lease, result: Any = None) -> bool:
         events.append(lease.run_id, events.SUCCEEDED, lease.epoch, {"attempt": lease.attempt})
 
     params = {"status": RunStatus.SUCCEEDED, "result": Jsonb(result), "failure": None}
-    return _fenced(lease, "succeed", "fence_finish", params, write) is not None
+    return _fenced(lease, "succeed", "fence_finish", params, write, closes=True) is not None
 
 
 def fail(lease: Lease, failure: dict[str, Any]) -> bool:
@@ -354,7 +377,7 @@ def fail(lease: Lease, failure: dict[str, Any]) -> bool:
         events.append(lease.run_id, events.FAILED, lease.epoch, _failure_summary(failure))
 
     params = {"status": RunStatus.FAILED, "result": None, "failure": Jsonb(failure)}
-    return _fenced(lease, "fail", "fence_finish", params, write) is not None
+    return _fenced(lease, "fail", "fence_finish", params, write, closes=True) is not None
 
 
 def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
@@ -387,7 +410,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
             notify(lease.run.priority)
 
     params = {"backoff_seconds": backoff(lease.attempt), "failure": Jsonb(failure)}
-    return _fenced(lease, "give_up", "fence_give_up", params, write) is not None
+    return _fenced(lease, "give_up", "fence_give_up", params, write, closes=True) is not None
 
 
 def wait_for_user(lease: Lease, question: Any, state: Any = None, *, tool_seq: int = 0) -> bool:
@@ -400,7 +423,7 @@ def wait_for_user(lease: Lease, question: Any, state: Any = None, *, tool_seq: i
             _save_checkpoint(lease, state, tool_seq)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
-    return _fenced(lease, "wait_for_user", "fence_wait", None, write) is not None
+    return _fenced(lease, "wait_for_user", "fence_wait", None, write, closes=True) is not None
 
 
 def release(lease: Lease, reason: str) -> bool:
@@ -413,7 +436,7 @@ def release(lease: Lease, reason: str) -> bool:
         )
         notify(lease.run.priority)
 
-    return _fenced(lease, "release", "fence_release", None, write) is not None
+    return _fenced(lease, "release", "fence_release", None, write, closes=True) is not None
 
 
 def _failure_summary(failure: dict[str, Any]) -> dict[str, Any]:

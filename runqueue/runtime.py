@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 
 from runqueue import leases, registry
 from runqueue.conf import get_settings
-from runqueue.errors import PERMANENT, PermanentError, UnknownKind, classify
+from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
 
 logger = logging.getLogger("runqueue.runtime")
@@ -146,6 +146,12 @@ class RunContext:
             return ToolOutcome(status="fenced", seq=seq)
         try:
             value = _call(fn, args, self.idempotency_key(seq))
+        except UncertainOutcome as exc:
+            error = {"type": type(exc).__name__, "message": str(exc)}
+            leases.record_tool_outcome(
+                self.lease, seq=seq, status=ToolStatus.UNCERTAIN, error=error
+            )
+            return ToolOutcome(status="uncertain", seq=seq, error=error)
         except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's to handle
             error = {"type": type(exc).__name__, "message": str(exc)}
             leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.FAILED, error=error)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run runqueue locally: set-up, migrate, an admin login, gunicorn serving the
-# admin. Without DATABASE_URL it uses the embedded PostgreSQL in .pgdata/.
-# HOST and PORT choose the address (default 127.0.0.1:8000).
+# Run runqueue locally: set-up, migrate, an admin login, demo runs, a worker,
+# and gunicorn serving the admin. Without DATABASE_URL it uses the embedded
+# PostgreSQL in .pgdata/. HOST and PORT choose the address (default
+# 127.0.0.1:8000); RUNQUEUE_DEMO=0 skips the demo runs.
 source "$(dirname "$0")/bootstrap.sh"
 
 HOST="${HOST:-127.0.0.1}"
@@ -10,6 +11,13 @@ PORT="${PORT:-8000}"
 python manage.py migrate --noinput
 python manage.py collectstatic --noinput --verbosity 0
 python scripts/ensure_admin.py
+if [ "${RUNQUEUE_DEMO:-1}" != "0" ]; then
+    python manage.py runqueue_demo --runs 40 --spread-seconds 180
+fi
 
-echo "==> runqueue admin at http://$HOST:$PORT/admin/  (Ctrl-C stops)"
-exec gunicorn config.wsgi --bind "$HOST:$PORT" --workers 2 --access-logfile - --log-level info
+python manage.py runworker &
+worker=$!
+trap 'kill -TERM "$worker" 2>/dev/null; wait "$worker" 2>/dev/null' EXIT
+
+echo "==> runqueue admin at http://$HOST:$PORT/admin/  (Ctrl-C stops the web server and the worker)"
+gunicorn config.wsgi --bind "$HOST:$PORT" --workers 2 --access-logfile - --log-level info

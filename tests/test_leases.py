@@ -304,3 +304,14 @@ def test_backoff_curve_is_exponential_capped_and_jittered(settings) -> None:
         samples = [leases.backoff(attempts, rng=rng) for _ in range(200)]
         assert nominal * 0.8 <= min(samples) and max(samples) < nominal * 1.2
         assert max(samples) - min(samples) > nominal * 0.2  # jitter spreads retries
+
+
+def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:
+    """A heartbeat that lands just after its own run finished is not a fencing."""
+    sub = runqueue.submit(kind="k")
+    lease = leases.claim_one("w1")
+    assert leases.succeed(lease, {"ok": True})
+    assert leases.heartbeat(lease) is False
+    assert leases.checkpoint(lease, {"late": True}) is False
+    assert lease.closed and not lease.fenced
+    assert event_types(sub.run.id) == ["run.created", "run.claimed", "run.succeeded"]

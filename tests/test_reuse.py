@@ -134,3 +134,27 @@ def test_installed_app_does_not_need_the_embedded_server(reuse_project: ReusePro
     absent, location = probe.stdout.split()
     assert absent == "True"
     assert str(REPO) not in location
+
+
+def test_submit_and_drain_with_a_burst_worker(reuse_project: ReuseProject) -> None:
+    assert reuse_project.manage("migrate", "--noinput").returncode == 0
+    submitted = reuse_project.manage(
+        "shell",
+        "-c",
+        "import runqueue; "
+        "print(runqueue.submit(kind='reuse.hello', payload={'name': 'ada'}).run.id)",
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip().splitlines()[-1]
+
+    burst = reuse_project.manage("runworker", "--burst")
+    assert burst.returncode == 0, burst.stderr + burst.stdout
+    assert f"Finished run id={run_id}" in burst.stdout + burst.stderr
+
+    shown = reuse_project.manage(
+        "shell",
+        "-c",
+        f"from runqueue.models import Run; r = Run.objects.get(id='{run_id}'); "
+        "print(r.status, r.result['greeting'])",
+    )
+    assert shown.stdout.strip().splitlines()[-1] == "succeeded hello ada"

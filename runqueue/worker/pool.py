@@ -97,7 +97,7 @@ class Pool:
 
     def _heartbeat(self) -> None:
         for lease in self.held():
-            if not lease.fenced and not leases.heartbeat(lease):
+            if not leases.heartbeat(lease) and lease.fenced:
                 logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
 
     def _sweep(self) -> None:

@@ -48,3 +48,4 @@ DATABASES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+RUNQUEUE = {"HANDLER_MODULES": ["reuse_handlers"]}

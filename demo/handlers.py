@@ -1,0 +1,93 @@
+"""Handlers that simulate an agent at work, for the demo.
+
+``demo.agent_turn`` is a chat turn: a read-only lookup, an idempotent keyed
+"send email", a non-idempotent "charge card", and sometimes a question for
+the user. The payload's ``scenario`` decides how it goes: ok, ask, decline
+(dead-lettered), flaky (transient errors), timeout (the charge ends
+uncertain).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import runqueue
+from runqueue import Idempotency, RunContext
+
+
+def lookup_order(order_id: str) -> dict:
+    time.sleep(random.uniform(0.05, 0.3))  # noqa: S311 - simulated latency
+    return {"order_id": order_id, "amount_cents": 1299 + len(order_id) * 100}
+
+
+def send_email(to: str, subject: str, idempotency_key: str) -> dict:
+    time.sleep(random.uniform(0.05, 0.2))  # noqa: S311
+    return {"to": to, "subject": subject, "message_id": f"msg-{idempotency_key}"}
+
+
+def charge_card(amount_cents: int, scenario: str) -> dict:
+    time.sleep(random.uniform(0.1, 0.4))  # noqa: S311
+    if scenario == "decline":
+        raise runqueue.PermanentError(f"card declined for {amount_cents} cents")
+    if scenario == "timeout":
+        raise runqueue.UncertainOutcome("payment provider timed out after the request was sent")
+    return {"charged_cents": amount_cents}
+
+
+@runqueue.handler("demo.agent_turn")
+def agent_turn(ctx: RunContext) -> Any:
+    scenario = ctx.payload.get("scenario", "ok")
+    order_id = ctx.payload.get("order_id", "A-100")
+    if scenario == "flaky" and ctx.attempt < 3:
+        raise runqueue.TransientError("model provider rate-limited the request")
+    if scenario == "ask" and ctx.input is None:
+        ctx.checkpoint({"asked": True})
+        return ctx.ask_user({"question": f"Shall I refund order {order_id}?"})
+
+    order = ctx.invoke_tool(
+        "lookup_order",
+        lookup_order,
+        args={"order_id": order_id},
+        idempotency=Idempotency.IDEMPOTENT,
+    )
+    ctx.checkpoint({"order": order.value})
+    charge = ctx.invoke_tool(
+        "charge_card",
+        charge_card,
+        args={"amount_cents": order.value["amount_cents"], "scenario": scenario},
+    )
+    if charge.status == "failed" and scenario == "decline":
+        raise runqueue.PermanentError(charge.error["message"])
+    email = ctx.invoke_tool(
+        "send_email",
+        send_email,
+        args={"to": "customer@example.com", "subject": f"Order {order_id}"},
+        idempotency=Idempotency.IDEMPOTENT,
+    )
+    return {
+        "order": order.value,
+        "charge": charge.status,
+        "email": email.value,
+        "answer": ctx.input,
+    }
+
+
+@runqueue.handler("demo.research")
+def research(ctx: RunContext) -> dict:
+    """A longer async job: steps with checkpoints, resumable from the last."""
+    state = ctx.state or {"step": 0, "notes": []}
+    while state["step"] < ctx.payload.get("steps", 4):
+        time.sleep(random.uniform(0.3, 1.0))  # noqa: S311 - simulated work
+        state = {"step": state["step"] + 1, "notes": [*state["notes"], f"finding {state['step']}"]}
+        if not ctx.checkpoint(state):
+            return {"stopped": "lease lost"}
+    return {"summary": f"{len(state['notes'])} findings", "topic": ctx.payload.get("topic")}
+
+
+@runqueue.handler("demo.digest")
+def digest(ctx: RunContext) -> dict:
+    """A maintenance job: quick, low priority."""
+    time.sleep(random.uniform(0.05, 0.2))  # noqa: S311
+    return {"digested": ctx.payload.get("day")}
