@@ -1,0 +1,69 @@
+"""Slot specs and runworker's options: bad input gets a clear error."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from runqueue.models import PriorityClass
+from runqueue.worker.pool import PoolConfig
+from runqueue.worker.spec import SlotSpec, shape
+
+
+@pytest.mark.parametrize(
+    ("text", "classes", "count"),
+    [
+        ("interactive=2", (PriorityClass.INTERACTIVE,), 2),
+        ("async=1", (PriorityClass.ASYNC,), 1),
+        ("maintenance,interactive=3", (PriorityClass.INTERACTIVE, PriorityClass.MAINTENANCE), 3),
+        (" Interactive , async = 4 ", (PriorityClass.INTERACTIVE, PriorityClass.ASYNC), 4),
+    ],
+)
+def test_slot_specs_parse(text: str, classes: tuple, count: int) -> None:
+    spec = SlotSpec.parse(text)
+    assert (spec.classes, spec.count) == (classes, count)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("interactive", "expected CLASSES=N (e.g. interactive=2), got 'interactive'"),
+        ("=2", "expected CLASSES=N"),
+        (
+            "batch=2",
+            "unknown class 'batch' in 'batch=2'; choose from interactive, async, maintenance",
+        ),
+        ("async,async=2", "class 'async' is named twice"),
+        ("async=two", "slot count must be a whole number, got 'two'"),
+        ("async=0", "slot count must be between 1 and 256, got 0"),
+    ],
+)
+def test_bad_slot_specs_say_why(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + __import__("re").escape(message)):
+        SlotSpec.parse(text)
+
+
+def test_pool_shape() -> None:
+    specs = tuple(SlotSpec.parse(s) for s in ("interactive=2", "async=1", "interactive,async=1"))
+    assert shape(specs) == {"interactive": 2, "async": 1, "interactive,async": 1}
+
+
+def test_heartbeat_must_be_shorter_than_the_lease() -> None:
+    with pytest.raises(ValueError, match="make --heartbeat-seconds shorter"):
+        PoolConfig(lease_seconds=5, heartbeat_seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slots", "batch=1"], "unknown class 'batch'"),
+        (["--lease-seconds", "-1"], "must be more than 0"),
+        (["--poll-seconds", "soon"], "expected a number of seconds, got 'soon'"),
+        (["--lease-seconds", "5", "--heartbeat-seconds", "6"], "make --heartbeat-seconds shorter"),
+    ],
+)
+def test_runworker_rejects_bad_options(args: list[str], message: str, capsys) -> None:
+    with pytest.raises((CommandError, SystemExit)) as excinfo:
+        call_command("runworker", *args)
+    shown = str(excinfo.value) + capsys.readouterr().err
+    assert message in shown
