@@ -20,14 +20,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from runqueue import events
 from runqueue.conf import get_settings
-from runqueue.errors import PERMANENT, TRANSIENT, InvalidTransition, RunNotFound
+from runqueue.errors import (
+    PERMANENT,
+    TRANSIENT,
+    ActiveRunConflict,
+    InvalidTransition,
+    RunNotFound,
+)
 from runqueue.models import (
     TERMINAL_STATUSES,
     Checkpoint,
@@ -494,6 +500,75 @@ def cancel(run_id: Any, *, reason: str, actor: str) -> Run:
             raise InvalidTransition(run_id, status, "cancel")
         events.append(run_id, events.CANCELLED, row[1], {"reason": reason, "actor": actor})
     return Run.objects.get(id=run_id)
+
+
+def requeue(run_id: Any, *, actor: str, reason: str = "") -> Run:
+    """An operator's requeue of a dead-lettered run.
+
+    Raises RunNotFound, InvalidTransition (not failed) or ActiveRunConflict
+    (its session has another active run now).
+    """
+    previous = Run.objects.filter(id=run_id).values_list("status", "failure", "session_id").first()
+    if previous is None:
+        raise RunNotFound(run_id)
+    status, failure, session_id = previous
+    try:
+        with transaction.atomic(durable=True):
+            with connection.cursor() as cursor:
+                row = execute(cursor, "operator_requeue", {"run_id": run_id}).fetchone()
+            if row is None:
+                current = Run.objects.values_list("status", flat=True).get(id=run_id)
+                raise InvalidTransition(run_id, current, "requeue")
+            events.append(
+                run_id,
+                events.OPERATOR_REQUEUED,
+                row[1],
+                {"actor": actor, "reason": reason, "previous_failure": failure},
+            )
+            notify(row[2])
+    except IntegrityError as exc:
+        active = Run.objects.active().filter(session_id=session_id).exclude(id=run_id).first()
+        raise ActiveRunConflict(
+            session_id or "", active.id if active else None, active.status if active else None
+        ) from exc
+    return Run.objects.get(id=run_id)
+
+
+def resolve_uncertain(
+    tool_invocation_id: int, *, happened: bool, note: str, actor: str
+) -> ToolInvocation:
+    """Record an operator's answer for an uncertain tool invocation: did it happen?"""
+    with transaction.atomic(durable=True):
+        tool = (
+            ToolInvocation.objects.select_for_update()
+            .select_related("run")
+            .filter(id=tool_invocation_id)
+            .first()
+        )
+        if tool is None:
+            raise LookupError(f"no tool invocation {tool_invocation_id}")
+        if tool.status != ToolStatus.UNCERTAIN or tool.resolution is not None:
+            raise InvalidTransition(tool.run_id, tool.status, "resolve this tool invocation of")
+        tool.resolution = {
+            "happened": happened,
+            "note": note,
+            "actor": actor,
+            "at": timezone.now().isoformat(),
+        }
+        tool.save(update_fields=["resolution"])
+        events.append(
+            tool.run_id,
+            events.TOOL_RESOLVED,
+            tool.run.lease_epoch,
+            {
+                "seq": tool.seq,
+                "tool": tool.tool,
+                "happened": happened,
+                "note": note,
+                "actor": actor,
+            },
+        )
+    return tool
 
 
 def prune_terminal_runs(

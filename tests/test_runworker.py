@@ -192,3 +192,22 @@ def test_ask_user_round_trip(start_worker) -> None:
     assert Run.objects.filter(session_id="chat-9").count() == 1
     w.send(signal.SIGTERM)
     assert w.wait() == 0
+
+
+def test_worker_survives_its_connections_being_terminated(start_worker) -> None:
+    w = start_worker(*SHORT_LEASE, "--worker-id", "T", settings=FAST)
+    first = runqueue.submit(kind="test.record").run.id
+    wait_until(lambda: status_of(first) == "succeeded", what="the first run")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend'"
+        )
+        assert cursor.fetchone()[0] >= 1
+    wait_until(_listening, what="the worker to LISTEN again")
+    second = runqueue.submit(kind="test.record").run.id
+    wait_until(lambda: status_of(second) == "succeeded", what="a run after the reconnect")
+    assert w.proc.poll() is None
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0, w.output()

@@ -170,6 +170,19 @@ UPDATE runqueue_run
  WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting_for_user')
 RETURNING id, lease_epoch;
 
+-- name: operator_requeue --
+-- An operator sends a dead-lettered run back to the queue: a fresh attempt
+-- budget, due at once, a new epoch. The failure moves to the event.
+UPDATE runqueue_run
+   SET status = 'queued',
+       lease_epoch = lease_epoch + 1,
+       attempts = 0,
+       scheduled_for = NULL,
+       finished_at = NULL,
+       failure = NULL
+ WHERE id = %(run_id)s AND status = 'failed'
+RETURNING id, lease_epoch, priority;
+
 -- name: deliver_input --
 -- Resume a run waiting for the user, in place: queued again with the input
 -- attached, a fresh attempt budget for the new turn, and a new epoch.

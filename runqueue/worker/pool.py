@@ -10,9 +10,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
@@ -25,6 +26,18 @@ from runqueue.worker.slot import Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
+
+
+def _retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
+    """A shutdown write, retried on a fresh connection if the database was lost."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except (OperationalError, InterfaceError) as exc:
+            logger.warning("Shutdown write failed (%s); retrying", exc)
+            connection.close()
+            time.sleep(0.2 * (attempt + 1))
+    return None
 
 
 def default_worker_id() -> str:
@@ -196,14 +209,18 @@ class Pool:
         deadline = time.monotonic() + self.config.grace_seconds
         for slot in self.slots:
             slot.join(max(deadline - time.monotonic(), 0))
+        # The main thread's connection sat idle since start: it may be gone.
+        connection.close()
         for lease in self.held():
             # Give back what did not finish in time: queued at once, and the
             # epoch bump fences the handler still running it.
-            if leases.release(lease, "shutdown"):
+            if _retrying(lambda lease=lease: leases.release(lease, "shutdown")):
                 logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
         self.stopped.set()
-        Worker.objects.filter(id=self.config.worker_id).update(
-            stopped_at=timezone.now(), last_seen_at=timezone.now()
+        _retrying(
+            lambda: Worker.objects.filter(id=self.config.worker_id).update(
+                stopped_at=timezone.now(), last_seen_at=timezone.now()
+            )
         )
         connection.close()
         logger.info("Worker %s stopped", self.config.worker_id)
