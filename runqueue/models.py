@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -198,6 +199,38 @@ class Run(models.Model):
         return self.status in TERMINAL_STATUSES
 
 
+class DeadLetteredRunManager(models.Manager):
+    def get_queryset(self) -> RunQuerySet:
+        return RunQuerySet(self.model, using=self._db).dead_lettered()
+
+
+class DeadLetteredRun(Run):
+    """Failed runs: the dead letter, with its own admin changelist."""
+
+    objects = DeadLetteredRunManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead-lettered run"
+        verbose_name_plural = "dead-lettered runs"
+
+
+class UncertainRunManager(models.Manager):
+    def get_queryset(self) -> RunQuerySet:
+        return RunQuerySet(self.model, using=self._db).uncertain()
+
+
+class UncertainRun(Run):
+    """Runs with a tool invocation that may or may not have happened, unresolved."""
+
+    objects = UncertainRunManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "uncertain run"
+        verbose_name_plural = "uncertain runs"
+
+
 class IdempotencyKey(models.Model):
     """A client's Idempotency-Key and what its first request did."""
 
@@ -305,6 +338,29 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint #{self.seq} of {self.run_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API: bound to a user (the principal) and a
+    tenant. Only a hash is stored; ``prefix`` finds the row."""
+
+    name = models.CharField(max_length=255, blank=True, default="")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runqueue_api_tokens"
+    )
+    tenant = models.CharField(max_length=255, default="default")
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "runqueue_api_token"
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name or self.prefix} ({self.tenant})"
 
 
 class Worker(models.Model):
