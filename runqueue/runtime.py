@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
+from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
 from runqueue import leases, registry
@@ -240,6 +241,11 @@ def execute(lease: leases.Lease) -> str:
     ctx = build_context(lease)
     try:
         result = fn(ctx)
+    except (OperationalError, InterfaceError):
+        # The database connection failed under the handler: an outage, not
+        # the run's fault, and nothing can be written now. The lease expires
+        # and the sweeper requeues the run (the only requeue path).
+        raise
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
         transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
         if classify(exc, transient) == PERMANENT:

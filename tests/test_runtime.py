@@ -148,3 +148,20 @@ def test_result_that_is_not_json_fails_clearly() -> None:
     assert runtime.execute(_claim()) == "failed"
     failure = Run.objects.get(id=sub.run.id).failure
     assert failure["message"].startswith("the handler's result could not be stored")
+
+
+def test_a_database_outage_under_the_handler_is_left_to_lease_expiry() -> None:
+    """Not the run's fault: no failure is recorded; the lease expires and the
+    sweeper requeues it."""
+    from django.db import OperationalError
+
+    @runqueue.handler("rt.outage")
+    def _handler(ctx):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    sub = runqueue.submit(kind="rt.outage")
+    lease = _claim()
+    with pytest.raises(OperationalError):
+        runtime.execute(lease)
+    run = Run.objects.get(id=sub.run.id)
+    assert (run.status, run.failure) == ("running", None)

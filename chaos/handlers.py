@@ -1,0 +1,49 @@
+"""The chaos runner's handler: an agent turn with checkpoints, an idempotent
+and a non-idempotent tool per step, and sometimes a question for the user."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chaos import ledger
+from runqueue import Idempotency, RunContext
+from runqueue.registry import handler
+
+KIND = "chaos.turn"
+
+
+def _tool(name: str, idempotency: str):  # noqa: ANN202 - a tool function
+    def tool(run_id: str, work_ms: int, idempotency_key: str) -> dict:
+        time.sleep(work_ms / 1000)  # simulated work, the window faults land in
+        ledger.record(run_id, name, idempotency, idempotency_key)
+        return {"key": idempotency_key}
+
+    return tool
+
+
+fetch = _tool("fetch", Idempotency.IDEMPOTENT)
+pay = _tool("pay", Idempotency.NON_IDEMPOTENT)
+
+
+@handler(KIND)
+def turn(ctx: RunContext) -> Any:
+    payload = ctx.payload
+    state = ctx.state or {"step": 0}
+    if payload.get("ask") and ctx.input is None:
+        return ctx.ask_user({"question": "go on?"}, state)
+    args = {"run_id": str(ctx.run.id), "work_ms": payload.get("work_ms", 100)}
+    statuses = []
+    while state["step"] < payload.get("steps", 2):
+        for name, fn, idem in (
+            ("fetch", fetch, Idempotency.IDEMPOTENT),
+            ("pay", pay, Idempotency.NON_IDEMPOTENT),
+        ):
+            outcome = ctx.invoke_tool(name, fn, args=args, idempotency=idem)
+            if outcome.status == "fenced":
+                return None  # another worker owns the run: stop here
+            statuses.append(outcome.status)
+        state = {"step": state["step"] + 1}
+        if not ctx.checkpoint(state):
+            return None
+    return {"steps": state["step"], "tools": statuses, "answer": ctx.input}

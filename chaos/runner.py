@@ -1,0 +1,337 @@
+"""The chaos run: submit, supervise workers, inject faults, drain, verify."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import DatabaseError, connection
+
+import runqueue
+from chaos.handlers import KIND
+from chaos.verify import figures
+from runqueue.models import PriorityClass, Run
+
+logger = logging.getLogger("chaos")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    runs: int
+    workers: int
+    chaos_seconds: float
+    drain_seconds: float
+    lease_seconds: float = 2.0
+    fault_every: tuple[float, float] = (1.0, 3.0)
+
+
+PROFILES = {
+    "short": Profile(runs=150, workers=3, chaos_seconds=45, drain_seconds=90),
+    "long": Profile(runs=4000, workers=4, chaos_seconds=1800, drain_seconds=600),
+}
+
+
+def retrying[T](fn: Callable[[], T], what: str, deadline: float = 120) -> T:
+    """The controller's own queries survive the database restart it causes."""
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            return fn()
+        except DatabaseError as exc:
+            if time.monotonic() > end:
+                raise
+            logger.info("%s: database unavailable (%s); retrying", what, exc.__class__.__name__)
+            connection.close()
+            time.sleep(0.5)
+
+
+@dataclass
+class WorkerSlot:
+    """One supervised worker: restarted whenever its process ends."""
+
+    index: int
+    generation: int = 0
+    proc: subprocess.Popen | None = None
+    frozen: bool = False
+
+    @property
+    def worker_id(self) -> str:
+        return f"chaos-w{self.index}-g{self.generation}"
+
+
+@dataclass
+class Counts:
+    kills: int = 0
+    freezes: int = 0
+    terms: int = 0
+    backend_terminations: int = 0
+    db_restarts: int = 0
+    worker_restarts: int = 0
+    inputs_delivered: int = 0
+    kill_to_reclaim_seconds: list[float] = field(default_factory=list)
+
+
+class ChaosRun:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        database: str,
+        restart_db: Callable[[], None] | None,
+        seed: int,
+        log_dir: Path,
+    ) -> None:
+        self.profile = profile
+        self.database = database
+        self.restart_db = restart_db
+        self.rng = random.Random(seed)  # noqa: S311 - fault schedule, not security
+        self.log_dir = log_dir
+        self.slots = [WorkerSlot(i) for i in range(profile.workers)]
+        self.counts = Counts()
+        self.submitted: set[Any] = set()
+        self.kills: list[tuple[dt.datetime, list[Any]]] = []
+        self._lock = threading.Lock()
+
+    # --- workers -----------------------------------------------------------------
+
+    def _start(self, slot: WorkerSlot) -> None:
+        p = self.profile
+        env = dict(os.environ)
+        env |= {
+            "RUNQUEUE_DATABASE_NAME": self.database,
+            "RUNQUEUE_SETTINGS": json.dumps(
+                {"BACKOFF_BASE_SECONDS": 0.2, "BACKOFF_MAX_SECONDS": 2}
+            ),
+            "RUNQUEUE_LOG_LEVEL": "WARNING",
+        }
+        slot.generation += 1
+        log = (self.log_dir / f"{slot.worker_id}.log").open("wb")
+        slot.proc = subprocess.Popen(  # noqa: S603 - our own manage.py
+            [
+                sys.executable,
+                "manage.py",
+                "runworker",
+                "--slots",
+                "interactive=2",
+                "--slots",
+                "async=2",
+                "--slots",
+                "maintenance=1",
+                "--lease-seconds",
+                str(p.lease_seconds),
+                "--heartbeat-seconds",
+                str(p.lease_seconds / 4),
+                "--sweep-seconds",
+                str(p.lease_seconds / 4),
+                "--poll-seconds",
+                "1",
+                "--grace-seconds",
+                "2",
+                "--worker-id",
+                slot.worker_id,
+            ],
+            cwd=PROJECT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+
+    def supervise(self) -> None:
+        """Restart workers that ended, as a process supervisor would."""
+        for slot in self.slots:
+            if slot.proc is None or (slot.proc.poll() is not None and not slot.frozen):
+                if slot.proc is not None:
+                    self.counts.worker_restarts += 1
+                self._start(slot)
+
+    def stop_workers(self) -> None:
+        for slot in self.slots:
+            if slot.proc and slot.proc.poll() is None:
+                slot.proc.send_signal(signal.SIGCONT)
+                slot.proc.send_signal(signal.SIGTERM)
+        for slot in self.slots:
+            if slot.proc:
+                try:
+                    slot.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    slot.proc.kill()
+                    slot.proc.wait()
+
+    # --- faults --------------------------------------------------------------------
+
+    def _live(self) -> list[WorkerSlot]:
+        return [s for s in self.slots if s.proc and s.proc.poll() is None and not s.frozen]
+
+    def kill(self) -> None:
+        slot = self.rng.choice(self._live())
+
+        def held() -> tuple[dt.datetime, list[Any]]:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT now()")
+                now = cursor.fetchone()[0]
+            ids = list(
+                Run.objects.filter(
+                    status="running", lease_owner__startswith=slot.worker_id + "/"
+                ).values_list("id", flat=True)
+            )
+            return now, ids
+
+        at, ids = retrying(held, "kill")
+        slot.proc.send_signal(signal.SIGKILL)
+        slot.proc.wait()
+        self.kills.append((at, ids))
+        self.counts.kills += 1
+
+    def freeze(self) -> None:
+        slot = self.rng.choice(self._live())
+        slot.frozen = True
+        slot.proc.send_signal(signal.SIGSTOP)
+        self.counts.freezes += 1
+
+        def thaw() -> None:
+            slot.proc.send_signal(signal.SIGCONT)
+            slot.frozen = False
+
+        threading.Timer(self.profile.lease_seconds * 3, thaw).start()
+
+    def term(self) -> None:
+        self.rng.choice(self._live()).proc.send_signal(signal.SIGTERM)
+        self.counts.terms += 1
+
+    def terminate_backends(self) -> None:
+        def go() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                )
+                pids = [row[0] for row in cursor.fetchall()]
+                chosen = self.rng.sample(pids, min(len(pids), self.rng.randint(1, 3)))
+                for pid in chosen:
+                    cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                return len(chosen)
+
+        self.counts.backend_terminations += retrying(go, "terminate backends")
+
+    def restart(self) -> None:
+        if self.restart_db is None:
+            return
+        self.restart_db()
+        connection.close()
+        self.counts.db_restarts += 1
+
+    # --- the run ---------------------------------------------------------------------
+
+    def submit_until(self, total: int) -> None:
+        """Submit runs until ``total`` have been: spread over the chaos window,
+        so faults land on work in flight."""
+        classes = [PriorityClass.INTERACTIVE, PriorityClass.ASYNC, PriorityClass.MAINTENANCE]
+
+        def one(i: int) -> Any:
+            return runqueue.submit(
+                kind=KIND,
+                payload={
+                    "steps": self.rng.randint(1, 4),
+                    "work_ms": self.rng.randint(50, 400),
+                    "ask": self.rng.random() < 0.1,
+                },
+                session_id=f"chaos-{i}",
+                priority=classes[i % 3],
+                idempotency_key=f"chaos-{i}",
+            ).run.id
+
+        while len(self.submitted) < total:
+            i = len(self.submitted)
+            self.submitted.add(retrying(lambda i=i: one(i), "submit"))
+
+    def deliver_inputs(self) -> None:
+        def go() -> None:
+            waiting = Run.objects.filter(status="waiting_for_user").values_list(
+                "session_id", flat=True
+            )
+            for session_id in waiting:
+                runqueue.submit(kind=KIND, session_id=session_id, payload={"answer": "yes"})
+                self.counts.inputs_delivered += 1
+
+        retrying(go, "deliver input")
+
+    def run(self) -> dict[str, Any]:
+        started = time.monotonic()
+        self.submit_until(self.profile.runs // 10)
+        self.supervise()
+        faults = [self.kill, self.kill, self.freeze, self.term, self.terminate_backends]
+        restart_at = started + self.profile.chaos_seconds / 2
+        restarted = False
+        end = started + self.profile.chaos_seconds
+        while time.monotonic() < end:
+            time.sleep(self.rng.uniform(*self.profile.fault_every))  # the fault schedule
+            if not restarted and time.monotonic() >= restart_at:
+                self.restart()
+                restarted = True
+            elif self._live():
+                self.rng.choice(faults)()
+            self.supervise()
+            self.deliver_inputs()
+            elapsed = (time.monotonic() - started) / self.profile.chaos_seconds
+            self.submit_until(min(int(self.profile.runs * (0.1 + elapsed)), self.profile.runs))
+        self.submit_until(self.profile.runs)
+        drain_end = time.monotonic() + self.profile.drain_seconds
+        while time.monotonic() < drain_end:
+            self.supervise()
+            self.deliver_inputs()
+            if retrying(self._all_terminal, "drain"):
+                break
+            time.sleep(0.5)  # poll with a deadline
+        self.stop_workers()
+        result = retrying(lambda: figures(self.submitted), "verify")
+        result |= self._fault_figures()
+        result["seconds"] = round(time.monotonic() - started, 1)
+        return result
+
+    def _all_terminal(self) -> bool:
+        return not Run.objects.filter(id__in=self.submitted).active().exists()
+
+    def _fault_figures(self) -> dict[str, Any]:
+        reclaims = []
+        for at, ids in self.kills:
+            for run_id in ids:
+                later = (
+                    Run.objects.get(id=run_id)
+                    .events.filter(type="run.claimed", created_at__gt=at)
+                    .order_by("id")
+                    .first()
+                )
+                if later is not None:
+                    reclaims.append((later.created_at - at).total_seconds())
+        c = self.counts
+        return {
+            "worker_kills": c.kills,
+            "worker_freezes": c.freezes,
+            "worker_sigterms": c.terms,
+            "backend_terminations": c.backend_terminations,
+            "db_restarts": c.db_restarts,
+            "worker_restarts": c.worker_restarts,
+            "inputs_delivered": c.inputs_delivered,
+            "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),
+            "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,
+        }
+
+
+def new_database() -> str:
+    return f"runqueue_chaos_{uuid.uuid4().hex[:8]}"

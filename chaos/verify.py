@@ -1,0 +1,86 @@
+"""What the chaos run must show, read back from the database after the drain."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django.db import connection
+
+from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, ToolInvocation
+
+TERMINAL_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
+
+#: Figures that must be zero for the run to pass.
+MUST_BE_ZERO = (
+    "runs_lost",
+    "runs_with_several_terminal_events",
+    "writes_by_fenced_epochs",
+    "non_idempotent_effects_repeated",
+)
+
+
+def _scalar(sql: str, params: list[Any] | None = None) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return cursor.fetchone()[0]
+
+
+def writes_by_fenced_epochs() -> int:
+    """Events a worker wrote with an epoch already superseded in the run's
+    log (run.fenced, which records the stale epoch on purpose, aside)."""
+    bad = 0
+    highest: dict[Any, int] = {}
+    for run_id, type_, epoch in RunEvent.objects.order_by("id").values_list(
+        "run_id", "type", "lease_epoch"
+    ):
+        if type_ == "run.fenced":
+            continue
+        if epoch < highest.get(run_id, 0):
+            bad += 1
+        highest[run_id] = max(highest.get(run_id, 0), epoch)
+    return bad
+
+
+def figures(submitted: set[Any]) -> dict[str, Any]:
+    runs = dict(Run.objects.values_list("id", "status"))
+    terminal_events = Counter(
+        RunEvent.objects.filter(type__in=TERMINAL_EVENTS).values_list("run_id", flat=True)
+    )
+    repeated = _scalar(
+        "SELECT count(*) FROM (SELECT key FROM chaos_ledger WHERE idempotency = %s"
+        " GROUP BY key HAVING count(*) > 1) x",
+        ["non_idempotent"],
+    )
+    idempotent_repeats = _scalar(
+        "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM chaos_ledger"
+        " WHERE idempotency = %s GROUP BY key) x",
+        ["idempotent"],
+    )
+    attempts = Counter(Run.objects.filter(id__in=submitted).values_list("attempts", flat=True))
+    statuses = Counter(runs[r] for r in submitted if r in runs)
+    return {
+        "runs_submitted": len(submitted),
+        "runs_terminal": sum(1 for r in submitted if runs.get(r) in TERMINAL_STATUSES),
+        "runs_lost": sum(1 for r in submitted if runs.get(r) not in TERMINAL_STATUSES),
+        "runs_by_status": dict(sorted(statuses.items())),
+        "runs_with_several_terminal_events": sum(1 for n in terminal_events.values() if n > 1),
+        "writes_by_fenced_epochs": writes_by_fenced_epochs(),
+        "run_fenced_events": RunEvent.objects.filter(type="run.fenced").count(),
+        "non_idempotent_effects": _scalar(
+            "SELECT count(*) FROM chaos_ledger WHERE idempotency = 'non_idempotent'"
+        ),
+        "non_idempotent_effects_repeated": repeated,
+        "tool_invocations_uncertain": ToolInvocation.objects.filter(status="uncertain").count(),
+        "idempotent_tool_reruns": int(idempotent_repeats),
+        "attempts_distribution": {str(k): v for k, v in sorted(attempts.items())},
+        "dead_lettered": statuses.get("failed", 0),
+        "dead_lettered_by_cause": dict(
+            Counter(
+                f"{f['classification']}:{f['error_type']}"
+                for f in Run.objects.filter(id__in=submitted, status="failed").values_list(
+                    "failure", flat=True
+                )
+            )
+        ),
+    }
