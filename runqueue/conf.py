@@ -14,6 +14,7 @@ Defaults (every key optional)::
         "BACKOFF_JITTER": 0.2,        # +/- fraction of random jitter on the delay
         "IDEMPOTENCY_KEY_RETENTION_SECONDS": 86400,
         "SUBMIT_LOCK_TIMEOUT_MS": 2000,  # wait on a concurrent same-key submit
+        "MAX_PAYLOAD_BYTES": 1048576, # a submitted payload's JSON size limit
         "NOTIFY_CHANNEL": "runqueue",
         "HANDLER_MODULES": [],        # extra modules to import for @handler
         "TRANSIENT_EXCEPTIONS": [],   # dotted exception classes classified transient
@@ -46,13 +47,14 @@ class Settings:
     BACKOFF_JITTER: float = 0.2
     IDEMPOTENCY_KEY_RETENTION_SECONDS: float = 86400
     SUBMIT_LOCK_TIMEOUT_MS: int = 2000
+    MAX_PAYLOAD_BYTES: int = 1048576
     NOTIFY_CHANNEL: str = "runqueue"
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
 
 
-_INTEGERS = {"MAX_ATTEMPTS", "SUBMIT_LOCK_TIMEOUT_MS"}
+_INTEGERS = {"MAX_ATTEMPTS", "SUBMIT_LOCK_TIMEOUT_MS", "MAX_PAYLOAD_BYTES"}
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
     "LEASE_SECONDS",

@@ -344,6 +344,11 @@ def _validate(
         raise InvalidSubmission("payload", f"must be JSON-serialisable: {exc}") from exc
     if "\\u0000" in text:
         raise InvalidSubmission("payload", "must not contain NUL characters")
+    limit = get_settings().MAX_PAYLOAD_BYTES
+    if len(text.encode()) > limit:
+        raise InvalidSubmission(
+            "payload", f"is {len(text.encode())} bytes as JSON, over the {limit}-byte limit"
+        )
     return _Request(
         kind=kind,
         payload=json.loads(text),
