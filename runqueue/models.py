@@ -199,15 +199,21 @@ class Run(models.Model):
         return self.status in TERMINAL_STATUSES
 
 
-class DeadLetteredRunManager(models.Manager):
+class RunViewManager(models.Manager):
+    """A proxy model's manager: the runs one named RunQuerySet filter selects."""
+
+    def __init__(self, view: str) -> None:
+        super().__init__()
+        self.view = view
+
     def get_queryset(self) -> RunQuerySet:
-        return RunQuerySet(self.model, using=self._db).dead_lettered()
+        return getattr(RunQuerySet(self.model, using=self._db), self.view)()
 
 
 class DeadLetteredRun(Run):
     """Failed runs: the dead letter, with its own admin changelist."""
 
-    objects = DeadLetteredRunManager()
+    objects = RunViewManager("dead_lettered")
 
     class Meta:
         proxy = True
@@ -215,15 +221,10 @@ class DeadLetteredRun(Run):
         verbose_name_plural = "dead-lettered runs"
 
 
-class UncertainRunManager(models.Manager):
-    def get_queryset(self) -> RunQuerySet:
-        return RunQuerySet(self.model, using=self._db).uncertain()
-
-
 class UncertainRun(Run):
     """Runs with a tool invocation that may or may not have happened, unresolved."""
 
-    objects = UncertainRunManager()
+    objects = RunViewManager("uncertain")
 
     class Meta:
         proxy = True
