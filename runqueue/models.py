@@ -91,10 +91,11 @@ class RunQuerySet(models.QuerySet):
         return self.filter(status=RunStatus.FAILED)
 
     def uncertain(self) -> RunQuerySet:
-        return self.filter(
-            tool_invocations__status=ToolStatus.UNCERTAIN,
-            tool_invocations__resolution__isnull=True,
-        ).distinct()
+        """Runs with an uncertain tool invocation no operator has resolved yet."""
+        unresolved = ToolInvocation.objects.filter(
+            run=models.OuterRef("pk"), status=ToolStatus.UNCERTAIN, resolution__isnull=True
+        )
+        return self.filter(models.Exists(unresolved))
 
     def in_class(self, cls: PriorityClass) -> RunQuerySet:
         low, high = cls.bounds
