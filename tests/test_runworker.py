@@ -211,3 +211,15 @@ def test_worker_survives_its_connections_being_terminated(start_worker) -> None:
     assert w.proc.poll() is None
     w.send(signal.SIGTERM)
     assert w.wait() == 0, w.output()
+
+
+def test_a_second_signal_exits_at_once(start_worker) -> None:
+    run_id = runqueue.submit(kind="test.block").run.id
+    a = start_worker("--grace-seconds", "600", "--worker-id", "A")
+    wait_until(lambda: ledger_rows(run_id, "started"), what="A to start")
+    a.send(signal.SIGTERM)
+    wait_until(lambda: "Signal 15: stopping" in a.output(), what="the first signal to land")
+    a.send(signal.SIGINT)
+    # Well inside the 600 s grace period: it did not wait for the run.
+    assert a.wait(30) == 1, a.output()
+    assert status_of(run_id) == "running"  # its lease expires; the sweeper requeues it
