@@ -69,8 +69,8 @@ def test_depth_oldest_due_totals_and_workers() -> None:
     assert stats[PriorityClass.INTERACTIVE].depth == {"queued": 2}
     assert stats[PriorityClass.ASYNC].depth == {"queued": 1}
     assert stats[PriorityClass.MAINTENANCE].depth == {"queued": 1}
-    assert stats[PriorityClass.INTERACTIVE].oldest_due >= dt.timedelta(0)
-    assert stats[PriorityClass.MAINTENANCE].oldest_due is None  # scheduled later: not due
+    assert stats[PriorityClass.INTERACTIVE].oldest_due.endswith(" ms")
+    assert stats[PriorityClass.MAINTENANCE].oldest_due == "-"  # scheduled later: not due
     totals = dashboard.totals()
     assert totals == {
         "dead_lettered_hour": 1,
@@ -102,3 +102,13 @@ def test_the_dashboard_page_draws_svg_and_is_linked(django_assert_max_num_querie
     for url in (reverse("admin:index"), reverse("admin:app_list", args=["runqueue"])):
         assert DASHBOARD in client.get(url).content.decode(), url
     assert DASHBOARD in client.get(reverse("admin:runqueue_run_changelist")).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.25, "250 ms"), (42, "42 s"), (600, "10 min"), (3 * 3600 + 300, "3 h 5 min")],
+)
+def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
+    from runqueue.admin.display import duration
+
+    assert duration(dt.timedelta(seconds=seconds)) == text

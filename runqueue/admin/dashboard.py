@@ -35,7 +35,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from runqueue import events
-from runqueue.admin import svg
+from runqueue.admin import display, svg
 from runqueue.admin.pagination import COUNT_CAP
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -94,7 +94,7 @@ class ClassStats:
 
     cls: PriorityClass
     depth: dict[str, int] = field(default_factory=dict)
-    oldest_due: dt.timedelta | None = None
+    oldest_due: str = "-"
     claims: int = 0
     p50_ms: float | None = None
     p99_ms: float | None = None
@@ -126,7 +126,7 @@ def class_stats() -> list[ClassStats]:
         .order_by()
     )
     for row in due:
-        stats[row["ci"]].oldest_due = row["oldest"]
+        stats[row["ci"]].oldest_due = display.duration(row["oldest"])
     wait = Cast(KeyTextTransform("wait_ms", "data"), FloatField())
     latency = (
         RunEvent.objects.filter(type=events.CLAIMED, created_at__gte=Now() - WINDOW)
@@ -183,11 +183,14 @@ def totals() -> dict[str, Any]:
 def live_workers() -> list[Worker]:
     """Workers that reported within three heartbeats and have not stopped."""
     stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
-    return list(
+    workers = list(
         Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
         .annotate(seen_ago=ExpressionWrapper(Now() - F("last_seen_at"), DurationField()))
         .order_by("id")[:100]
     )
+    for worker in workers:
+        worker.seen_ago = display.duration(worker.seen_ago)
+    return workers
 
 
 def charts(stats: list[ClassStats], buckets: list[tuple[dt.datetime, dict[str, int]]]) -> dict:

@@ -46,6 +46,20 @@ def age(since: dt.datetime | None, now: dt.datetime | None = None) -> str:
     return timesince(since, now or timezone.now(), depth=1)
 
 
+def duration(value: dt.timedelta | None) -> str:
+    """'850 ms', '42 s', '7 min', '3 h 5 min': a wait at a glance."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
+
+
 def pretty_json(value: Any, limit: int = JSON_LIMIT) -> SafeString:
     """Indented JSON in a <pre>, truncated at ``limit`` characters."""
     if value is None:

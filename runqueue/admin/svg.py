@@ -151,9 +151,10 @@ def columns(
         if i in marks:
             parts.append(
                 format_html(
-                    '<text x="{}" y="{}" font-size="11">{}</text>',
-                    f"{x:.1f}",
+                    '<text x="{}" y="{}" font-size="11" text-anchor="{}">{}</text>',
+                    f"{x + step / 2:.1f}",
                     top + plot_h + 14,
+                    "end" if i == len(buckets) - 1 else "start" if i == 0 else "middle",
                     label,
                 )
             )
