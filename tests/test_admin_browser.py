@@ -117,8 +117,17 @@ def test_resolve_an_uncertain_invocation(page, tmp_path) -> None:
 def test_open_the_dashboard(page, tmp_path) -> None:
     dead_lettered()
     uncertain()
-    for priority in (0, 0, 5, 12, 25):
-        runqueue.submit(kind="test.echo", priority=priority)
+    for priority in (0, 0, 5, 12, 12, 12, 25):
+        run = runqueue.submit(kind="test.echo", priority=priority).run
+        RunEvent.objects.bulk_create(  # claims as the claim logs them
+            RunEvent(
+                run=run,
+                type="run.claimed",
+                lease_epoch=1,
+                data={"priority": priority, "wait_ms": (priority + 1) * 40 + n},
+            )
+            for n in range(0, 400, 7)
+        )
     page.goto(reverse("admin:index"))
     page.click("#runqueue-dashboard-link a:text('Queue dashboard')")
     playwright.expect(page.locator("h1")).to_contain_text("Run queue dashboard")
