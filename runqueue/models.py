@@ -181,6 +181,15 @@ class Run(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name="runqueue_run_finished_idx",
             ),
+            # The admin: run lists are newest first (created_at, then id), and
+            # the dead letter is listed and counted by when it failed.
+            # created_at never changes, so heartbeats stay HOT.
+            models.Index(fields=["created_at", "id"], name="runqueue_run_created_idx"),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status=RunStatus.FAILED),
+                name="runqueue_run_failed_idx",
+            ),
         ]
         permissions = [
             ("requeue_run", "Can requeue a dead-lettered run"),

@@ -132,3 +132,17 @@ def fail(ctx: RunContext) -> None:
     if kind == "transient":
         raise runqueue.TransientError("rate limited")
     raise ValueError("unexpected shape")
+
+
+@runqueue.handler("test.pay")
+def pay(ctx: RunContext) -> Any:
+    """Checkpoints, then a payment whose outcome is unknown: an uncertain run."""
+
+    def charge(cents: int) -> None:
+        raise runqueue.UncertainOutcome("timed out after the request was sent")
+
+    ctx.checkpoint({"step": "charging"})
+    outcome = ctx.invoke_tool(
+        "charge_card", charge, args={"cents": 1299}, idempotency=Idempotency.NON_IDEMPOTENT
+    )
+    return {"charge": outcome.status}

@@ -198,3 +198,17 @@ RETURNING id, lease_epoch;
 -- name: notify --
 -- Wake idle workers; sent inside the transaction, delivered on commit.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: admin_tenants --
+-- The admin's tenant filter: distinct tenants by a skip scan of the
+-- (tenant, session_id) index, one index probe per tenant instead of a
+-- DISTINCT over every run. The ORM cannot write a recursive CTE.
+WITH RECURSIVE tenants(tenant) AS (
+    (SELECT tenant FROM runqueue_run ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant FROM runqueue_run r
+             WHERE r.tenant > t.tenant ORDER BY r.tenant LIMIT 1)
+      FROM tenants t
+     WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;

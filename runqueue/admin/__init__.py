@@ -1,0 +1,8 @@
+"""The admin console for support staff.
+
+Run changelists (all, dead-lettered, uncertain), the run detail page, audited
+actions that call the service layer, and the queue dashboard. Importing this
+package registers the ModelAdmins with the default admin site.
+"""
+
+from runqueue.admin import runs, workers  # noqa: F401 - registers the ModelAdmins

@@ -1,0 +1,145 @@
+"""Admin actions: requeue and cancel, each confirmed, permitted and audited.
+
+An action holds no queue logic. It confirms on an intermediate page (with a
+reason), calls the service layer per run, and reports through
+``message_user``. Every change is audited twice: the service writes the run
+event naming ``staff:<username>``, and a LogEntry goes to the admin history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+import runqueue
+from runqueue import leases
+from runqueue.errors import ActiveRunConflict, InvalidTransition, RunNotFound, RunqueueError
+from runqueue.models import Run
+
+#: Past tense of each action's verb, for messages and the audit.
+PAST = {"requeue": "requeued", "cancel": "cancelled"}
+
+#: Runs one action may change: a support action, not a bulk migration tool.
+MAX_ACTION_RUNS = 100
+
+
+def actor(request: HttpRequest) -> str:
+    """The actor recorded in run events for a staff member's action."""
+    return f"staff:{request.user.get_username()}"
+
+
+def log_change(request: HttpRequest, runs: Iterable[Run], message: str) -> None:
+    """The admin-history half of the audit: one LogEntry per changed run."""
+    runs = list(runs)
+    if runs:
+        LogEntry.objects.log_actions(request.user.pk, runs, CHANGE, message)
+
+
+def explain(exc: RunqueueError, verb: str, run_id: Any) -> str:
+    """What staff should read when the service layer refuses."""
+    if isinstance(exc, ActiveRunConflict):
+        return (
+            f"Run {run_id} was not {PAST[verb]}: its session {exc.session_id!r} already has an "
+            f"active run {exc.run_id} ({exc.status}). Finish or cancel that run first."
+        )
+    if isinstance(exc, InvalidTransition):
+        return f"Run {run_id} was not {PAST[verb]}: it is {exc.status}."
+    if isinstance(exc, RunNotFound):
+        return f"Run {run_id} was not {PAST[verb]}: it no longer exists."
+    return f"Run {run_id} was not {PAST[verb]}: {exc}"
+
+
+def _apply(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    verb: str,
+    call: Callable[[Any, str], Run],
+    reason_required: bool,
+) -> HttpResponse | None:
+    """Confirm, then run ``call(run_id, reason)`` per run and report."""
+    run_ids = list(queryset.order_by().values_list("pk", flat=True)[: MAX_ACTION_RUNS + 1])
+    if len(run_ids) > MAX_ACTION_RUNS:
+        modeladmin.message_user(
+            request,
+            f"Select at most {MAX_ACTION_RUNS} runs to {verb}; narrow the filters.",
+            messages.WARNING,
+        )
+        return None
+    reason = request.POST.get("reason", "").strip()
+    if request.POST.get("confirm") != "yes" or (reason_required and not reason):
+        return _confirm_page(modeladmin, request, run_ids, verb, reason_required)
+    done: list[Run] = []
+    for run_id in run_ids:
+        try:
+            done.append(call(run_id, reason))
+        except RunqueueError as exc:
+            modeladmin.message_user(request, explain(exc, verb, run_id), messages.ERROR)
+    message = f"{PAST[verb].capitalize()} by {actor(request)}" + (f": {reason}" if reason else "")
+    log_change(request, done, message)
+    if done:
+        modeladmin.message_user(
+            request, f"{PAST[verb].capitalize()} {len(done)} run(s).", messages.SUCCESS
+        )
+    return None
+
+
+def _confirm_page(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    run_ids: list[Any],
+    verb: str,
+    reason_required: bool,
+) -> TemplateResponse:
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"{verb.capitalize()} {len(run_ids)} run(s)?",
+        "opts": opts,
+        "verb": verb,
+        "action": request.POST.get("action", ""),
+        "runs": Run.objects.filter(pk__in=run_ids).order_by("-created_at"),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "reason_required": reason_required,
+        "missing_reason": request.POST.get("confirm") == "yes",
+        "reason": request.POST.get("reason", ""),
+    }
+    return TemplateResponse(request, "admin/runqueue/run/confirm_action.html", context)
+
+
+@admin.action(description="Requeue selected dead-lettered runs", permissions=["requeue"])
+def requeue_runs(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> HttpResponse | None:
+    """Dead-lettered -> queued with a fresh attempt budget (leases.requeue)."""
+    return _apply(
+        modeladmin,
+        request,
+        queryset,
+        verb="requeue",
+        call=lambda run_id, reason: leases.requeue(run_id, actor=actor(request), reason=reason),
+        reason_required=False,
+    )
+
+
+@admin.action(description="Cancel selected runs", permissions=["cancel"])
+def cancel_runs(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> HttpResponse | None:
+    """Cancel; the epoch bump fences a worker still running the run."""
+    return _apply(
+        modeladmin,
+        request,
+        queryset,
+        verb="cancel",
+        call=lambda run_id, reason: runqueue.cancel(run_id, reason=reason, actor=actor(request)),
+        reason_required=True,
+    )

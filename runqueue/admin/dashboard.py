@@ -1,0 +1,264 @@
+"""The queue dashboard: what is stuck, how fast claims are, who is working.
+
+Every number is one indexed read: queue depth and the oldest due run read
+the partial claim index (active runs only), throughput reads the
+finished_at index over the last hour, claim latency reads ``run.claimed``
+events by (type, created_at), uncertain invocations their partial index.
+No query scans every run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import (
+    Aggregate,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    IntegerField,
+    Min,
+    Q,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, Least, Now, TruncMinute
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from runqueue import events
+from runqueue.admin import display, svg
+from runqueue.admin.pagination import COUNT_CAP
+from runqueue.conf import get_settings
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    PriorityClass,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+    Worker,
+)
+
+if TYPE_CHECKING:
+    from runqueue.admin.runs import RunAdmin
+
+WINDOW = dt.timedelta(hours=1)
+CLASSES = list(PriorityClass)
+COLOURS = {
+    RunStatus.QUEUED: "#79aec8",
+    RunStatus.RUNNING: "#2e7d32",
+    RunStatus.WAITING_FOR_USER: "#e0b000",
+    RunStatus.SUCCEEDED: "#5b9b5b",
+    RunStatus.FAILED: "#ba2121",
+    RunStatus.CANCELLED: "#8d6e63",
+    "p50": "#417690",
+    "p99": "#ba2121",
+}
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ``percentile_cont(f) WITHIN GROUP (ORDER BY x)``."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        # float() keeps the literal a number: it is inlined into the SQL.
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+def class_index(priority: Any) -> Case:
+    """0, 1, 2 for interactive, async, maintenance: a class is a range."""
+    return Case(
+        When(**{f"{priority}__lt": PriorityClass.ASYNC}, then=Value(0)),
+        When(**{f"{priority}__lt": PriorityClass.MAINTENANCE}, then=Value(1)),
+        default=Value(2),
+        output_field=IntegerField(),
+    )
+
+
+@dataclass(slots=True)
+class ClassStats:
+    """One priority class's row on the dashboard."""
+
+    cls: PriorityClass
+    depth: dict[str, int] = field(default_factory=dict)
+    oldest_due: str = "-"
+    claims: int = 0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
+def class_stats() -> list[ClassStats]:
+    """Depth by status, oldest due run, and claim latency, per class."""
+    stats = [ClassStats(cls=c) for c in CLASSES]
+    depth = (
+        Run.objects.filter(status__in=ACTIVE_STATUSES)
+        .annotate(ci=class_index("priority"))
+        .values("ci", "status")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in depth:
+        stats[row["ci"]].depth[row["status"]] = row["n"]
+    due = (
+        Run.objects.filter(status=RunStatus.QUEUED)
+        .filter(Q(scheduled_for__isnull=True) | Q(scheduled_for__lte=Now()))
+        .annotate(ci=class_index("priority"))
+        .values("ci")
+        .annotate(
+            oldest=ExpressionWrapper(
+                Now() - Min(Coalesce("scheduled_for", "created_at")),
+                output_field=DurationField(),
+            )
+        )
+        .order_by()
+    )
+    for row in due:
+        stats[row["ci"]].oldest_due = display.duration(row["oldest"])
+    wait = Cast(KeyTextTransform("wait_ms", "data"), FloatField())
+    latency = (
+        RunEvent.objects.filter(type=events.CLAIMED, created_at__gte=Now() - WINDOW)
+        .annotate(
+            ci=Least(Cast(KeyTextTransform("priority", "data"), IntegerField()) / 10, Value(2))
+        )
+        .values("ci")
+        .annotate(n=Count("*"), p50=PercentileCont(wait, 0.5), p99=PercentileCont(wait, 0.99))
+        .order_by()
+    )
+    for row in latency:
+        stats[row["ci"]].claims = row["n"]
+        stats[row["ci"]].p50_ms, stats[row["ci"]].p99_ms = row["p50"], row["p99"]
+    return stats
+
+
+def throughput() -> list[tuple[dt.datetime, dict[str, int]]]:
+    """Runs finished per minute over the last hour, by terminal status."""
+    rows = (
+        Run.objects.filter(finished_at__gte=Now() - WINDOW)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute", "status")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    end = timezone.now().replace(second=0, microsecond=0)
+    minutes = [end - dt.timedelta(minutes=i) for i in range(59, -1, -1)]
+    per: dict[dt.datetime, dict[str, int]] = {m: {} for m in minutes}
+    for row in rows:
+        per.setdefault(row["minute"], {})[row["status"]] = row["n"]
+    return [(m, per[m]) for m in minutes]
+
+
+def capped_count(queryset: Any) -> int:
+    """A count that stops after COUNT_CAP + 1 rows."""
+    return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
+
+
+def totals() -> dict[str, Any]:
+    """Dead letters and uncertain runs: what needs a human."""
+    unresolved = ToolInvocation.objects.filter(
+        status=ToolStatus.UNCERTAIN, resolution__isnull=True
+    )
+    return {
+        "dead_lettered_hour": Run.objects.filter(
+            finished_at__gte=Now() - WINDOW, status=RunStatus.FAILED
+        ).count(),
+        "dead_lettered": capped_count(Run.objects.dead_lettered()),
+        "uncertain_runs": unresolved.values("run_id").distinct().count(),
+        "uncertain_tools": unresolved.count(),
+    }
+
+
+def live_workers() -> list[Worker]:
+    """Workers that reported within three heartbeats and have not stopped."""
+    stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
+    workers = list(
+        Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
+        .annotate(seen_ago=ExpressionWrapper(Now() - F("last_seen_at"), DurationField()))
+        .order_by("id")[:100]
+    )
+    for worker in workers:
+        worker.seen_ago = display.duration(worker.seen_ago)
+    return workers
+
+
+def charts(stats: list[ClassStats], buckets: list[tuple[dt.datetime, dict[str, int]]]) -> dict:
+    """The three SVG charts."""
+    depth = svg.hbars(
+        [
+            svg.Bar(
+                label=s.cls.label,
+                segments=tuple(
+                    svg.Segment(
+                        name=RunStatus(st).label, value=s.depth.get(st, 0), colour=COLOURS[st]
+                    )
+                    for st in ACTIVE_STATUSES
+                ),
+            )
+            for s in stats
+        ],
+        title="Queue depth by class",
+    )
+    latency = svg.hbars(
+        [
+            svg.Bar(
+                label=f"{s.cls.label} {q}",
+                segments=(
+                    svg.Segment(name=q, value=getattr(s, f"{q}_ms") or 0, colour=COLOURS[q]),
+                ),
+            )
+            for s in stats
+            for q in ("p50", "p99")
+        ],
+        title="Claim latency, last hour",
+        unit=" ms",
+    )
+    finished = svg.columns(
+        [
+            (
+                timezone.localtime(minute).strftime("%H:%M"),
+                tuple(
+                    svg.Segment(name=RunStatus(st).label, value=counts.get(st, 0), colour=c)
+                    for st, c in (
+                        (RunStatus.SUCCEEDED, COLOURS[RunStatus.SUCCEEDED]),
+                        (RunStatus.FAILED, COLOURS[RunStatus.FAILED]),
+                        (RunStatus.CANCELLED, COLOURS[RunStatus.CANCELLED]),
+                    )
+                ),
+            )
+            for minute, counts in buckets
+        ],
+        title="Runs finished per minute, last hour",
+    )
+    return {"depth": depth, "latency": latency, "throughput": finished}
+
+
+def view(model_admin: RunAdmin, request: HttpRequest) -> HttpResponse:
+    """The dashboard page; staff who may view runs may view it."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    stats = class_stats()
+    buckets = throughput()
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Run queue dashboard",
+        "opts": model_admin.opts,
+        "stats": stats,
+        "totals": totals(),
+        "finished_hour": sum(sum(c.values()) for _m, c in buckets),
+        "workers": live_workers(),
+        "charts": charts(stats, buckets),
+        "count_cap": COUNT_CAP,
+    }
+    return TemplateResponse(request, "admin/runqueue/run/dashboard.html", context)

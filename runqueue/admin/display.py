@@ -1,0 +1,70 @@
+"""How runs look in the admin: status badges, ages, JSON and tracebacks.
+
+Everything user-controlled goes through ``format_html`` or a template, so a
+payload or an error message can never inject markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
+
+#: Characters of JSON shown before truncation: rendering a multi-megabyte
+#: payload is a denial of service of its own.
+JSON_LIMIT = 4000
+
+STATUS_COLOURS = {
+    "queued": "#417690",
+    "running": "#2e7d32",
+    "waiting_for_user": "#8e6c00",
+    "succeeded": "#5b6b73",
+    "failed": "#ba2121",
+    "cancelled": "#6d4c41",
+}
+
+
+def status_badge(status: str, label: str) -> SafeString:
+    colour = STATUS_COLOURS.get(status, "#666")
+    return format_html(
+        '<span class="rq-status rq-status-{}" style="color:{};font-weight:bold">{}</span>',
+        status,
+        colour,
+        label,
+    )
+
+
+def age(since: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """A short human age: '3 minutes', '2 days'."""
+    if since is None:
+        return "-"
+    return timesince(since, now or timezone.now(), depth=1)
+
+
+def duration(value: dt.timedelta | None) -> str:
+    """'850 ms', '42 s', '7 min', '3 h 5 min': a wait at a glance."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
+
+
+def pretty_json(value: Any, limit: int = JSON_LIMIT) -> SafeString:
+    """Indented JSON in a <pre>, truncated at ``limit`` characters."""
+    if value is None:
+        return format_html("<span>{}</span>", "-")
+    text = json.dumps(value, indent=2, sort_keys=True, default=str)
+    if len(text) > limit:
+        text = f"{text[:limit]}\n… truncated ({len(text) - limit} more characters)"
+    return format_html('<pre class="rq-json">{}</pre>', text)

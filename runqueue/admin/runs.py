@@ -1,0 +1,356 @@
+"""Run changelists (all, dead-lettered, uncertain) and the run detail page.
+
+Runs are read-only here: no add, no delete, no hand edits of status, epoch or
+lease. State changes go through the actions (actions.py) and the resolve
+view (resolve.py), which call the service layer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.options import ActionLocation
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch, Q, QuerySet
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from runqueue.admin import dashboard, display, resolve
+from runqueue.admin.actions import cancel_runs, requeue_runs
+from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
+from runqueue.admin.pagination import CappedCountPaginator
+from runqueue.models import (
+    Checkpoint,
+    DeadLetteredRun,
+    Run,
+    RunEvent,
+    ToolInvocation,
+    ToolStatus,
+    UncertainRun,
+)
+
+#: Events shown on a run's page, newest first; a looping run can log many.
+TIMELINE_LIMIT = 200
+
+
+class RunPermissionsMixin:
+    """The custom permissions behind each action, and read-only runs."""
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runqueue.requeue_run")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runqueue.cancel_run")
+
+    def has_resolve_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runqueue.resolve_uncertain")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs are submitted, never typed in
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # state changes go through actions and the service layer
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # runs are cancelled, never deleted: their history stays
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The proxy views are views of Run: view_run is enough for all three.
+        return request.user.has_perm("runqueue.view_run") or super().has_view_permission(
+            request, obj
+        )
+
+
+@admin.register(Run)
+class RunAdmin(RunPermissionsMixin, admin.ModelAdmin):
+    list_display = [
+        "short_id",
+        "session_id",
+        "kind",
+        "status_display",
+        "class_display",
+        "attempts_display",
+        "age_display",
+        "tenant",
+    ]
+    list_display_links = ["short_id"]
+    list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter, "created_at"]
+    search_fields = ["=id", "=session_id", "=tenant", "=principal"]
+    search_help_text = "Exact run id, session id, tenant or principal."
+    ordering = ["-created_at"]
+    list_per_page = 50
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    actions = [requeue_runs, cancel_runs]
+    readonly_fields = [
+        "status_display",
+        "class_display",
+        "attempts_display",
+        "failure_display",
+        "tools_display",
+        "timeline_display",
+        "checkpoints_display",
+        "payload_display",
+        "input_display",
+        "result_display",
+    ]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    ("id", "status_display"),
+                    ("kind", "class_display"),
+                    ("tenant", "principal", "session_id"),
+                    ("created_at", "started_at", "finished_at"),
+                ]
+            },
+        ),
+        (
+            "Lease",
+            {
+                "fields": [
+                    ("attempts_display", "lease_epoch"),
+                    ("lease_owner", "lease_expires_at", "heartbeat_at"),
+                    "scheduled_for",
+                ]
+            },
+        ),
+        ("Failure (the dead letter)", {"fields": ["failure_display"]}),
+        ("Tool invocations", {"fields": ["tools_display"]}),
+        ("Event timeline", {"fields": ["timeline_display"]}),
+        ("Checkpoints", {"fields": ["checkpoints_display"]}),
+        ("Data", {"fields": ["payload_display", "input_display", "result_display"]}),
+    ]
+
+    def get_actions(
+        self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Any]:
+        actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        """Exact matches only, and a non-UUID term does not touch the id column."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(session_id=term) | Q(tenant=term) | Q(principal=term)
+        try:
+            match |= Q(id=uuid.UUID(term))
+        except ValueError:
+            pass
+        return queryset.filter(match), False
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("dashboard/", view(self.dashboard_view), name=f"{prefix}_dashboard"),
+            path(
+                "tool/<int:tool_id>/resolve/",
+                view(self.resolve_view),
+                name=f"{prefix}_resolve",
+            ),
+            *super().get_urls(),
+        ]
+
+    def dashboard_view(self, request: HttpRequest) -> Any:
+        return dashboard.view(self, request)
+
+    def resolve_view(self, request: HttpRequest, tool_id: int) -> Any:
+        return resolve.view(self, request, tool_id)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """The detail page prefetches its tables: three queries, not one per row."""
+        queryset = self.get_queryset(request).prefetch_related(
+            Prefetch(
+                "events",
+                queryset=RunEvent.objects.order_by("-id")[:TIMELINE_LIMIT],
+                to_attr="recent_events",
+            ),
+            Prefetch("tool_invocations", queryset=ToolInvocation.objects.order_by("seq")),
+            Prefetch("checkpoints", queryset=Checkpoint.objects.order_by("-seq")),
+        )
+        model = queryset.model
+        field = model._meta.pk if from_field is None else model._meta.get_field(from_field)
+        try:
+            run = queryset.get(**{field.name: field.to_python(object_id)})
+        except (model.DoesNotExist, ValidationError, ValueError):
+            return None
+        # Display methods see the run, not the request: carry the answer.
+        run.can_resolve = self.has_resolve_permission(request)
+        return run
+
+    # -- list columns -------------------------------------------------------
+
+    @admin.display(description="run", ordering="id")
+    def short_id(self, run: Run) -> str:
+        return str(run.id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, run: Run) -> SafeString:
+        return display.status_badge(run.status, run.get_status_display())
+
+    @admin.display(description="class", ordering="priority")
+    def class_display(self, run: Run) -> str:
+        return f"{run.priority_class.label} ({run.priority})"
+
+    @admin.display(description="attempts")
+    def attempts_display(self, run: Run) -> str:
+        return f"{run.attempts}/{run.max_attempts}"
+
+    @admin.display(description="age", ordering="created_at")
+    def age_display(self, run: Run) -> str:
+        return display.age(run.created_at)
+
+    # -- detail page ---------------------------------------------------------
+
+    @admin.display(description="failure")
+    def failure_display(self, run: Run) -> SafeString:
+        if not run.failure:
+            return format_html("<span>{}</span>", "No failure recorded.")
+        return render_to_string("admin/runqueue/run/failure.html", {"failure": run.failure})
+
+    @admin.display(description="events (newest first)")
+    def timeline_display(self, run: Run) -> SafeString:
+        events = getattr(run, "recent_events", None)
+        if events is None:
+            events = list(run.events.order_by("-id")[:TIMELINE_LIMIT])
+        return render_to_string(
+            "admin/runqueue/run/timeline.html", {"events": events, "limit": TIMELINE_LIMIT}
+        )
+
+    @admin.display(description="tool invocations")
+    def tools_display(self, run: Run) -> SafeString:
+        tools = list(run.tool_invocations.all())
+        for tool in tools:
+            tool.unresolved = tool.status == ToolStatus.UNCERTAIN and tool.resolution is None
+            tool.resolve_url = reverse("admin:runqueue_run_resolve", args=[tool.pk])
+        return render_to_string(
+            "admin/runqueue/run/tools.html",
+            {"tools": tools, "can_resolve": getattr(run, "can_resolve", False)},
+        )
+
+    @admin.display(description="checkpoints (newest first)")
+    def checkpoints_display(self, run: Run) -> SafeString:
+        checkpoints = list(run.checkpoints.all())
+        if not checkpoints:
+            return format_html("<span>{}</span>", "No checkpoints.")
+        return format_html(
+            "<table><tr><th>seq</th><th>tool seq</th><th>epoch</th><th>at</th>"
+            "<th>state</th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                (
+                    (c.seq, c.tool_seq, c.lease_epoch, c.created_at, display.pretty_json(c.state))
+                    for c in checkpoints
+                ),
+            ),
+        )
+
+    @admin.display(description="payload")
+    def payload_display(self, run: Run) -> SafeString:
+        return display.pretty_json(run.payload)
+
+    @admin.display(description="input")
+    def input_display(self, run: Run) -> SafeString:
+        return display.pretty_json(run.input)
+
+    @admin.display(description="result")
+    def result_display(self, run: Run) -> SafeString:
+        return display.pretty_json(run.result)
+
+
+@admin.register(DeadLetteredRun)
+class DeadLetteredRunAdmin(RunAdmin):
+    """Failed runs, most recently failed first, with the reason at a glance."""
+
+    list_display = [
+        "short_id",
+        "session_id",
+        "kind",
+        "class_display",
+        "attempts_display",
+        "failure_summary",
+        "failed_ago",
+        "tenant",
+    ]
+    list_filter = [FailureFilter, PriorityClassFilter, KindFilter, TenantFilter, "finished_at"]
+    ordering = ["-finished_at"]
+    actions = [requeue_runs]
+
+    def get_urls(self) -> list[URLPattern]:
+        return admin.ModelAdmin.get_urls(self)
+
+    @admin.display(description="failure")
+    def failure_summary(self, run: Run) -> str:
+        failure = run.failure or {}
+        text = f"{failure.get('error_type', '?')}: {failure.get('message', '')}"
+        return text if len(text) <= 120 else text[:119] + "…"
+
+    @admin.display(description="failed", ordering="finished_at")
+    def failed_ago(self, run: Run) -> str:
+        return display.age(run.finished_at)
+
+
+@admin.register(UncertainRun)
+class UncertainRunAdmin(RunAdmin):
+    """Runs with a side effect nobody knows happened: resolve each one."""
+
+    list_display = [
+        "short_id",
+        "session_id",
+        "kind",
+        "status_display",
+        "resolve_links",
+        "age_display",
+        "tenant",
+    ]
+    list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter]
+    actions = [cancel_runs]
+
+    def get_urls(self) -> list[URLPattern]:
+        return admin.ModelAdmin.get_urls(self)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        unresolved = ToolInvocation.objects.filter(
+            status=ToolStatus.UNCERTAIN, resolution__isnull=True
+        ).order_by("seq")
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related(
+                Prefetch("tool_invocations", queryset=unresolved, to_attr="unresolved_tools")
+            )
+        )
+
+    def get_list_display(self, request: HttpRequest) -> list[str]:
+        """Staff who may resolve get links; the others see the same list."""
+        if self.has_resolve_permission(request):
+            return self.list_display
+        return [
+            "uncertain_tools" if name == "resolve_links" else name for name in self.list_display
+        ]
+
+    @admin.display(description="uncertain tool invocations")
+    def uncertain_tools(self, run: Run) -> SafeString:
+        tools = getattr(run, "unresolved_tools", [])
+        return format_html_join(", ", "{} #{}", ((t.tool, t.seq) for t in tools))
+
+    @admin.display(description="uncertain tool invocations")
+    def resolve_links(self, run: Run) -> SafeString:
+        tools = getattr(run, "unresolved_tools", [])
+        return format_html_join(
+            ", ",
+            '<a class="rq-resolve" href="{}">Resolve {} #{}</a>',
+            ((reverse("admin:runqueue_run_resolve", args=[t.pk]), t.tool, t.seq) for t in tools),
+        )

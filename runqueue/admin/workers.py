@@ -1,0 +1,36 @@
+"""Workers, read-only: which runworker processes exist and when each was seen."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils import timezone
+
+from runqueue.admin import display
+from runqueue.conf import get_settings
+from runqueue.models import Worker
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = ["id", "hostname", "pid", "slots", "live", "last_seen", "started_at"]
+    list_filter = ["stopped_at"]
+    search_fields = ["=id", "hostname"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # workers write their own rows
+
+    @admin.display(boolean=True, description="live")
+    def live(self, worker: Worker) -> bool:
+        stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
+        return worker.stopped_at is None and worker.last_seen_at >= timezone.now() - stale
+
+    @admin.display(description="last seen", ordering="last_seen_at")
+    def last_seen(self, worker: Worker) -> str:
+        return display.age(worker.last_seen_at) + " ago"

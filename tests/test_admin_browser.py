@@ -1,0 +1,139 @@
+"""The admin console in a real browser: Debian's chromium, headless, driven
+by Playwright against a live server. Screenshots are saved as artifacts in
+``test-artifacts/`` (and the test's tmp folder)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+import runqueue
+from runqueue.models import Run, RunEvent, ToolInvocation
+from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--headless",
+]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def browser(django_db_setup: None) -> Iterator[object]:
+    """One chromium for the module. Playwright's sync API keeps an event loop
+    running in this thread while it is open, so the tests' own ORM calls need
+    Django's async-unsafe opt-in, for this module only (the test database is
+    set up before, and the live server's requests run in its own thread)."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it with apt-get")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    with pytest.MonkeyPatch.context() as mp, playwright.sync_playwright() as pw:
+        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server) -> Iterator[object]:
+    """A page logged in as support staff holding every runqueue permission."""
+    staff("support", *ALL_PERMS)
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 900}
+    )
+    page = context.new_page()
+    page.goto(reverse("admin:login"))
+    page.fill("#id_username", "support")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    playwright.expect(page.locator("#user-tools")).to_contain_text("support")
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str, tmp_path: Path) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    shutil.copy(path, tmp_path / path.name)
+    return path
+
+
+def test_requeue_a_dead_lettered_run(page, tmp_path) -> None:
+    run = dead_lettered(message="payment provider returned 500")
+    page.goto(reverse("admin:runqueue_deadletteredrun_changelist"))
+    playwright.expect(page.locator("#result_list")).to_contain_text(
+        "ValueError: payment provider returned 500"
+    )
+    page.check(f"input[name=_selected_action][value='{run.id}']")
+    page.select_option("select[name=action]", "requeue_runs")
+    page.click("button[name=index]")
+    playwright.expect(page.locator("h1")).to_contain_text("Requeue 1 run(s)?")
+    page.fill("#id_reason", "provider is back")
+    page.click("input[type=submit][value='Yes, requeue']")
+    playwright.expect(page.locator(".messagelist")).to_contain_text("Requeued 1 run(s).")
+
+    page.goto(reverse("admin:runqueue_run_change", args=[run.id]))
+    playwright.expect(page.locator("span.rq-status")).to_have_text("Queued")
+    playwright.expect(page.locator(".rq-timeline")).to_contain_text("run.operator_requeued")
+    screenshot(page, "run-after-requeue", tmp_path)
+    assert Run.objects.get(id=run.id).status == "queued"
+    event = RunEvent.objects.get(run_id=run.id, type="run.operator_requeued")
+    assert event.data["actor"] == "staff:support"
+
+
+def test_resolve_an_uncertain_invocation(page, tmp_path) -> None:
+    run, tool = uncertain()
+    page.goto(reverse("admin:runqueue_uncertainrun_changelist"))
+    page.click("a.rq-resolve")
+    playwright.expect(page.locator("h1")).to_contain_text("Resolve uncertain charge_card #0")
+    page.check("input[name=happened][value=yes]")
+    page.fill("#id_note", "charge ch_42 is in the provider's dashboard")
+    screenshot(page, "resolve-uncertain", tmp_path)
+    page.click("input[type=submit][value='Record the answer']")
+    playwright.expect(page.locator(".messagelist")).to_contain_text(
+        f"Recorded: charge_card #0 of run {run.id} happened."
+    )
+    playwright.expect(page.locator(".paginator")).to_contain_text("0 uncertain runs")
+    resolution = ToolInvocation.objects.get(id=tool.id).resolution
+    assert resolution["happened"] is True and resolution["actor"] == "staff:support"
+
+
+def test_open_the_dashboard(page, tmp_path) -> None:
+    dead_lettered()
+    uncertain()
+    for priority in (0, 0, 5, 12, 12, 12, 25):
+        run = runqueue.submit(kind="test.echo", priority=priority).run
+        RunEvent.objects.bulk_create(  # claims as the claim logs them
+            RunEvent(
+                run=run,
+                type="run.claimed",
+                lease_epoch=1,
+                data={"priority": priority, "wait_ms": (priority + 1) * 40 + n},
+            )
+            for n in range(0, 400, 7)
+        )
+    page.goto(reverse("admin:index"))
+    page.click("#runqueue-dashboard-link a:text('Queue dashboard')")
+    playwright.expect(page.locator("h1")).to_contain_text("Run queue dashboard")
+    playwright.expect(page.locator("svg.rq-chart")).to_have_count(3)
+    playwright.expect(page.locator("#rq-classes")).to_contain_text("Interactive")
+    playwright.expect(page.locator("#rq-dead-lettered .n")).to_have_text("1")
+    playwright.expect(page.locator("#rq-uncertain .n")).to_have_text("1")
+    path = screenshot(page, "dashboard", tmp_path)
+    assert path.stat().st_size > 10_000
