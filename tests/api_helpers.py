@@ -65,7 +65,7 @@ def problem(response, status: int, slug: str) -> dict[str, Any]:
     """Assert a problem+json answer of this status and type; return its body."""
     assert response.status_code == status, (response.status_code, response.content)
     assert response["Content-Type"] == "application/problem+json"
-    body = response.json()
+    body = json.loads(response.content)
     assert body["type"] == PROBLEM_BASE + slug
     assert body["status"] == status
     assert body["instance"].startswith("urn:uuid:")
