@@ -107,7 +107,7 @@ class RunQueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Submit the task as a run; visible to workers when the caller commits."""
-        from runqueue.submit import submit
+        from runqueue.submit import submit_in_transaction
 
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
@@ -120,7 +120,7 @@ class RunQueueBackend(BaseTaskBackend):
             "priority": task.priority,
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
-        sub = submit(
+        sub = submit_in_transaction(
             kind=KIND,
             payload=payload,
             tenant=self.options.get("tenant", "default"),
