@@ -169,3 +169,22 @@ def _hash_of_echo() -> str:
     not part of it): read back from a submit in another tenant."""
     runqueue.submit(kind="test.echo", payload={}, tenant="probe", idempotency_key="probe")
     return IdempotencyKey.objects.get(tenant="probe").request_hash
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"API_MAX_BODY_BYTES": 0}, "RUNQUEUE['API_MAX_BODY_BYTES'] is out of range: 0"),
+        ({"API_MAX_BODY_BYTES": 1.5}, "RUNQUEUE['API_MAX_BODY_BYTES'] must be an integer"),
+        ({"API_SESSION_TENANT": ""}, "RUNQUEUE['API_SESSION_TENANT'] must be a 1-255"),
+        ({"API_EVENTS_PAGE_SIZE": 1001}, "RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most 1000"),
+    ],
+)
+def test_api_settings_are_validated(raw, message) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from runqueue.conf import parse
+
+    with pytest.raises(ImproperlyConfigured) as excinfo:
+        parse(raw)
+    assert str(excinfo.value).startswith(message)
