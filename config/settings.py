@@ -107,6 +107,16 @@ RUNQUEUE: dict = env.json("RUNQUEUE_SETTINGS", default={})
 if env("RUNQUEUE_HANDLER_MODULES", default=""):
     RUNQUEUE["HANDLER_MODULES"] = env.list("RUNQUEUE_HANDLER_MODULES")
 
+# Django's Tasks framework runs on runqueue: @task functions are enqueued as
+# runs of the "django.tasks" kind and run by runworker. queue_name picks the
+# priority class ("default" is async).
+TASKS = {
+    "default": {
+        "BACKEND": "runqueue.tasks_backend.RunQueueBackend",
+        "QUEUES": ["default", "interactive", "async", "maintenance"],
+    }
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

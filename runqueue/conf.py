@@ -14,11 +14,14 @@ Defaults (every key optional)::
         "BACKOFF_JITTER": 0.2,        # +/- fraction of random jitter on the delay
         "IDEMPOTENCY_KEY_RETENTION_SECONDS": 86400,
         "SUBMIT_LOCK_TIMEOUT_MS": 2000,  # wait on a concurrent same-key submit
-        "MAX_PAYLOAD_BYTES": 1048576, # a submitted payload's JSON size limit
+        "MAX_PAYLOAD_BYTES": 1048576,  # a submitted payload's JSON size limit
         "NOTIFY_CHANNEL": "runqueue",
         "HANDLER_MODULES": [],        # extra modules to import for @handler
         "TRANSIENT_EXCEPTIONS": [],   # dotted exception classes classified transient
         "TERMINAL_RUN_RETENTION_SECONDS": None,  # prune terminal runs older than this
+        "API_MAX_BODY_BYTES": 262144,  # HTTP API: larger request bodies get 413
+        "API_SESSION_TENANT": "default",  # HTTP API: tenant of session-authenticated users
+        "API_EVENTS_PAGE_SIZE": 100,  # HTTP API: default page of GET .../events/ (max 1000)
     }
 """
 
@@ -52,9 +55,21 @@ class Settings:
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
+    API_MAX_BODY_BYTES: int = 262144
+    API_SESSION_TENANT: str = "default"
+    API_EVENTS_PAGE_SIZE: int = 100
 
 
-_INTEGERS = {"MAX_ATTEMPTS", "SUBMIT_LOCK_TIMEOUT_MS", "MAX_PAYLOAD_BYTES"}
+#: The largest page the events endpoint serves, whatever a client asks for.
+MAX_EVENTS_PAGE_SIZE = 1000
+
+_INTEGERS = {
+    "MAX_ATTEMPTS",
+    "SUBMIT_LOCK_TIMEOUT_MS",
+    "MAX_PAYLOAD_BYTES",
+    "API_MAX_BODY_BYTES",
+    "API_EVENTS_PAGE_SIZE",
+}
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
     "LEASE_SECONDS",
@@ -105,6 +120,13 @@ def parse(raw: Any) -> Settings:
                     f"RUNQUEUE['NOTIFY_CHANNEL'] must be a 1-63 character string, got {value!r}"
                 )
             values[name] = value
+        elif name == "API_SESSION_TENANT":
+            if not isinstance(value, str) or not value or len(value) > 255:
+                raise ImproperlyConfigured(
+                    "RUNQUEUE['API_SESSION_TENANT'] must be a 1-255 character string, "
+                    f"got {value!r}"
+                )
+            values[name] = value
         elif name == "TERMINAL_RUN_RETENTION_SECONDS" and value is None:
             values[name] = None
         else:
@@ -119,6 +141,10 @@ def parse(raw: Any) -> Settings:
         raise ImproperlyConfigured(
             "RUNQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS, "
             "or every lease expires between heartbeats"
+        )
+    if settings.API_EVENTS_PAGE_SIZE > MAX_EVENTS_PAGE_SIZE:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most {MAX_EVENTS_PAGE_SIZE}"
         )
     return settings
 

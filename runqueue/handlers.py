@@ -1,8 +1,10 @@
-"""runqueue's own handlers: housekeeping jobs of the maintenance class."""
+"""runqueue's own handlers: housekeeping jobs of the maintenance class, and
+the ``django.tasks`` kind (registered by importing the tasks backend, which
+also registers Django's ``check_tasks``)."""
 
 from __future__ import annotations
 
-from runqueue import leases
+from runqueue import leases, tasks_backend  # noqa: F401 - registers the django.tasks kind
 from runqueue.conf import get_settings
 from runqueue.housekeeping import PRUNE_KEYS, PRUNE_RUNS
 from runqueue.registry import handler

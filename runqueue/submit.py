@@ -118,12 +118,48 @@ def submit(
         max_attempts=get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts,
         key=idempotency_key,
     )
+    return _submit(request, durable=True)
+
+
+def submit_in_transaction(
+    *,
+    kind: str,
+    payload: Any = None,
+    session_id: str | None = None,
+    tenant: str = "default",
+    principal: str = "",
+    priority: int = PriorityClass.INTERACTIVE,
+    scheduled_for: dt.datetime | None = None,
+    max_attempts: int | None = None,
+) -> Submission:
+    """``submit()`` without an idempotency key, inside the caller's transaction.
+
+    The run (and its NOTIFY) exist only once the caller commits, and vanish
+    if it rolls back: the django.tasks contract (``enqueue`` in an atomic
+    block, as django-tasks-db does). A keyed submit needs a transaction of its
+    own (its lock timeout, its same-key retry), so it is not offered here.
+    """
+    request = _validate(
+        kind=kind,
+        payload={} if payload is None else payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        scheduled_for=scheduled_for,
+        max_attempts=get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        key=None,
+    )
+    return _submit(request, durable=False)
+
+
+def _submit(request: _Request, *, durable: bool) -> Submission:
     request_hash = request.hash()
     # A same-key submit that committed between our lookup and our key insert
     # makes us start over once: the lookup then finds its key.
     for _ in range(3):
         try:
-            return _submit_once(request, request_hash)
+            return _submit_once(request, request_hash, durable=durable)
         except _Retry:
             continue
     raise IdempotencyInProgress(request.key or "")
@@ -133,9 +169,9 @@ class _Retry(Exception):
     pass
 
 
-def _submit_once(request: _Request, request_hash: str) -> Submission:
+def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Submission:
     try:
-        with transaction.atomic(durable=True):
+        with transaction.atomic(durable=durable):
             if request.key is not None:
                 _set_lock_timeout()
                 replay = _replay(request, request_hash)
@@ -338,6 +374,8 @@ def _validate(
             raise InvalidSubmission("scheduled_for", f"must be a datetime, got {scheduled_for!r}")
         if timezone.is_naive(scheduled_for):
             raise InvalidSubmission("scheduled_for", "must be timezone-aware")
+        # In UTC: PostgreSQL refuses offsets beyond +-15:59 that Python allows.
+        scheduled_for = scheduled_for.astimezone(dt.UTC)
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -28,6 +28,14 @@ json_values = st.recursive(
 )
 odd_text = st.text() | st.sampled_from(["", " ", "a" * 256, "k\x00", "é", "key with spaces", "\n"])
 anything = st.none() | st.integers() | st.floats() | st.booleans() | odd_text | st.binary()
+# Any fixed offset Python allows, including ones PostgreSQL refuses (> 15:59).
+offsets = st.builds(
+    dt.timezone,
+    st.timedeltas(
+        min_value=dt.timedelta(hours=-23, minutes=-59),
+        max_value=dt.timedelta(hours=23, minutes=59),
+    ),
+)
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -52,7 +60,11 @@ def _counts() -> tuple[int, int, int]:
     session_id=st.none() | odd_text,
     priority=st.integers(-10, 40000) | anything,
     key=st.none() | odd_text,
-    scheduled_for=st.none() | st.datetimes(timezones=st.just(dt.UTC)) | st.datetimes() | anything,
+    scheduled_for=st.none()
+    | st.datetimes(timezones=st.just(dt.UTC))
+    | st.datetimes(timezones=offsets)
+    | st.datetimes()
+    | anything,
     max_attempts=st.none() | st.integers(-2, 5) | anything,
 )
 def test_submit_accepts_or_refuses_cleanly(

@@ -198,6 +198,13 @@ def test_unknown_kind_is_refused_and_writes_nothing() -> None:
     assert not Run.objects.exists()
 
 
+def test_scheduled_for_with_an_offset_postgresql_refuses_is_stored_in_utc() -> None:
+    odd = dt.timezone(-dt.timedelta(hours=17, minutes=19))
+    when = dt.datetime(2030, 5, 5, 10, 21, 30, tzinfo=odd)
+    sub = runqueue.submit(kind="k", scheduled_for=when)
+    assert Run.objects.get(id=sub.run.id).scheduled_for == when
+
+
 def test_unicode_payload_round_trips() -> None:
     payload = {"text": "héllo 🌍 \u202e", "nested": [1, 2.5, None, True]}
     sub = runqueue.submit(kind="k", payload=payload)

@@ -6,3 +6,4 @@ package registers the ModelAdmins with the default admin site.
 """
 
 from runqueue.admin import runs, workers  # noqa: F401 - registers the ModelAdmins
+from runqueue.api import admin as _api_admin  # noqa: F401 - registers the ApiToken admin

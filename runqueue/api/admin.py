@@ -1,0 +1,72 @@
+"""Admin for API tokens: create one for a user and tenant, see it once, revoke.
+
+The raw token is rendered once, on the page that answers the add form, and
+never stored (not even in a message, which would sit in a cookie or the
+session): only its SHA-256 is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from runqueue.api import tokens
+from runqueue.models import ApiToken
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "user", "tenant", "prefix", "created_at", "last_used_at", "revoked")
+    list_filter = ("tenant", "revoked_at")
+    search_fields = ("name", "prefix", "user__username", "tenant")
+    raw_id_fields = ("user",)
+    actions = ("revoke_tokens",)
+
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        if obj is None:
+            return ["name", "user", "tenant"]
+        return ["name", "user", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        if obj is None:
+            return []
+        # A token's owner and tenant are what it grants: issue a new one instead.
+        return ["user", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    @admin.display(boolean=True, description="revoked")
+    def revoked(self, obj: ApiToken) -> bool:
+        return obj.revoked_at is not None
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if not change:
+            request._runqueue_raw_token = tokens.assign_secret(obj)  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        raw = getattr(request, "_runqueue_raw_token", None)
+        if raw is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "token": obj,
+            "raw_token": raw,
+            "title": "API token created",
+        }
+        response = TemplateResponse(request, "admin/runqueue/apitoken/token_created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        revoked = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            tokens.revoke(token)
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)

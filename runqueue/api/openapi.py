@@ -1,0 +1,285 @@
+"""The OpenAPI 3.1 document of the API, built from the URLconf and registry.
+
+Paths come from ``reverse`` (true to where the API is mounted); the ``kind``
+enum lists the kinds this deployment can run. The problem types are listed
+under ``x-problem-types``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+
+from runqueue import registry
+from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
+from runqueue.api.parsing import (
+    KEY_RULE,
+    MAX_PRIORITY,
+    MAX_REASON,
+    PRIORITY_NAMES,
+    RESERVED_KIND_PREFIXES,
+)
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
+from runqueue.models import RunStatus
+
+_REF = "#/components/schemas/"
+_NO_NUL = "^[^\\u0000]+$"
+
+
+def _path(name: str) -> str:
+    if name == "runs":
+        return reverse("runqueue-api:runs")
+    return reverse(f"runqueue-api:{name}", kwargs={"run_id": "RUNID"}).replace("RUNID", "{run_id}")
+
+
+def _problems(*codes: int) -> dict[str, Any]:
+    return {
+        str(code): {
+            "description": ", ".join(
+                slug for slug, (status, _title) in PROBLEMS.items() if status == code
+            ),
+            "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": _REF + "Problem"}}},
+        }
+        for code in codes
+    }
+
+
+def _json(schema: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": _REF + schema}}}
+
+
+_RUN_ID = {
+    "name": "run_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "format": "uuid"},
+}
+_LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the run's URL"}}
+_REPLAYED = {
+    "Idempotent-Replayed": {
+        "schema": {"type": "string", "enum": ["true"]},
+        "description": "present on a replay of an earlier request with the same key",
+    }
+}
+
+
+def _schemas() -> dict[str, Any]:
+    nullable_time = {"type": ["string", "null"], "format": "date-time"}
+    kinds = [k for k in registry.kinds() if not k.startswith(RESERVED_KIND_PREFIXES)]
+    return {
+        "SubmitRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind"],
+            "properties": {
+                "kind": {"type": "string", "enum": kinds, "description": "the handler's name"},
+                "payload": {"description": "any JSON (strings without NUL characters)"},
+                "session_id": {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "maxLength": 255,
+                    "pattern": _NO_NUL,
+                },
+                "priority": {
+                    "oneOf": [
+                        {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY},
+                        {"type": "string", "enum": list(PRIORITY_NAMES)},
+                    ],
+                    "description": "0-9 interactive, 10-19 async, 20+ maintenance",
+                },
+                "scheduled_for": nullable_time,
+            },
+        },
+        "CancelRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "reason": {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"}
+            },
+        },
+        "Failure": {
+            "type": ["object", "null"],
+            "properties": {
+                "classification": {"type": ["string", "null"]},
+                "error_type": {"type": ["string", "null"]},
+                "message": {"type": ["string", "null"]},
+                "attempt": {"type": ["integer", "null"]},
+            },
+        },
+        "Run": {
+            "type": "object",
+            "required": ["id", "kind", "status", "priority", "links"],
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "kind": {"type": "string"},
+                "status": {"type": "string", "enum": list(RunStatus.values)},
+                "session_id": {"type": ["string", "null"]},
+                "priority": {"type": "integer"},
+                "priority_class": {"type": "string", "enum": list(PRIORITY_NAMES)},
+                "payload": {},
+                "input": {},
+                "result": {},
+                "failure": {"$ref": _REF + "Failure"},
+                "attempts": {"type": "integer"},
+                "max_attempts": {"type": "integer"},
+                "scheduled_for": nullable_time,
+                "created_at": nullable_time,
+                "started_at": nullable_time,
+                "finished_at": nullable_time,
+                "links": {
+                    "type": "object",
+                    "properties": {
+                        "self": {"type": "string"},
+                        "events": {"type": "string"},
+                        "cancel": {"type": "string"},
+                    },
+                },
+            },
+        },
+        "Event": {
+            "type": "object",
+            "required": ["id", "type", "lease_epoch", "data", "created_at"],
+            "properties": {
+                "id": {"type": "integer"},
+                "type": {"type": "string"},
+                "lease_epoch": {"type": "integer"},
+                "data": {},
+                "created_at": nullable_time,
+            },
+        },
+        "EventPage": {
+            "type": "object",
+            "required": ["events", "next"],
+            "properties": {
+                "events": {"type": "array", "items": {"$ref": _REF + "Event"}},
+                "next": {"type": ["string", "null"], "description": "URL of the next page"},
+            },
+        },
+        "Problem": {
+            "type": "object",
+            "required": ["type", "title", "status"],
+            "properties": {
+                "type": {"type": "string", "enum": [PROBLEM_BASE + s for s in PROBLEMS]},
+                "title": {"type": "string"},
+                "status": {"type": "integer"},
+                "detail": {"type": "string"},
+                "instance": {"type": "string"},
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "pointer": {"type": "string"},
+                            "detail": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI document for this deployment."""
+    limit = get_settings().API_MAX_BODY_BYTES
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "runqueue",
+            "version": "1",
+            "description": "Submit and read runs. Errors are RFC 9457 problem details; "
+            f"request bodies are limited to {limit} bytes.",
+        },
+        "security": [{"bearerAuth": []}, {"sessionAuth": []}],
+        "paths": {
+            _path("runs"): {
+                "post": {
+                    "operationId": "submitRun",
+                    "summary": "Create a run, or deliver input to the session's waiting run",
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": True,
+                            "description": KEY_RULE,
+                            "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+                        }
+                    ],
+                    "requestBody": {"required": True, "content": _json("SubmitRun")},
+                    "responses": {
+                        "201": {
+                            "description": "run created (or a replay of that)",
+                            "headers": _LOCATION | _REPLAYED,
+                            "content": _json("Run"),
+                        },
+                        "202": {
+                            "description": "input delivered to the session's waiting run",
+                            "headers": _LOCATION | _REPLAYED,
+                            "content": _json("Run"),
+                        },
+                        **_problems(400, 401, 403, 405, 409, 413, 415, 422, 500, 503),
+                    },
+                }
+            },
+            _path("run"): {
+                "get": {
+                    "operationId": "getRun",
+                    "parameters": [_RUN_ID],
+                    "responses": {
+                        "200": {"description": "the run", "content": _json("Run")},
+                        **_problems(401, 404, 405, 500, 503),
+                    },
+                }
+            },
+            _path("run-events"): {
+                "get": {
+                    "operationId": "listRunEvents",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "description": "return events with an id greater than this",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": MAX_EVENTS_PAGE_SIZE,
+                            },
+                        },
+                    ],
+                    "responses": {
+                        "200": {"description": "a page of events", "content": _json("EventPage")},
+                        **_problems(400, 401, 404, 405, 500, 503),
+                    },
+                }
+            },
+            _path("run-cancel"): {
+                "post": {
+                    "operationId": "cancelRun",
+                    "parameters": [_RUN_ID],
+                    "requestBody": {"required": False, "content": _json("CancelRun")},
+                    "responses": {
+                        "200": {"description": "the cancelled run", "content": _json("Run")},
+                        **_problems(401, 403, 404, 405, 409, 413, 415, 422, 500, 503),
+                    },
+                }
+            },
+        },
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer"},
+                "sessionAuth": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+            },
+        },
+        "x-problem-types": {
+            PROBLEM_BASE + slug: {"status": status, "title": title}
+            for slug, (status, title) in PROBLEMS.items()
+        },
+    }

@@ -1,0 +1,121 @@
+"""JSON representations of runs and events, as the API shows them.
+
+A failure shows its classification, error type and message: the traceback
+stays in the database and the admin. Event data is shown without any
+``traceback`` member for the same reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, TypedDict
+
+from django.urls import reverse
+
+from runqueue.models import PriorityClass, Run, RunEvent
+
+
+class FailureBody(TypedDict):
+    classification: str | None
+    error_type: str | None
+    message: str | None
+    attempt: int | None
+
+
+class RunLinks(TypedDict):
+    self: str
+    events: str
+    cancel: str
+
+
+class RunBody(TypedDict):
+    id: str
+    kind: str
+    status: str
+    session_id: str | None
+    priority: int
+    priority_class: str
+    payload: Any
+    input: Any
+    result: Any
+    failure: FailureBody | None
+    attempts: int
+    max_attempts: int
+    scheduled_for: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    links: RunLinks
+
+
+class EventBody(TypedDict):
+    id: int
+    type: str
+    lease_epoch: int
+    data: Any
+    created_at: str | None
+
+
+def run_url(run_id: Any) -> str:
+    return reverse("runqueue-api:run", kwargs={"run_id": str(run_id)})
+
+
+def events_url(run_id: Any) -> str:
+    return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
+
+
+def _time(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).isoformat() if value is not None else None
+
+
+def run_body(run: Run) -> RunBody:
+    failure = None
+    if run.failure:
+        failure = FailureBody(
+            classification=run.failure.get("classification"),
+            error_type=run.failure.get("error_type"),
+            message=run.failure.get("message"),
+            attempt=run.failure.get("attempt"),
+        )
+    return {
+        "id": str(run.id),
+        "kind": run.kind,
+        "status": run.status,
+        "session_id": run.session_id,
+        "priority": run.priority,
+        "priority_class": PriorityClass.of(run.priority).name.lower(),
+        "payload": run.payload,
+        "input": run.input,
+        "result": run.result,
+        "failure": failure,
+        "attempts": run.attempts,
+        "max_attempts": run.max_attempts,
+        "scheduled_for": _time(run.scheduled_for),
+        "created_at": _time(run.created_at),
+        "started_at": _time(run.started_at),
+        "finished_at": _time(run.finished_at),
+        "links": {
+            "self": run_url(run.id),
+            "events": events_url(run.id),
+            "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
+        },
+    }
+
+
+def event_body(event: RunEvent) -> EventBody:
+    return {
+        "id": event.id,
+        "type": event.type,
+        "lease_epoch": event.lease_epoch,
+        "data": without_tracebacks(event.data),
+        "created_at": _time(event.created_at),
+    }
+
+
+def without_tracebacks(value: Any) -> Any:
+    """``value`` with every ``traceback`` member removed, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
+    if isinstance(value, list):
+        return [without_tracebacks(v) for v in value]
+    return value

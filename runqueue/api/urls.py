@@ -1,0 +1,15 @@
+"""The API's URLs: ``path("api/", include("runqueue.api.urls"))``."""
+
+from django.urls import path
+
+from runqueue.api import views
+
+app_name = "runqueue-api"
+
+urlpatterns = [
+    path("runs/", views.submit_run, name="runs"),
+    path("runs/<str:run_id>/", views.get_run, name="run"),
+    path("runs/<str:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<str:run_id>/cancel/", views.cancel_run, name="run-cancel"),
+    path("openapi.json", views.openapi_json, name="openapi"),
+]

@@ -1,0 +1,171 @@
+"""The API's views: parse, validate, call the service layer, render.
+
+No queue logic lives here: runs are created by ``runqueue.submit`` and
+cancelled by ``runqueue.cancel``; everything else is a read scoped to the
+caller's tenant. A run of another tenant is answered exactly like a missing
+one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+import runqueue
+from runqueue.api import parsing
+from runqueue.api.auth import Caller, authenticate
+from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
+from runqueue.api.openapi import document
+from runqueue.api.render import event_body, events_url, run_body, run_url
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
+from runqueue.errors import InvalidTransition, RunqueueError
+from runqueue.models import Run, RunEvent, RunStatus
+
+logger = logging.getLogger("runqueue.api")
+
+View = Callable[..., HttpResponse]
+
+
+def api_view(*methods: str) -> Callable[[View], View]:
+    """Method check, authentication and problem+json for every error.
+
+    CSRF is checked in ``authenticate`` for session callers only, so the view
+    itself is exempt from the middleware (bearer callers carry no cookie).
+    """
+
+    def decorate(view: View) -> View:
+        @csrf_exempt
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            try:
+                if request.method not in methods:
+                    raise ApiError(
+                        "method-not-allowed",
+                        f"Use {' or '.join(methods)}.",
+                        headers={"Allow": ", ".join(methods)},
+                    )
+                return view(request, authenticate(request), **kwargs)
+            except ApiError as exc:
+                return exc.render(request)
+            except OperationalError:
+                logger.exception("API database error request=%s", request_id(request))
+                return ApiError(
+                    "unavailable",
+                    "The database is unavailable; nothing was done. Retry shortly.",
+                    headers={"Retry-After": "1"},
+                ).render(request)
+            except Exception:
+                logger.exception("API error request=%s", request_id(request))
+                return ApiError(
+                    "internal-error", "Something went wrong; quote the instance id."
+                ).render(request)
+
+        return wrapper
+
+    return decorate
+
+
+def _run_or_404(caller: Caller, run_id: str) -> Run:
+    try:
+        parsed = uuid.UUID(run_id)
+    except ValueError:
+        raise not_found() from None
+    run = Run.objects.filter(tenant=caller.tenant, id=parsed).first()
+    if run is None:
+        raise not_found()
+    return run
+
+
+@api_view("POST")
+def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
+    """POST /runs/: create a run (201), deliver input (202), or replay either."""
+    body = parsing.parse_json(request, parsing.read_body(request))
+    key = parsing.idempotency_key(request)
+    args = parsing.submit_args(body)
+    try:
+        sub = runqueue.submit(
+            **args, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
+        )
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    status = 202 if sub.original_outcome == "input_delivered" else 201
+    response = JsonResponse(run_body(sub.run), status=status)
+    response["Location"] = run_url(sub.run.id)
+    if sub.outcome == "replayed":
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+@api_view("GET")
+def get_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    return JsonResponse(run_body(_run_or_404(caller, run_id)))
+
+
+@api_view("GET")
+def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """A page of the run's events, oldest first; ``next`` continues after the last."""
+    run = _run_or_404(caller, run_id)
+    after = _int_param(request, "after", 0, 0, 2**63 - 1)
+    limit = _int_param(
+        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
+    )
+    page = list(RunEvent.objects.filter(run_id=run.id, id__gt=after).order_by("id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
+    return JsonResponse({"events": [event_body(e) for e in page], "next": next_url})
+
+
+@api_view("POST")
+def cancel_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """Cancel a run; cancelling a cancelled run again answers 200 (a retry)."""
+    run = _run_or_404(caller, run_id)
+    reason = parsing.cancel_reason(
+        parsing.parse_json(request, parsing.read_body(request), optional=True)
+    )
+    try:
+        run = runqueue.cancel(run.id, reason=reason, actor=caller.principal)
+    except InvalidTransition as exc:
+        if exc.status != RunStatus.CANCELLED:
+            raise _mapped(exc) from exc
+        run.refresh_from_db()
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    return JsonResponse(run_body(run))
+
+
+@csrf_exempt
+def openapi_json(request: HttpRequest) -> HttpResponse:
+    """The OpenAPI 3 document (public: it describes, it reveals no data)."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError("method-not-allowed", "Use GET.", headers={"Allow": "GET, HEAD"}).render(
+            request
+        )
+    return JsonResponse(document(), json_dumps_params={"indent": 1})
+
+
+def _mapped(exc: RunqueueError) -> ApiError:
+    mapped = from_service_error(exc, run_url=run_url)
+    if mapped is None:
+        raise exc
+    return mapped
+
+
+def _int_param(request: HttpRequest, name: str, default: int, low: int, high: int) -> int:
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and low <= int(raw) <= high):
+        raise ApiError(
+            "invalid-parameter",
+            f"{name} must be an integer from {low} to {high}.",
+            extensions={"parameter": name},
+        )
+    return int(raw)
