@@ -121,6 +121,19 @@ class Window:
         self.last = time.perf_counter()
         self.count += 1
 
+    def close(self) -> None:
+        """The worker returned: its last completion is written too."""
+        self.closed = time.perf_counter()
+
+    def rates(self) -> dict[str, float]:
+        """Runs/s to the last handler finish (favours the peer: completions it
+        buffers are not counted), and to the worker's return (counts them,
+        and its shutdown)."""
+        out = {"runs": self.count, "runs_per_s": round(self.rate(), 1)}
+        if self.first is not None and getattr(self, "closed", None):
+            out["runs_per_s_to_return"] = round(self.count / (self.closed - self.first), 1)
+        return out
+
     def rate(self) -> float:
         if self.first is None or self.last is None or self.last <= self.first:
             return 0.0
