@@ -128,11 +128,14 @@ class Migration(migrations.Migration):
                 ],
                 "indexes": [
                     models.Index(
-                        condition=models.Q(
-                            ("status__in", ("queued", "running", "waiting_for_user"))
-                        ),
-                        fields=["status", "priority", "created_at"],
+                        condition=models.Q(("status", "queued")),
+                        fields=["priority", "created_at"],
                         name="runqueue_run_claim_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status__in", ["running", "waiting_for_user"])),
+                        fields=["status", "id"],
+                        name="runqueue_run_leased_idx",
                     ),
                     models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
                     models.Index(
