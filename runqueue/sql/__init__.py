@@ -50,6 +50,9 @@ def prepared(name: str, params: dict[str, Any]) -> Iterator[psycopg.Cursor]:
     the server plans every statement again; the worker's statements are
     the same thousands of times, and preparing them halves their cost.
     """
+    # What Django's cursor() does first: the health check (once per request
+    # cycle, i.e. per slot loop) and the connection itself.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
         with psycopg.Cursor(connection.connection) as cursor:
