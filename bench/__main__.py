@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -13,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import common, report
+from bench import common, report, rq
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("runqueue", "raw", "procrastinate", "pgqueuer", "celery")
@@ -56,8 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=None, help="JSON path (default bench/results/)"
     )
+    parser.add_argument(
+        "--parts", default=",".join(rq.PARTS), help="runqueue figures to take (comma list)"
+    )
+    parser.add_argument("--runs", type=int, default=None, help="runs per drain (override)")
     args = parser.parse_args(argv)
     profile = common.QUICK if args.quick else common.FULL
+    if args.runs:
+        profile = dataclasses.replace(profile, drain_runs=args.runs)
     chosen = [s for s in SYSTEMS if s not in args.skip and (not args.only or s in args.only)]
     result: dict[str, Any] = {
         "profile": profile.name,
@@ -74,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     started = time.perf_counter()
     with common.scratch_database("runqueue") as rq_url:
-        from bench import rq, rq_db
+        from bench import rq_db
 
         rq_db.setup_django(rq_url)
         for name in chosen:
             try:
                 if name == "runqueue":
-                    result["systems"][name] = rq.run_all(profile, rq_url, log)
+                    result["systems"][name] = rq.run_all(
+                        profile, rq_url, log, tuple(args.parts.split(","))
+                    )
                 else:
                     result["systems"][name] = _run_system(name, profile)
             except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported

@@ -42,7 +42,7 @@ FULL = Profile(
     backlog=100_000,
     claim_sizes=(1_000, 100_000, 1_000_000),
     claim_samples=300,
-    churn_runs=100_000,
+    churn_runs=30_000,
 )
 QUICK = Profile(
     name="quick",

@@ -277,24 +277,35 @@ def _ratio(stats: dict[str, int]) -> float | None:
     return round(stats["n_tup_hot_upd"] / stats["n_tup_upd"], 3) if stats["n_tup_upd"] else None
 
 
-def run_all(profile: Profile, url: str, log) -> dict[str, Any]:
-    """Every runqueue figure of one profile."""
+PARTS = ("drain", "pickup", "reserved", "claim", "hot", "churn")
+
+
+def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    """Every runqueue figure of one profile (or the ``parts`` asked for)."""
     out: dict[str, Any] = {}
-    log("runqueue: drain, one process")
-    out["drain_1proc"] = drain_in_process(profile.drain_runs, profile.slots)
-    log("runqueue: drain, one slot")
-    out["drain_1slot"] = drain_in_process(profile.drain_runs // 2, 1)
-    log("runqueue: drain, several processes")
-    out["drain_nproc"] = drain_processes(profile.drain_runs, profile.processes, profile.slots, url)
-    log("runqueue: pickup latency (idle pool)")
-    out["pickup"] = pickup_latency(profile.latency_samples)
-    log("runqueue: interactive pickup with async saturated")
-    out["reserved_capacity"] = reserved_capacity(profile.latency_samples, profile.backlog)
-    log("runqueue: claim cost")
-    out["claim_cost"] = claim_cost(profile.claim_sizes, profile.claim_samples)
-    log("runqueue: heartbeat HOT ratio")
-    out["heartbeat_hot"] = heartbeat_hot()
-    log(f"runqueue: churn {profile.churn_runs} runs")
-    out["churn"] = churn(profile.churn_runs, profile.slots)
+    if "drain" in parts:
+        log("runqueue: drain, one process")
+        out["drain_1proc"] = drain_in_process(profile.drain_runs, profile.slots)
+        log("runqueue: drain, one slot")
+        out["drain_1slot"] = drain_in_process(profile.drain_runs // 2, 1)
+        log("runqueue: drain, several processes")
+        out["drain_nproc"] = drain_processes(
+            profile.drain_runs, profile.processes, profile.slots, url
+        )
+    if "pickup" in parts:
+        log("runqueue: pickup latency (idle pool)")
+        out["pickup"] = pickup_latency(profile.latency_samples)
+    if "reserved" in parts:
+        log("runqueue: interactive pickup with async saturated")
+        out["reserved_capacity"] = reserved_capacity(profile.latency_samples, profile.backlog)
+    if "claim" in parts:
+        log("runqueue: claim cost")
+        out["claim_cost"] = claim_cost(profile.claim_sizes, profile.claim_samples)
+    if "hot" in parts:
+        log("runqueue: heartbeat HOT ratio")
+        out["heartbeat_hot"] = heartbeat_hot()
+    if "churn" in parts:
+        log(f"runqueue: churn {profile.churn_runs} runs")
+        out["churn"] = churn(profile.churn_runs, profile.slots)
     rq_db.reset()
     return out
