@@ -120,6 +120,26 @@ def test_a_slot_that_asks_during_a_claim_is_woken_when_it_ends() -> None:
     assert wake.wait(10)
 
 
+def test_an_empty_claim_wakes_nobody() -> None:
+    """Idle slots must not wake each other for ever with empty claims."""
+    feed, _holder, _limits = _feed(2)
+    mine, other = threading.Event(), threading.Event()
+    feed.join(mine)
+    feed.join(other)
+    assert feed.take("w/async-0", mine) is Empty.NOTHING_DUE
+    assert not mine.is_set() and not other.is_set()
+
+
+def test_runs_claimed_for_other_slots_wake_them_but_not_the_claimer() -> None:
+    _submit(2)
+    feed, _holder, _limits = _feed(2)
+    mine, other = threading.Event(), threading.Event()
+    feed.join(mine)
+    feed.join(other)
+    assert isinstance(feed.take("w/async-0", mine), leases.Lease)
+    assert other.is_set() and not mine.is_set()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_burst_pool_drains_every_run_exactly_once() -> None:
     runs = [

@@ -57,21 +57,28 @@ class Feed:
         self._ready: deque[leases.Lease] = deque()
         self._busy = 0
         self._claiming = False
+        #: A slot asked while a claim was running: wake the group after it.
+        self._asked = False
         self._wakes: list[threading.Event] = []
 
     def join(self, wake: threading.Event) -> None:
         """Register a slot's wake-up event; it is set when the group claimed."""
         self._wakes.append(wake)
 
-    def take(self, owner: str) -> leases.Lease | Empty:
-        """The next lease for a slot that has just become idle, or why none."""
+    def take(self, owner: str, me: threading.Event | None = None) -> leases.Lease | Empty:
+        """The next lease for a slot that has just become idle, or why none.
+
+        ``me`` is the asking slot's wake-up event: a claim never wakes the
+        slot that made it.
+        """
         with self._lock:
             if self._ready:
                 self._busy += 1
                 return self._ready.popleft()
             if self._claiming:
+                self._asked = True
                 return Empty.CLAIMING
-            self._claiming = True
+            self._claiming, self._asked = True, False
             limit = min(self.max_batch, self.size - self._busy)
         claimed: list[leases.Lease] = []
         try:
@@ -81,22 +88,29 @@ class Feed:
         finally:
             with self._lock:
                 self._claiming = False
+                asked, self._asked = self._asked, False
             # On an error too: the slots that waited for this claim try again.
-            shared = self._share(claimed)
+            shared = self._share(claimed, asked, me)
         return shared
 
-    def _share(self, claimed: Sequence[leases.Lease]) -> leases.Lease | Empty:
+    def _share(
+        self, claimed: Sequence[leases.Lease], asked: bool, me: threading.Event | None
+    ) -> leases.Lease | Empty:
         for lease in claimed:
             self.pool.hold(lease)
         with self._lock:
             if claimed:
                 self._busy += 1
                 self._ready.extend(claimed[1:])
-        # Wake the group: the idle slots take what was claimed for them, and
-        # a slot that asked during the claim claims again (a run committed
-        # meanwhile may have been missed by this claim's snapshot).
-        for wake in self._wakes:
-            wake.set()
+        # Wake the group only when there is something for it: runs claimed
+        # for its idle slots, or a slot that asked during the claim (a run
+        # committed meanwhile may be missing from this claim's snapshot).
+        # Waking it after an empty claim would have the slots wake each
+        # other for ever.
+        if len(claimed) > 1 or asked:
+            for wake in self._wakes:
+                if wake is not me:
+                    wake.set()
         return claimed[0] if claimed else Empty.NOTHING_DUE
 
     def done(self) -> None:

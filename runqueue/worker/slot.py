@@ -45,7 +45,7 @@ class Slot(threading.Thread):
                 # makes the wait below return at once.
                 self.wake.clear()
                 try:
-                    lease = self.feed.take(self.owner)
+                    lease = self.feed.take(self.owner, self.wake)
                 except DatabaseError as exc:
                     logger.warning(
                         "%s: claim failed (%s); retrying in %.1fs", self.name, exc, delay
