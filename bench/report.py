@@ -105,6 +105,9 @@ def table(result: dict[str, Any]) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     lines.append("")
     lines.extend(_runqueue_only(rq))
+    lines.append("")
+    lines.append("targets (issue 8):")
+    lines.extend("  " + line for line in targets(result))
     for peer in PEERS:
         if "error" in systems.get(peer, {}):
             lines.append(f"{peer}: NOT RUN: {systems[peer]['error']}")
@@ -147,4 +150,61 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
             f"run indexes {s['run_indexes'] / 2**20:.1f} MiB, "
             f"events {s['events_total'] / 2**20:.1f} MiB; all updates HOT ratio {ch['hot_ratio']}"
         )
+    return out
+
+
+def targets(result: dict[str, Any]) -> list[str]:
+    """Issue 8's targets, each with the figures it compares and met / NOT met."""
+    s = result["systems"]
+    rq = s.get("runqueue", {})
+    slots = _slots(result)
+    out = []
+
+    def check(label: str, ok: bool | None, detail: str) -> None:
+        verdict = "n/a" if ok is None else ("met" if ok else "NOT met")
+        out.append(f"[{verdict}] {label}: {detail}")
+
+    best_rq = max(_get(rq, "drain_1proc.runs_per_s") or 0, _get(rq, "drain_nproc.runs_per_s") or 0)
+    pgq = [_get(s.get("pgqueuer", {}), p) for p in ("drain.runs_per_s", "drain_capped.runs_per_s")]
+    pgq_best = max((v for v in pgq if v), default=None)
+    check(
+        "drain >= PgQueuer's best configuration",
+        None if pgq_best is None else best_rq >= pgq_best,
+        f"runqueue {best_rq:,.0f}/s (best of 1 and N processes) "
+        f"vs PgQueuer {pgq_best or 0:,.0f}/s",
+    )
+    raw10 = _get(s.get("raw", {}), f"claim10_{slots}conn.runs_per_s")
+    rq1 = _get(rq, "drain_1proc.runs_per_s")
+    check(
+        "drain >= half the raw reference with the same batching",
+        None if not (raw10 and rq1) else rq1 >= raw10 / 2,
+        f"runqueue {rq1 or 0:,.0f}/s vs raw claim-10 on {slots} connections {raw10 or 0:,.0f}/s",
+    )
+    peers = {
+        p: _get(s.get(p, {}), "pickup.p99_ms") for p in ("procrastinate", "pgqueuer", "celery")
+    }
+    peers = {p: v for p, v in peers.items() if v is not None}
+    p99 = _get(rq, "pickup.p99_ms")
+    if peers and p99 is not None:
+        best = min(peers, key=peers.get)
+        check(
+            "pickup p99 <= the best peer's",
+            p99 <= peers[best],
+            f"runqueue {p99} ms vs {best} {peers[best]} ms (raw LISTEN/NOTIFY "
+            f"{_get(s.get('raw', {}), 'notify_latency.p99_ms')} ms)",
+        )
+    ratio = _get(rq, "reserved_capacity.p99_ratio")
+    check(
+        "interactive p99, async saturated + backlog, within 2x of empty",
+        None if ratio is None else ratio <= 2,
+        f"ratio {ratio}",
+    )
+    cc = _get(rq, "claim_cost.p50_ratio_largest_to_smallest")
+    check(
+        "claim cost at the largest queue within 1.5x of 1k",
+        None if cc is None else cc <= 1.5,
+        f"ratio {cc}",
+    )
+    hot = _get(rq, "heartbeat_hot.hot_ratio")
+    check("heartbeat updates HOT", None if hot is None else hot >= 0.99, f"HOT ratio {hot}")
     return out

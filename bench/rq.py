@@ -43,6 +43,12 @@ def _started_pool(shape: list[str]):
     return pool
 
 
+def _stop(pool) -> None:
+    """Shut the pool down and wait for its LISTEN thread (it checks every second)."""
+    pool.shutdown()
+    pool.listener.join(5)
+
+
 def drain_in_process(n: int, slots: int) -> dict[str, Any]:
     """N no-op runs queued at once, drained by ``slots`` slots in this process."""
     rq_db.reset()
@@ -51,7 +57,7 @@ def drain_in_process(n: int, slots: int) -> dict[str, Any]:
         rq_db.bulk_load(n)
         ok = rq_db.wait_for("succeeded", n, timeout=max(60, n / 50))
     finally:
-        pool.shutdown()
+        _stop(pool)
     done, seconds = rq_db.drain_window()
     return {"runs": done, "seconds": round(seconds, 3), "runs_per_s": _rate(done, seconds, ok)}
 
@@ -153,7 +159,7 @@ def pickup_latency(samples: int) -> dict[str, Any]:
     try:
         return percentiles(_pickup_samples(samples, priority=0))
     finally:
-        pool.shutdown()
+        _stop(pool)
 
 
 def reserved_capacity(samples: int, backlog: int) -> dict[str, Any]:
@@ -164,12 +170,17 @@ def reserved_capacity(samples: int, backlog: int) -> dict[str, Any]:
     try:
         empty = percentiles(_pickup_samples(samples, priority=0))
         rq_db.bulk_load(backlog, kind="bench.busy")
-        time.sleep(0.5)
+        # Steady state, not the moment of a bulk insert: fresh statistics
+        # (as autovacuum would take), every async slot busy, the WAL settled.
+        with rq_db.cursor() as cur:
+            cur.execute("ANALYZE runqueue_run")
+        rq_db.wait_for("running", 2, timeout=10)
+        time.sleep(1.0)
         busy_before = rq_db.count("running")
         loaded = percentiles(_pickup_samples(samples, priority=0))
         queued_after = rq_db.count("queued")
     finally:
-        pool.shutdown()
+        _stop(pool)
     ratio = round(loaded["p99_ms"] / empty["p99_ms"], 2) if empty.get("p99_ms") else None
     return {
         "empty_queue": empty,
@@ -233,7 +244,7 @@ def churn(n: int, slots: int, chunk: int = 10_000) -> dict[str, Any]:
             if not rq_db.wait_for("succeeded", done, timeout=max(120, batch / 20)):
                 raise RuntimeError("churn stalled")
     finally:
-        pool.shutdown()
+        _stop(pool)
     seconds = time.perf_counter() - started
     rq_db.flush_stats()
     stats = rq_db.table_stats("runqueue_run")
