@@ -33,6 +33,8 @@ async def pickup(
 def database_bytes(url: str) -> int:
     """Bytes of every user table (with indexes and TOAST) of a peer's database."""
     with psycopg.connect(url) as conn:
-        return conn.execute(
-            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_stat_user_tables"
-        ).fetchone()[0]
+        return int(
+            conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_stat_user_tables"
+            ).fetchone()[0]
+        )
