@@ -18,6 +18,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -43,7 +44,7 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
-from runqueue.sql import execute, queries
+from runqueue.sql import execute, prepared
 
 logger = logging.getLogger("runqueue.leases")
 
@@ -143,9 +144,49 @@ def claim(
         "max_priority": max(c.bounds[1] for c in classes),
         "class_indexes": sorted({int(c) // 10 for c in classes}),
     }
-    with transaction.atomic(durable=True):
-        runs = list(Run.objects.raw(queries()["claim"], params))
+    if connection.in_atomic_block:
+        with transaction.atomic(durable=True):  # raises: a claim is never nested
+            runs = _claim_rows(params)
+    else:
+        # One statement (the event is in it): in autocommit, a transaction
+        # of its own, without the round trips of BEGIN and COMMIT.
+        runs = _claim_rows(params)
     return [Lease(run=run, owner=owner, lease_seconds=float(seconds)) for run in runs]
+
+
+def _claim_rows(params: dict[str, Any]) -> list[Run]:
+    with prepared("claim", params) as cursor:
+        names = [column.name for column in cursor.description]
+        rows = cursor.fetchall()
+    return [_run_from_row(names, row) for row in rows]
+
+
+@cache
+def _run_loaders() -> dict[str, tuple[str, tuple[Callable[..., Any], ...]]]:
+    """Per column of runqueue_run: its field's attname and the converters
+    Django applies to values read from the database (JSON fields)."""
+    loaders = {}
+    for f in Run._meta.concrete_fields:
+        col = f.get_col(Run._meta.db_table)
+        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        loaders[f.column] = (f.attname, tuple(converters))
+    return loaders
+
+
+def _run_from_row(names: list[str], row: tuple) -> Run:
+    """A Run instance from a raw row of ``runqueue_run`` (what ``raw()`` does)."""
+    loaders = _run_loaders()
+    values = {}
+    for name, value in zip(names, row, strict=True):
+        attname, converters = loaders[name]
+        for convert in converters:
+            value = convert(value, None, connection)
+        values[attname] = value
+    return Run.from_db(
+        connection.alias,
+        [f.attname for f in Run._meta.concrete_fields],
+        [values[f.attname] for f in Run._meta.concrete_fields],
+    )
 
 
 def claim_one(
@@ -223,12 +264,16 @@ def _fenced_transaction(
     write: Callable[[tuple], None] | None,
 ) -> tuple | None:
     try:
+        if write is None and hooks.inside_fence is None and not connection.in_atomic_block:
+            # The fence is the whole transaction (a heartbeat, or a finish
+            # whose event is in the same statement): one statement in
+            # autocommit, so no BEGIN and COMMIT round trips.
+            row = _fence_row(lease, fence, params)
+            if row is None:
+                raise _FencedError  # zero rows: fenced, nothing was written
+            return row
         with transaction.atomic(durable=True):
-            with connection.cursor() as cursor:
-                execute(
-                    cursor, fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}
-                )
-                row = cursor.fetchone()
+            row = _fence_row(lease, fence, params)
             if row is None:
                 # Zero rows: fenced. Roll back and write nothing else here.
                 raise _FencedError
@@ -249,6 +294,12 @@ def _fenced_transaction(
 
 class _FencedError(Exception):
     pass
+
+
+def _fence_row(lease: Lease, fence: str, params: dict[str, Any] | None) -> tuple | None:
+    """Run the fence statement; its row, or None when it matched nothing."""
+    with prepared(fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}) as cur:
+        return cur.fetchone()
 
 
 def _renew_params(lease: Lease) -> dict[str, Any]:
@@ -368,22 +419,26 @@ def record_tool_outcome(
 def succeed(lease: Lease, result: Any = None) -> bool:
     """Finish the run as succeeded with ``result``; False once fenced."""
     _check_json(result, "result")
-
-    def write(_row: tuple) -> None:
-        events.append(lease.run_id, events.SUCCEEDED, lease.epoch, {"attempt": lease.attempt})
-
-    params = {"status": RunStatus.SUCCEEDED, "result": Jsonb(result), "failure": None}
-    return _fenced(lease, "succeed", "fence_finish", params, write, closes=True) is not None
+    params = {
+        "status": RunStatus.SUCCEEDED,
+        "result": Jsonb(result),
+        "failure": None,
+        "event_type": events.SUCCEEDED,
+        "event_data": Jsonb({"attempt": lease.attempt}),
+    }
+    return _fenced(lease, "succeed", "fence_finish", params, closes=True) is not None
 
 
 def fail(lease: Lease, failure: dict[str, Any]) -> bool:
     """Dead-letter the run now (a permanent failure); False once fenced."""
-
-    def write(_row: tuple) -> None:
-        events.append(lease.run_id, events.FAILED, lease.epoch, _failure_summary(failure))
-
-    params = {"status": RunStatus.FAILED, "result": None, "failure": Jsonb(failure)}
-    return _fenced(lease, "fail", "fence_finish", params, write, closes=True) is not None
+    params = {
+        "status": RunStatus.FAILED,
+        "result": None,
+        "failure": Jsonb(failure),
+        "event_type": events.FAILED,
+        "event_data": Jsonb(_failure_summary(failure)),
+    }
+    return _fenced(lease, "fail", "fence_finish", params, closes=True) is not None
 
 
 def give_up(lease: Lease, exc: BaseException | None = None) -> bool:

@@ -168,12 +168,22 @@ class Run(models.Model):
             models.CheckConstraint(condition=~Q(kind=""), name="runqueue_run_kind_not_empty"),
         ]
         indexes = [
-            # The claim's index. lease_expires_at stays out of every index so
-            # heartbeats remain HOT updates.
+            # The claim's index: queued runs only, in claim order. A claimed
+            # run leaves it, so it stays as small as the backlog and a claim
+            # adds no entry to it. lease_expires_at stays out of every index
+            # so heartbeats remain HOT updates.
             models.Index(
-                fields=["status", "priority", "created_at"],
-                condition=Q(status__in=ACTIVE_STATUSES),
+                fields=["priority", "created_at"],
+                condition=Q(status=RunStatus.QUEUED),
                 name="runqueue_run_claim_idx",
+            ),
+            # Runs that hold or wait for a lease, by id: the fences
+            # (id + status) and the sweeper (status) find them here, never
+            # through the claim index, whatever the statistics say.
+            models.Index(
+                fields=["status", "id"],
+                condition=Q(status__in=[RunStatus.RUNNING, RunStatus.WAITING_FOR_USER]),
+                name="runqueue_run_leased_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             models.Index(

@@ -210,6 +210,11 @@ def _jsonable(value: Any) -> Any:
 
 def build_context(lease: leases.Lease) -> RunContext:
     """Resume from the last checkpoint, with the tool records made since."""
+    if lease.epoch == 1:
+        # The first lease the run ever had (submit starts at epoch 0 and
+        # every transition bumps it): checkpoints and tool records are only
+        # written under a lease, so there is nothing to resume from.
+        return RunContext(lease, state=None, tool_seq=0, recorded={})
     last = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-seq").first()
     tool_seq = last.tool_seq if last else 0
     recorded = {

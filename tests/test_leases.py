@@ -315,3 +315,32 @@ def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:
     assert leases.checkpoint(lease, {"late": True}) is False
     assert lease.closed and not lease.fenced
     assert event_types(sub.run.id) == ["run.created", "run.claimed", "run.succeeded"]
+
+
+def test_fences_find_the_run_by_id_whatever_the_statistics_say() -> None:
+    """Statistics taken while runs were queued say nothing is running; the
+    fence still goes to the run by id, never walks the running runs."""
+    from runqueue.sql import queries
+
+    Run.objects.bulk_create([Run(kind="k", priority=10, payload={}) for _ in range(500)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runqueue_run")
+    held = leases.claim("w", [ASYNC], limit=500)
+    assert len(held) == 500
+    params = {"run_id": held[250].run_id, "epoch": 1, "lease_seconds": 30.0}
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries()["fence_renew"], params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "runqueue_run_claim_idx" not in plan, plan
+    assert "Index Cond" in plan and "id =" in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_is_never_nested_in_a_callers_transaction() -> None:
+    from django.db import transaction
+
+    runqueue.submit(kind="k")
+    with transaction.atomic(), pytest.raises(RuntimeError):
+        leases.claim_one("w")
+    lease = leases.claim_one("w")  # outside: one statement, committed
+    assert event_types(lease.run_id) == ["run.created", "run.claimed"]

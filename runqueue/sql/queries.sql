@@ -52,16 +52,26 @@ UPDATE runqueue_run
 RETURNING id;
 
 -- name: fence_finish --
--- Finish a run the worker still owns: succeeded or failed. Zero rows: fenced.
-UPDATE runqueue_run
-   SET status = %(status)s,
-       result = %(result)s,
-       failure = %(failure)s,
-       finished_at = now(),
-       lease_owner = '',
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
-RETURNING id;
+-- Finish a run the worker still owns: succeeded or failed, and log the
+-- event in the same statement (written only if the fence matched). One
+-- statement, so in autocommit it is a transaction of its own with the fence
+-- first: one round trip per finish. Zero rows: fenced, nothing written.
+WITH finished AS (
+    UPDATE runqueue_run
+       SET status = %(status)s,
+           result = %(result)s,
+           failure = %(failure)s,
+           finished_at = now(),
+           lease_owner = '',
+           lease_expires_at = NULL
+     WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+    RETURNING id, lease_epoch
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s, now()
+      FROM finished f
+)
+SELECT id FROM finished;
 
 -- name: fence_wait --
 -- End the turn waiting for the user: the run keeps its session slot but

@@ -20,12 +20,15 @@ from django.utils import timezone
 from runqueue import housekeeping, leases
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.worker.feed import Feed
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic
 from runqueue.worker.slot import Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
+
+CLAIM_BATCH = 10
 
 
 def _retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
@@ -57,6 +60,9 @@ class PoolConfig:
     poll_seconds: float = field(default_factory=lambda: get_settings().POLL_SECONDS)
     grace_seconds: float = field(default_factory=lambda: get_settings().GRACE_SECONDS)
     housekeeping_seconds: float = 600
+    #: At most this many runs per claim statement; a slot group claims for
+    #: its idle slots only, so this caps the batch of a large group.
+    claim_batch: int = CLAIM_BATCH
     burst: bool = False
     worker_id: str = field(default_factory=default_worker_id)
 
@@ -80,9 +86,19 @@ class Pool:
         self._held: set[leases.Lease] = set()
         self._lock = threading.Lock()
         self._signals = 0
-        self.slots = [
-            Slot(self, f"{spec.label}-{i}", spec.classes)
+        self.feeds = [
+            Feed(
+                self,
+                spec.classes,
+                spec.count,
+                lease_seconds=config.lease_seconds,
+                max_batch=config.claim_batch,
+            )
             for spec in config.slots
+        ]
+        self.slots = [
+            Slot(self, f"{spec.label}-{i}", spec.classes, feed)
+            for spec, feed in zip(config.slots, self.feeds, strict=True)
             for i in range(spec.count)
         ]
 

@@ -1,4 +1,5 @@
-"""One slot: wait for a wake-up, claim from its classes, run, repeat."""
+"""One slot: wait for a wake-up, take a run from its group's feed (which
+claims for every idle slot of the group at once), run it, repeat."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from runqueue import leases, runtime
 from runqueue.models import PriorityClass
+from runqueue.worker.feed import Empty, Feed
 
 if TYPE_CHECKING:
     from runqueue.worker.pool import Pool
@@ -20,7 +22,9 @@ logger = logging.getLogger("runqueue.worker")
 
 
 class Slot(threading.Thread):
-    def __init__(self, pool: Pool, name: str, classes: tuple[PriorityClass, ...]) -> None:
+    def __init__(
+        self, pool: Pool, name: str, classes: tuple[PriorityClass, ...], feed: Feed
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.pool = pool
         self.classes = classes
@@ -28,6 +32,8 @@ class Slot(threading.Thread):
         self.wake = threading.Event()
         self.owner = f"{pool.config.worker_id}/{name}"
         self.current: leases.Lease | None = None
+        self.feed = feed
+        feed.join(self.wake)
 
     def run(self) -> None:
         config = self.pool.config
@@ -39,9 +45,7 @@ class Slot(threading.Thread):
                 # makes the wait below return at once.
                 self.wake.clear()
                 try:
-                    lease = leases.claim_one(
-                        self.owner, self.classes, lease_seconds=config.lease_seconds
-                    )
+                    lease = self.feed.take(self.owner, self.wake)
                 except DatabaseError as exc:
                     logger.warning(
                         "%s: claim failed (%s); retrying in %.1fs", self.name, exc, delay
@@ -51,12 +55,20 @@ class Slot(threading.Thread):
                     delay = min(delay * 2, 30)
                     continue
                 delay = 0.5
-                if lease is None:
+                if lease is Empty.CLAIMING:
+                    # Another slot of the group is claiming; it wakes the
+                    # group when done (the poll is only a safety net).
+                    self.wake.wait(config.poll_seconds)
+                    continue
+                if lease is Empty.NOTHING_DUE:
                     if config.burst:
                         return
                     self.wake.wait(config.poll_seconds * random.uniform(0.9, 1.1))  # noqa: S311
                     continue
-                self._run(lease)
+                try:
+                    self._run(lease)
+                finally:
+                    self.feed.done()
         finally:
             connection.close()
 

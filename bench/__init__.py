@@ -1,0 +1,1 @@
+"""runqueue's benchmarks: ``python -m bench`` (see bench/README.md)."""

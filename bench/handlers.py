@@ -1,0 +1,26 @@
+"""The benchmark's runqueue handlers (imported by bench workers through
+RUNQUEUE_HANDLER_MODULES=bench.handlers)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import runqueue
+
+#: Set by an in-process benchmark: called with the payload at handler start.
+on_start: Callable[[Any], None] | None = None
+
+
+@runqueue.handler("bench.noop")
+def noop(ctx: runqueue.RunContext) -> None:
+    """Does nothing: the queue's own cost per run."""
+    if on_start is not None:
+        on_start(ctx.payload)
+
+
+@runqueue.handler("bench.busy")
+def busy(ctx: runqueue.RunContext) -> None:
+    """Keeps its slot busy for ``payload.sleep`` seconds (10 ms by default)."""
+    time.sleep(ctx.payload.get("sleep", 0.01) if isinstance(ctx.payload, dict) else 0.01)

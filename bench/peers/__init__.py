@@ -1,0 +1,1 @@
+"""Peers, through their public APIs (``pip install -e .[bench]``)."""
