@@ -1,0 +1,68 @@
+"""Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
+
+With ``submit.py``, the only writer of runs. Every worker transaction starts
+with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
+``status = 'running'``; it writes other rows only if that returned a row.
+Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
+appended in a transaction of its own, and the worker writes nothing else.
+Every transition made by anyone but the owner bumps ``lease_epoch``.
+"""
+
+from runqueue.leases.base import (
+    ALL_CLASSES,
+    Hooks,
+    Lease,
+    backoff,
+    failure_record,
+    hooks,
+    notify,
+    permanent_failure,
+)
+from runqueue.leases.claim import claim, claim_one
+from runqueue.leases.transitions import (
+    cancel,
+    prune_terminal_runs,
+    requeue,
+    resolve_uncertain,
+    sweep,
+)
+from runqueue.leases.writes import (
+    append_event,
+    checkpoint,
+    fail,
+    give_up,
+    heartbeat,
+    record_tool_outcome,
+    record_tool_started,
+    release,
+    succeed,
+    wait_for_user,
+)
+
+__all__ = [
+    "ALL_CLASSES",
+    "Hooks",
+    "Lease",
+    "append_event",
+    "backoff",
+    "cancel",
+    "checkpoint",
+    "claim",
+    "claim_one",
+    "fail",
+    "failure_record",
+    "give_up",
+    "heartbeat",
+    "hooks",
+    "notify",
+    "permanent_failure",
+    "prune_terminal_runs",
+    "record_tool_outcome",
+    "record_tool_started",
+    "release",
+    "requeue",
+    "resolve_uncertain",
+    "succeed",
+    "sweep",
+    "wait_for_user",
+]

@@ -1,0 +1,125 @@
+"""The lease a worker holds, backoff, failure records and the helpers the
+rest of runqueue.leases shares."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+from runqueue.conf import get_settings
+from runqueue.errors import (
+    PERMANENT,
+)
+from runqueue.models import (
+    PriorityClass,
+    Run,
+)
+from runqueue.sql import execute
+
+logger = logging.getLogger("runqueue.leases")
+
+ALL_CLASSES: tuple[PriorityClass, ...] = tuple(PriorityClass)
+
+
+@dataclass
+class Hooks:
+    """Pause points for tests that interleave real connections (River's
+    TestSignals). Both are None in production."""
+
+    #: Called inside a worker transaction, after the fence row, before commit.
+    inside_fence: Callable[[Lease, str], None] | None = None
+    #: Called inside the sweep's transaction, after its UPDATE, before commit.
+    inside_sweep: Callable[[list[tuple]], None] | None = None
+
+
+hooks = Hooks()
+
+
+@dataclass(eq=False)
+class Lease:
+    """A worker's hold on one run at one epoch; shared by its threads."""
+
+    run: Run
+    owner: str
+    lease_seconds: float
+    #: Another worker owns the run now (or it was cancelled): write nothing.
+    fenced: bool = False
+    #: This worker finished, gave up or released the run: the lease is spent.
+    closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # One worker transaction at a time per lease (handler and heartbeat
+    # threads share it), so a heartbeat never races its own finish.
+    _write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def run_id(self) -> Any:
+        return self.run.id
+
+    @property
+    def epoch(self) -> int:
+        return self.run.lease_epoch
+
+    @property
+    def attempt(self) -> int:
+        return self.run.attempts
+
+
+def backoff(attempts: int, *, rng: random.Random | None = None) -> float:
+    """Seconds before retry number ``attempts``: base * 2**(attempts-1), capped, jittered.
+
+    With the defaults (base 2 s, cap 600 s, jitter 0.2): about 2, 4, 8, ... s,
+    each multiplied by a random factor in [0.8, 1.2).
+    """
+    conf = get_settings()
+    delay = min(conf.BACKOFF_BASE_SECONDS * 2 ** max(attempts - 1, 0), conf.BACKOFF_MAX_SECONDS)
+    jitter = conf.BACKOFF_JITTER * (2 * (rng or random).random() - 1)
+    return max(delay * (1 + jitter), 0.0)
+
+
+def failure_record(
+    exc: BaseException | None, *, classification: str, attempt: int, message: str | None = None
+) -> dict[str, Any]:
+    """The dead-letter record kept in ``Run.failure``: enough to act on."""
+    return {
+        "classification": classification,
+        "error_type": type(exc).__name__ if exc is not None else None,
+        "message": message if message is not None else str(exc),
+        "traceback": "".join(traceback.format_exception(exc)) if exc is not None else None,
+        "attempt": attempt,
+    }
+
+
+def _failure_summary(failure: dict[str, Any]) -> dict[str, Any]:
+    return {k: failure.get(k) for k in ("classification", "error_type", "message", "attempt")}
+
+
+def permanent_failure(exc: BaseException, attempt: int) -> dict[str, Any]:
+    return failure_record(exc, classification=PERMANENT, attempt=attempt)
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def notify(priority: int | None) -> None:
+    """Wake idle workers of a class (all classes when None), on commit."""
+    payload = "" if priority is None else PriorityClass.of(priority).name.lower()
+    with connection.cursor() as cursor:
+        execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
+
+
+def _check_json(value: Any, what: str) -> None:
+    """Reject what PostgreSQL's jsonb would refuse, before anything is written."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store")

@@ -1,0 +1,129 @@
+"""The fence: every worker transaction starts with an UPDATE that asserts
+the lease; zero rows means fenced, and nothing else is written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import OperationalError, connection, transaction
+
+from runqueue import events
+from runqueue.leases.base import (
+    Lease,
+    hooks,
+    logger,
+)
+from runqueue.models import (
+    Run,
+    RunStatus,
+)
+from runqueue.sql import prepared
+
+# --- the fence ---------------------------------------------------------------
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc.__cause__, "sqlstate", None)
+
+
+def _still_owned(lease: Lease) -> bool:
+    return Run.objects.filter(
+        id=lease.run_id, lease_epoch=lease.epoch, status=RunStatus.RUNNING
+    ).exists()
+
+
+def _record_fenced(lease: Lease, action: str) -> None:
+    """Append run.fenced once per lease, after the fenced transaction rolled back."""
+    with lease._lock:
+        if lease.fenced:
+            return
+        lease.fenced = True
+    current = Run.objects.filter(id=lease.run_id).values_list("lease_epoch", "status").first()
+    logger.warning(
+        "Fenced run id=%s epoch=%s action=%s now=%s", lease.run_id, lease.epoch, action, current
+    )
+    if current is None:
+        return
+    with transaction.atomic(durable=True):
+        events.append(
+            lease.run_id,
+            events.FENCED,
+            lease.epoch,
+            {
+                "owner": lease.owner,
+                "action": action,
+                "current_epoch": current[0],
+                "current_status": current[1],
+            },
+        )
+
+
+def _fenced(
+    lease: Lease,
+    action: str,
+    fence: str,
+    params: dict[str, Any] | None = None,
+    write: Callable[[tuple], None] | None = None,
+    *,
+    closes: bool = False,
+) -> tuple | None:
+    """Run one worker transaction behind the fence; the fence row, or None if
+    fenced (or the lease is already spent). ``closes``: this write ends the lease."""
+    with lease._write_lock:
+        if lease.fenced or lease.closed:
+            return None
+        row = _fenced_transaction(lease, action, fence, params, write)
+        if row is not None and closes:
+            lease.closed = True
+        return row
+
+
+def _fenced_transaction(
+    lease: Lease,
+    action: str,
+    fence: str,
+    params: dict[str, Any] | None,
+    write: Callable[[tuple], None] | None,
+) -> tuple | None:
+    try:
+        if write is None and hooks.inside_fence is None and not connection.in_atomic_block:
+            # The fence is the whole transaction (a heartbeat, or a finish
+            # whose event is in the same statement): one statement in
+            # autocommit, so no BEGIN and COMMIT round trips.
+            row = _fence_row(lease, fence, params)
+            if row is None:
+                raise _FencedError  # zero rows: fenced, nothing was written
+            return row
+        with transaction.atomic(durable=True):
+            row = _fence_row(lease, fence, params)
+            if row is None:
+                # Zero rows: fenced. Roll back and write nothing else here.
+                raise _FencedError
+            if write is not None:
+                write(row)
+            if hooks.inside_fence is not None:
+                hooks.inside_fence(lease, action)
+            return row
+    except _FencedError:
+        pass
+    except OperationalError as exc:
+        # 40001 on a fenced write means "possibly fenced": re-read, never retry blindly.
+        if _sqlstate(exc) != "40001" or _still_owned(lease):
+            raise
+    _record_fenced(lease, action)
+    return None
+
+
+class _FencedError(Exception):
+    pass
+
+
+def _fence_row(lease: Lease, fence: str, params: dict[str, Any] | None) -> tuple | None:
+    """Run the fence statement; its row, or None when it matched nothing."""
+    with prepared(fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}) as cur:
+        return cur.fetchone()
+
+
+def _renew_params(lease: Lease) -> dict[str, Any]:
+    return {"lease_seconds": lease.lease_seconds}

@@ -1,0 +1,172 @@
+"""Transitions made by others than the owner: the sweeper's requeue and
+dead letter, cancel, an operator's requeue and resolution, pruning. Each
+bumps lease_epoch, so no stale owner can write again."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from runqueue import events
+from runqueue.errors import (
+    ActiveRunConflict,
+    InvalidTransition,
+    RunNotFound,
+)
+from runqueue.leases.base import (
+    backoff,
+    hooks,
+    logger,
+    notify,
+)
+from runqueue.models import (
+    TERMINAL_STATUSES,
+    Run,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+)
+from runqueue.sql import execute
+
+# --- transitions by others: sweep, cancel ------------------------------------
+
+
+def sweep(
+    *, limit: int = 100, after_read: Callable[[Sequence[tuple]], None] | None = None
+) -> list[tuple]:
+    """Requeue (with backoff) or dead-letter runs whose lease expired.
+
+    The UPDATE re-checks epoch, status and expiry against what was read, so
+    a run finished or renewed in between is left alone. ``after_read`` is a
+    test hook called between the read and the update.
+    """
+    with connection.cursor() as cursor:
+        rows = execute(cursor, "expired_leases", {"limit": limit}).fetchall()
+    if not rows:
+        return []
+    if after_read is not None:
+        after_read(rows)
+    params = {
+        "ids": [r[0] for r in rows],
+        "epochs": [r[1] for r in rows],
+        "delays": [backoff(r[2]) for r in rows],
+    }
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            swept = execute(cursor, "sweep_expired", params).fetchall()
+        if hooks.inside_sweep is not None:
+            hooks.inside_sweep(swept)
+        if any(status == RunStatus.QUEUED for _id, status, _e, _a in swept):
+            notify(None)
+    for run_id, status, epoch, attempts in swept:
+        logger.info("Swept run id=%s to %s epoch=%s attempt=%s", run_id, status, epoch, attempts)
+    return swept
+
+
+def cancel(run_id: Any, *, reason: str, actor: str) -> Run:
+    """Cancel a non-terminal run; the epoch bump fences a worker still running it."""
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            row = execute(cursor, "cancel", {"run_id": run_id}).fetchone()
+        if row is None:
+            status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
+            if status is None:
+                raise RunNotFound(run_id)
+            raise InvalidTransition(run_id, status, "cancel")
+        events.append(run_id, events.CANCELLED, row[1], {"reason": reason, "actor": actor})
+    return Run.objects.get(id=run_id)
+
+
+def requeue(run_id: Any, *, actor: str, reason: str = "") -> Run:
+    """An operator's requeue of a dead-lettered run.
+
+    Raises RunNotFound, InvalidTransition (not failed) or ActiveRunConflict
+    (its session has another active run now).
+    """
+    previous = Run.objects.filter(id=run_id).values_list("status", "failure", "session_id").first()
+    if previous is None:
+        raise RunNotFound(run_id)
+    status, failure, session_id = previous
+    try:
+        with transaction.atomic(durable=True):
+            with connection.cursor() as cursor:
+                row = execute(cursor, "operator_requeue", {"run_id": run_id}).fetchone()
+            if row is None:
+                current = Run.objects.values_list("status", flat=True).get(id=run_id)
+                raise InvalidTransition(run_id, current, "requeue")
+            events.append(
+                run_id,
+                events.OPERATOR_REQUEUED,
+                row[1],
+                {"actor": actor, "reason": reason, "previous_failure": failure},
+            )
+            notify(row[2])
+    except IntegrityError as exc:
+        active = Run.objects.active().filter(session_id=session_id).exclude(id=run_id).first()
+        raise ActiveRunConflict(
+            session_id or "", active.id if active else None, active.status if active else None
+        ) from exc
+    return Run.objects.get(id=run_id)
+
+
+def resolve_uncertain(
+    tool_invocation_id: int, *, happened: bool, note: str, actor: str
+) -> ToolInvocation:
+    """Record an operator's answer for an uncertain tool invocation: did it happen?"""
+    with transaction.atomic(durable=True):
+        tool = (
+            ToolInvocation.objects.select_for_update()
+            .select_related("run")
+            .filter(id=tool_invocation_id)
+            .first()
+        )
+        if tool is None:
+            raise LookupError(f"no tool invocation {tool_invocation_id}")
+        if tool.status != ToolStatus.UNCERTAIN or tool.resolution is not None:
+            raise InvalidTransition(tool.run_id, tool.status, "resolve this tool invocation of")
+        tool.resolution = {
+            "happened": happened,
+            "note": note,
+            "actor": actor,
+            "at": timezone.now().isoformat(),
+        }
+        tool.save(update_fields=["resolution"])
+        events.append(
+            tool.run_id,
+            events.TOOL_RESOLVED,
+            tool.run.lease_epoch,
+            {
+                "seq": tool.seq,
+                "tool": tool.tool,
+                "happened": happened,
+                "note": note,
+                "actor": actor,
+            },
+        )
+    return tool
+
+
+def prune_terminal_runs(
+    *, older_than_seconds: float, batch: int = 500, heartbeat: Callable[[], bool] | None = None
+) -> int:
+    """Delete terminal runs finished longer ago than that, with their events,
+    tool records, checkpoints and keys; in batches."""
+    deleted = 0
+    cutoff = timezone.now() - dt.timedelta(seconds=older_than_seconds)
+    while True:
+        ids = list(
+            Run.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff).values_list(
+                "id", flat=True
+            )[:batch]
+        )
+        if not ids:
+            return deleted
+        with transaction.atomic():
+            Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
+        deleted += len(ids)
+        if heartbeat is not None and not heartbeat():
+            return deleted
