@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -231,18 +231,41 @@ def _transient_classes(paths: tuple[str, ...]) -> tuple[type[BaseException], ...
     return tuple(import_string(p) for p in paths)
 
 
-def execute(lease: leases.Lease) -> str:
+class Finisher(Protocol):
+    """Where ``execute`` writes a finish: ``leases`` itself, or a pool's
+    completer. True: finished; False: fenced; None: handed over, not written
+    yet (the finisher reports how it ended)."""
+
+    def succeed(self, lease: leases.Lease, result: Any = None) -> bool | None: ...
+
+    def fail(self, lease: leases.Lease, failure: dict[str, Any]) -> bool | None: ...
+
+
+#: ``execute``'s outcome for a finish handed over to a completer.
+HANDED_OVER = "handed_over"
+
+
+def _outcome(ok: bool | None, done: str) -> str:
+    if ok is None:
+        return HANDED_OVER
+    return done if ok else "fenced"
+
+
+def execute(lease: leases.Lease, finisher: Finisher | None = None) -> str:
     """Run the handler for a claimed lease and record how it ended.
 
     Returns the outcome: succeeded, failed, requeued, waiting or fenced.
+    Succeeds and fails go through ``finisher`` (default: ``leases``); one
+    that hands them over makes the outcome ``HANDED_OVER``.
     """
+    finish: Finisher = finisher if finisher is not None else leases
     try:
         fn = registry.lookup(lease.run.kind)
     except UnknownKind as exc:
-        leases.fail(
+        ok = finish.fail(
             lease, leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt)
         )
-        return "failed" if not lease.fenced else "fenced"
+        return _outcome(ok, "failed")
     ctx = build_context(lease)
     try:
         result = fn(ctx)
@@ -255,8 +278,8 @@ def execute(lease: leases.Lease) -> str:
         transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
         if classify(exc, transient) == PERMANENT:
             logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
-            ok = leases.fail(lease, leases.permanent_failure(exc, lease.attempt))
-            return "failed" if ok else "fenced"
+            ok = finish.fail(lease, leases.permanent_failure(exc, lease.attempt))
+            return _outcome(ok, "failed")
         if not leases.give_up(lease, exc):
             return "fenced"
         # attempts has not moved since the claim: the same test the SQL makes.
@@ -265,9 +288,9 @@ def execute(lease: leases.Lease) -> str:
         ok = leases.wait_for_user(lease, result.question, result.state, tool_seq=ctx._seq)
         return "waiting" if ok else "fenced"
     try:
-        ok = leases.succeed(lease, result)
+        ok = finish.succeed(lease, result)
     except ValueError as exc:
-        ok = leases.fail(
+        ok = finish.fail(
             lease,
             leases.failure_record(
                 exc,
@@ -276,5 +299,5 @@ def execute(lease: leases.Lease) -> str:
                 message=f"the handler's result could not be stored: {exc}",
             ),
         )
-        return "failed" if ok else "fenced"
-    return "succeeded" if ok else "fenced"
+        return _outcome(ok, "failed")
+    return _outcome(ok, "succeeded")

@@ -18,6 +18,7 @@ from runqueue.leases.base import (
     notify,
     permanent_failure,
 )
+from runqueue.leases.batch import Finish, finish_batch, finish_many
 from runqueue.leases.claim import claim, claim_one
 from runqueue.leases.transitions import (
     cancel,
@@ -30,17 +31,20 @@ from runqueue.leases.writes import (
     append_event,
     checkpoint,
     fail,
+    fail_params,
     give_up,
     heartbeat,
     record_tool_outcome,
     record_tool_started,
     release,
     succeed,
+    succeed_params,
     wait_for_user,
 )
 
 __all__ = [
     "ALL_CLASSES",
+    "Finish",
     "Hooks",
     "Lease",
     "append_event",
@@ -50,6 +54,9 @@ __all__ = [
     "claim",
     "claim_one",
     "fail",
+    "fail_params",
+    "finish_batch",
+    "finish_many",
     "failure_record",
     "give_up",
     "heartbeat",
@@ -63,6 +70,7 @@ __all__ = [
     "requeue",
     "resolve_uncertain",
     "succeed",
+    "succeed_params",
     "sweep",
     "wait_for_user",
 ]

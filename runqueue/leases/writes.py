@@ -139,28 +139,39 @@ def record_tool_outcome(
     return _fenced(lease, "tool." + status, "fence_renew", _renew_params(lease), write) is not None
 
 
-def succeed(lease: Lease, result: Any = None) -> bool:
-    """Finish the run as succeeded with ``result``; False once fenced."""
+def succeed_params(lease: Lease, result: Any = None) -> dict[str, Any]:
+    """``fence_finish``'s parameters for a success (ValueError if ``result``
+    cannot be stored)."""
     _check_json(result, "result")
-    params = {
+    return {
         "status": RunStatus.SUCCEEDED,
         "result": Jsonb(result),
         "failure": None,
         "event_type": events.SUCCEEDED,
         "event_data": Jsonb({"attempt": lease.attempt}),
     }
-    return _fenced(lease, "succeed", "fence_finish", params, closes=True) is not None
 
 
-def fail(lease: Lease, failure: dict[str, Any]) -> bool:
-    """Dead-letter the run now (a permanent failure); False once fenced."""
-    params = {
+def fail_params(_lease: Lease, failure: dict[str, Any]) -> dict[str, Any]:
+    """``fence_finish``'s parameters for a permanent failure."""
+    return {
         "status": RunStatus.FAILED,
         "result": None,
         "failure": Jsonb(failure),
         "event_type": events.FAILED,
         "event_data": Jsonb(_failure_summary(failure)),
     }
+
+
+def succeed(lease: Lease, result: Any = None) -> bool:
+    """Finish the run as succeeded with ``result``; False once fenced."""
+    params = succeed_params(lease, result)
+    return _fenced(lease, "succeed", "fence_finish", params, closes=True) is not None
+
+
+def fail(lease: Lease, failure: dict[str, Any]) -> bool:
+    """Dead-letter the run now (a permanent failure); False once fenced."""
+    params = fail_params(lease, failure)
     return _fenced(lease, "fail", "fence_finish", params, closes=True) is not None
 
 

@@ -73,6 +73,36 @@ WITH finished AS (
 )
 SELECT id FROM finished;
 
+-- name: fence_finish_batch --
+-- The finishes of several runs in one statement (the worker's group commit):
+-- each row keeps its own fence (id, epoch, status = 'running'), and only the
+-- rows whose fence matched get their event. The ids returned committed; a
+-- lease whose id is missing was fenced and wrote nothing. JSON travels as
+-- text (NULL stays SQL NULL), cast per row.
+WITH input AS (
+    SELECT *
+      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
+                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
+                  %(event_data)s::text[])
+           AS i(id, epoch, status, result, failure, event_type, event_data)
+), finished AS (
+    UPDATE runqueue_run r
+       SET status = i.status,
+           result = i.result::jsonb,
+           failure = i.failure::jsonb,
+           finished_at = now(),
+           lease_owner = '',
+           lease_expires_at = NULL
+      FROM input i
+     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
+      FROM finished f
+)
+SELECT id FROM finished;
+
 -- name: fence_wait --
 -- End the turn waiting for the user: the run keeps its session slot but
 -- holds no lease. Zero rows: fenced.

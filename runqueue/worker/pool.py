@@ -20,6 +20,7 @@ from django.utils import timezone
 from runqueue import housekeeping, leases
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.worker.completer import Completer
 from runqueue.worker.feed import Feed
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic
@@ -84,6 +85,9 @@ class Pool:
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
         self._held: set[leases.Lease] = set()
+        self._started: dict[leases.Lease, float] = {}
+        #: Writes the slots' succeeds and fails in batches (decisions.md, Performance).
+        self.completer = Completer(self.finished)
         self._lock = threading.Lock()
         self._signals = 0
         self.feeds = [
@@ -108,9 +112,25 @@ class Pool:
         with self._lock:
             self._held.add(lease)
 
-    def drop(self, lease: leases.Lease) -> None:
+    def started(self, lease: leases.Lease) -> None:
+        """A slot started the run of a held lease."""
+        with self._lock:
+            self._started[lease] = time.monotonic()
+
+    def finished(self, lease: leases.Lease, outcome: str) -> None:
+        """The run's outcome is written (or left to lease expiry): let the lease go."""
         with self._lock:
             self._held.discard(lease)
+            started = self._started.pop(lease, None)
+        run = lease.run
+        logger.info(
+            "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
+            run.id,
+            run.kind,
+            outcome,
+            lease.epoch,
+            (time.monotonic() - started) * 1000 if started is not None else 0,
+        )
 
     def held(self) -> list[leases.Lease]:
         with self._lock:
@@ -171,6 +191,7 @@ class Pool:
             "runqueue-heartbeat", self.config.heartbeat_seconds, self._heartbeat, self.stopped
         )
         self.heartbeat.start()
+        self.completer.start()
         if self.config.burst:
             leases.sweep()
         else:
@@ -225,6 +246,9 @@ class Pool:
         deadline = time.monotonic() + self.config.grace_seconds
         for slot in self.slots:
             slot.join(max(deadline - time.monotonic(), 0))
+        # Write the finishes handed over; a slot still running past the grace
+        # period writes its own (and is fenced by the release below).
+        self.completer.close(max(deadline - time.monotonic(), 1.0))
         # The main thread's connection sat idle since start: it may be gone.
         connection.close()
         for lease in self.held():

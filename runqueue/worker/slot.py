@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, connection
@@ -86,10 +85,10 @@ class Slot(threading.Thread):
         )
         self.current = lease
         self.pool.hold(lease)
-        started = time.monotonic()
+        self.pool.started(lease)
         outcome = "error"
         try:
-            outcome = runtime.execute(lease)
+            outcome = runtime.execute(lease, self.pool.completer)
         except DatabaseError as exc:
             # Lost the database mid-run: the lease expires and the sweeper
             # requeues the run; nothing here can be trusted to have committed.
@@ -100,13 +99,8 @@ class Slot(threading.Thread):
         except Exception:
             logger.exception("Run id=%s: the runtime failed", run.id)
         finally:
-            self.pool.drop(lease)
             self.current = None
-            logger.info(
-                "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
-                run.id,
-                run.kind,
-                outcome,
-                lease.epoch,
-                (time.monotonic() - started) * 1000,
-            )
+            if outcome != runtime.HANDED_OVER:
+                # A handed-over finish is the completer's to report: the pool
+                # holds the lease until its batch committed.
+                self.pool.finished(lease, outcome)
