@@ -95,6 +95,9 @@ WITH input AS (
            lease_expires_at = NULL
       FROM input i
      WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+       -- By id, whatever the statistics say: without this the planner may
+       -- hash-join the input against every running run.
+       AND r.id = ANY(%(ids)s::uuid[])
     RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)

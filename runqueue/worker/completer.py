@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from runqueue import leases
 
@@ -112,6 +112,9 @@ class Completer(threading.Thread):
                     batch = self._queue[: self.max_batch]
                     del self._queue[: self.max_batch]
                     self._cond.notify_all()
+                # As a slot does per run: drop a connection that is broken
+                # or too old before writing on it.
+                close_old_connections()
                 self._write(batch)
         finally:
             with self._cond:
