@@ -109,13 +109,13 @@ def submit(
     """
     request = _validate(
         kind=kind,
-        payload={} if payload is None else payload,
+        payload=payload,
         session_id=session_id,
         tenant=tenant,
         principal=principal,
         priority=priority,
         scheduled_for=scheduled_for,
-        max_attempts=get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        max_attempts=max_attempts,
         key=idempotency_key,
     )
     return _submit(request, durable=True)
@@ -141,13 +141,13 @@ def submit_in_transaction(
     """
     request = _validate(
         kind=kind,
-        payload={} if payload is None else payload,
+        payload=payload,
         session_id=session_id,
         tenant=tenant,
         principal=principal,
         priority=priority,
         scheduled_for=scheduled_for,
-        max_attempts=get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        max_attempts=max_attempts,
         key=None,
     )
     return _submit(request, durable=False)
@@ -205,10 +205,12 @@ def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Subm
 
 def _set_lock_timeout() -> None:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('lock_timeout', %s, true)",
-            [f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"],
-        )
+        params = {
+            "name": "lock_timeout",
+            "value": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms",
+            "is_local": True,
+        }
+        execute(cursor, "set_config", params)
 
 
 def _replay(request: _Request, request_hash: str) -> Submission | None:
@@ -347,7 +349,9 @@ def _validate(
     max_attempts: Any,
     key: Any,
 ) -> _Request:
-    """Check every argument before anything is written."""
+    """Check every argument (None meaning the default) before anything is written."""
+    payload = {} if payload is None else payload
+    max_attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
     _text("kind", kind)
     if not registry.is_registered(kind):
         raise UnknownKind(kind)

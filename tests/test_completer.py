@@ -254,3 +254,25 @@ def test_a_handed_over_finish_keeps_its_lease_held_until_the_batch_committed() -
     (late,) = _claimed(1)
     assert pool.completer.succeed(late, "late") is True
     assert Run.objects.get(id=late.run_id).status == RunStatus.SUCCEEDED
+
+
+def _idle_in_transaction_timeout() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        return cursor.fetchone()[0]
+
+
+def test_worker_connections_end_frozen_transactions_and_only_while_the_pool_runs() -> None:
+    """While a pool runs, its connections end a transaction left idle for
+    half a lease; once it stopped, new connections keep the server's value."""
+    seen: list[str] = []
+
+    @runqueue.handler("test.show_idle_timeout")
+    def _show(ctx) -> None:
+        seen.append(_idle_in_transaction_timeout())
+
+    runqueue.submit(kind="test.show_idle_timeout", priority=ASYNC)
+    assert _pool("idle-timeout").run() == 0
+    assert seen == ["15s"]  # half the default 30 s lease
+    connection.close()
+    assert _idle_in_transaction_timeout() == "0"

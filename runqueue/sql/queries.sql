@@ -238,6 +238,11 @@ UPDATE runqueue_run
  WHERE id = %(run_id)s AND status = 'waiting_for_user'
 RETURNING id, lease_epoch;
 
+-- name: set_config --
+-- A session (or, with is_local, transaction) setting such as lock_timeout:
+-- set_config takes the value as a parameter, which SET cannot.
+SELECT set_config(%(name)s, %(value)s, %(is_local)s);
+
 -- name: notify --
 -- Wake idle workers; sent inside the transaction, delivered on commit.
 SELECT pg_notify(%(channel)s, %(payload)s);

@@ -20,6 +20,7 @@ from django.utils import timezone
 from runqueue import housekeeping, leases
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.sql import execute
 from runqueue.worker.completer import Completer
 from runqueue.worker.feed import Feed
 from runqueue.worker.listener import Listener
@@ -80,6 +81,7 @@ class PoolConfig:
 class Pool:
     def __init__(self, config: PoolConfig) -> None:
         self.config = config
+        self._uid = f"runqueue-pool-{id(self)}"
         #: Set on the first SIGTERM/SIGINT: stop claiming, let runs finish.
         self.stopping = threading.Event()
         #: Set once every run is finished or given back: background loops end.
@@ -177,13 +179,15 @@ class Pool:
         such a transaction after half a lease."""
         timeout_ms = max(int(self.config.lease_seconds * 500), 500)
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                [f"{timeout_ms}ms"],
-            )
+            params = {
+                "name": "idle_in_transaction_session_timeout",
+                "value": f"{timeout_ms}ms",
+                "is_local": False,
+            }
+            execute(cursor, "set_config", params)
 
     def start(self) -> None:
-        connection_created.connect(self._limit_transactions, weak=False)
+        connection_created.connect(self._limit_transactions, dispatch_uid=self._uid)
         connection.close()  # the next connection gets the setting too
         self._register()
         self._next_housekeeping = 0.0
@@ -263,4 +267,7 @@ class Pool:
             )
         )
         connection.close()
+        # Connections made after this pool (a test's, the next pool's) are
+        # not this worker's: they keep the server's setting.
+        connection_created.disconnect(dispatch_uid=self._uid)
         logger.info("Worker %s stopped", self.config.worker_id)
