@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -25,6 +25,7 @@ from runqueue import leases, registry
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
+from runqueue.outcomes import Failed, GaveUp, Outcome, Succeeded, Waiting, json_text
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -231,73 +232,53 @@ def _transient_classes(paths: tuple[str, ...]) -> tuple[type[BaseException], ...
     return tuple(import_string(p) for p in paths)
 
 
-class Finisher(Protocol):
-    """Where ``execute`` writes a finish: ``leases`` itself, or a pool's
-    completer. True: finished; False: fenced; None: handed over, not written
-    yet (the finisher reports how it ended)."""
+def decide(lease: leases.Lease) -> Outcome:
+    """Run the handler for a claimed lease and say how the attempt ended.
 
-    def succeed(self, lease: leases.Lease, result: Any = None) -> bool | None: ...
-
-    def fail(self, lease: leases.Lease, failure: dict[str, Any]) -> bool | None: ...
-
-
-#: ``execute``'s outcome for a finish handed over to a completer.
-HANDED_OVER = "handed_over"
-
-
-def _outcome(ok: bool | None, done: str) -> str:
-    if ok is None:
-        return HANDED_OVER
-    return done if ok else "fenced"
-
-
-def execute(lease: leases.Lease, finisher: Finisher | None = None) -> str:
-    """Run the handler for a claimed lease and record how it ended.
-
-    Returns the outcome: succeeded, failed, requeued, waiting or fenced.
-    Succeeds and fails go through ``finisher`` (default: ``leases``); one
-    that hands them over makes the outcome ``HANDED_OVER``.
+    Writes no outcome (the worker's slot group does, fenced); the handler's
+    own writes (checkpoints, tool records, events) go through the fence as
+    it makes them. A database error under the handler is raised: the
+    connection failed, nothing can be written now, and the lease is left to
+    expire so the sweeper requeues the run (the only requeue path).
     """
-    finish: Finisher = finisher if finisher is not None else leases
     try:
         fn = registry.lookup(lease.run.kind)
     except UnknownKind as exc:
-        ok = finish.fail(
-            lease, leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt)
-        )
-        return _outcome(ok, "failed")
+        return Failed(leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
     ctx = build_context(lease)
     try:
         result = fn(ctx)
     except (OperationalError, InterfaceError):
-        # The database connection failed under the handler: an outage, not
-        # the run's fault, and nothing can be written now. The lease expires
-        # and the sweeper requeues the run (the only requeue path).
         raise
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
         transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
         if classify(exc, transient) == PERMANENT:
             logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
-            ok = finish.fail(lease, leases.permanent_failure(exc, lease.attempt))
-            return _outcome(ok, "failed")
-        if not leases.give_up(lease, exc):
-            return "fenced"
-        # attempts has not moved since the claim: the same test the SQL makes.
-        return "failed" if lease.attempt >= lease.run.max_attempts else "requeued"
-    if isinstance(result, AskUser):
-        ok = leases.wait_for_user(lease, result.question, result.state, tool_seq=ctx._seq)
-        return "waiting" if ok else "fenced"
+            return Failed(leases.permanent_failure(exc, lease.attempt))
+        return GaveUp(exc)
     try:
-        ok = finish.succeed(lease, result)
+        if isinstance(result, AskUser):
+            json_text(result.question, "question")
+            json_text(result.state, "checkpoint state")
+            return Waiting(result.question, result.state, ctx._seq)
+        return Succeeded.of(result)
     except ValueError as exc:
-        ok = finish.fail(
-            lease,
+        return Failed(
             leases.failure_record(
                 exc,
                 classification=PERMANENT,
                 attempt=lease.attempt,
                 message=f"the handler's result could not be stored: {exc}",
-            ),
+            )
         )
-        return _outcome(ok, "failed")
-    return _outcome(ok, "succeeded")
+
+
+def execute(lease: leases.Lease) -> str:
+    """Run the handler for a claimed lease and write its outcome, alone.
+
+    Returns what the run became: succeeded, failed, requeued, waiting or
+    fenced. (A worker decides with ``decide`` and writes the outcome with
+    its next claim.)
+    """
+    outcome = decide(lease)
+    return leases.label(lease, outcome, leases.write(lease, outcome))

@@ -96,19 +96,14 @@ def test_claim_plan_uses_the_claim_index() -> None:
         [Run(kind="k", priority=random.choice([0, 10, 20]), payload={}) for _ in range(5000)]
     )
     Run.objects.filter(priority=10).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    from runqueue.leases.claim import statement_params
     from runqueue.sql import queries
 
-    params = {
-        "owner": "w",
-        "lease_seconds": 30.0,
-        "limit": 10,
-        "min_priority": 0,
-        "max_priority": 9,
-        "class_indexes": [0],
-    }
+    spec = leases.claim_spec("w", [PriorityClass.INTERACTIVE], limit=10, lease_seconds=30)
+    params = statement_params((), spec)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runqueue_run")
-        cursor.execute("EXPLAIN " + queries()["claim"], params)
+        cursor.execute("EXPLAIN " + queries()["finish_and_claim"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "runqueue_run_claim_idx" in plan, plan
     assert "InitPlan" in plan, plan

@@ -152,7 +152,7 @@ def test_interactive_is_claimed_before_a_queued_async_backlog(start_worker) -> N
         RunEvent.objects.filter(type="run.claimed").order_by("id").values_list("run_id", flat=True)
     )
     assert claims == [blocker, interactive]
-    assert Run.objects.get(id=interactive).result["owner"] == "W/interactive-0"
+    assert Run.objects.get(id=interactive).result["owner"] == "W/interactive"
     assert Run.objects.filter(priority=PriorityClass.ASYNC, status="queued").count() == 2000
     ledger(blocker, "release")
     w.send(signal.SIGTERM)

@@ -18,8 +18,7 @@ from runqueue.leases.base import (
     notify,
     permanent_failure,
 )
-from runqueue.leases.batch import Finish, finish_batch, finish_many
-from runqueue.leases.claim import claim, claim_one
+from runqueue.leases.claim import ClaimSpec, claim, claim_one, claim_spec, finish_and_claim
 from runqueue.leases.transitions import (
     cancel,
     prune_terminal_runs,
@@ -31,20 +30,22 @@ from runqueue.leases.writes import (
     append_event,
     checkpoint,
     fail,
-    fail_params,
+    finish_params,
     give_up,
     heartbeat,
+    heartbeat_many,
+    label,
     record_tool_outcome,
     record_tool_started,
     release,
     succeed,
-    succeed_params,
     wait_for_user,
+    write,
 )
 
 __all__ = [
     "ALL_CLASSES",
-    "Finish",
+    "ClaimSpec",
     "Hooks",
     "Lease",
     "append_event",
@@ -54,12 +55,14 @@ __all__ = [
     "claim",
     "claim_one",
     "fail",
-    "fail_params",
-    "finish_batch",
-    "finish_many",
+    "claim_spec",
+    "finish_and_claim",
+    "finish_params",
     "failure_record",
     "give_up",
     "heartbeat",
+    "heartbeat_many",
+    "label",
     "hooks",
     "notify",
     "permanent_failure",
@@ -70,7 +73,7 @@ __all__ = [
     "requeue",
     "resolve_uncertain",
     "succeed",
-    "succeed_params",
     "sweep",
     "wait_for_user",
+    "write",
 ]

@@ -3,10 +3,10 @@ rest of runqueue.leases shares."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ from runqueue.models import (
     PriorityClass,
     Run,
 )
+from runqueue.outcomes import json_text
 from runqueue.sql import execute
 
 logger = logging.getLogger("runqueue.leases")
@@ -54,10 +55,14 @@ class Lease:
     fenced: bool = False
     #: This worker finished, gave up or released the run: the lease is spent.
     closed: bool = False
+    #: When it was claimed and when a slot started running it
+    #: (``time.monotonic()``; 0 until then).
+    claimed: float = field(default_factory=time.monotonic)
+    started: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # One worker transaction at a time per lease (handler and heartbeat
     # threads share it), so a heartbeat never races its own finish.
-    _write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def run_id(self) -> Any:
@@ -97,7 +102,7 @@ def failure_record(
     }
 
 
-def _failure_summary(failure: dict[str, Any]) -> dict[str, Any]:
+def failure_summary(failure: dict[str, Any]) -> dict[str, Any]:
     return {k: failure.get(k) for k in ("classification", "error_type", "message", "attempt")}
 
 
@@ -115,11 +120,6 @@ def notify(priority: int | None) -> None:
         execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
 
 
-def _check_json(value: Any, what: str) -> None:
+def check_json(value: Any, what: str) -> None:
     """Reject what PostgreSQL's jsonb would refuse, before anything is written."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
-        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store")
+    json_text(value, what)

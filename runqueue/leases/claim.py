@@ -1,25 +1,57 @@
-"""Claim: one statement, FOR UPDATE SKIP LOCKED, by priority then age."""
+"""Claim, and finish-and-claim: one statement, FOR UPDATE SKIP LOCKED, by
+priority then age.
+
+A worker's slot group writes the outcomes its slots decided (succeeded,
+failed) and claims their next runs in the same statement
+(``finish_and_claim``), so a run costs about one commit. Each finish keeps
+its own fence: a lease whose row did not match wrote nothing and records
+``run.fenced`` in its own transaction, exactly as ``leases.succeed`` would.
+A statement that fails with a serialization failure or a deadlock wrote
+nothing, claims included; its finishes are then written alone, each
+through the ordinary fence.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from runqueue.conf import get_settings
-from runqueue.leases.base import (
-    ALL_CLASSES,
-    Lease,
-)
-from runqueue.models import (
-    PriorityClass,
-    Run,
-)
+from runqueue.leases.base import ALL_CLASSES, Lease
+from runqueue.leases.fence import fenced_transaction, record_fenced, sqlstate
+from runqueue.leases.writes import finish_params
+from runqueue.models import PriorityClass, Run
+from runqueue.outcomes import Finish
 from runqueue.sql import prepared
 
-# --- claim -----------------------------------------------------------------
+#: Errors after which the statement is known to have written nothing, so
+#: each finish is retried alone (and re-checks its own fence).
+_RETRY_ALONE = frozenset({"40001", "40P01"})
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """Who claims, from which classes, how many at most, for how long."""
+
+    owner: str
+    classes: tuple[PriorityClass, ...]
+    limit: int
+    lease_seconds: float
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "lease_seconds": self.lease_seconds,
+            "limit": self.limit,
+            "min_priority": min(c.bounds[0] for c in self.classes),
+            "max_priority": max(c.bounds[1] for c in self.classes),
+            "class_indexes": sorted({int(c) // 10 for c in self.classes}),
+        }
 
 
 def claim(
@@ -30,63 +62,15 @@ def claim(
     lease_seconds: float | None = None,
 ) -> list[Lease]:
     """Claim up to ``limit`` due runs from ``classes``, by priority then age."""
-    classes = tuple(PriorityClass(c) for c in classes)
-    if not classes:
-        raise ValueError("claim needs at least one priority class")
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    seconds = get_settings().LEASE_SECONDS if lease_seconds is None else lease_seconds
-    params = {
-        "owner": owner,
-        "lease_seconds": float(seconds),
-        "limit": limit,
-        "min_priority": min(c.bounds[0] for c in classes),
-        "max_priority": max(c.bounds[1] for c in classes),
-        "class_indexes": sorted({int(c) // 10 for c in classes}),
-    }
+    spec = claim_spec(owner, classes, limit=limit, lease_seconds=lease_seconds)
     if connection.in_atomic_block:
         with transaction.atomic(durable=True):  # raises: a claim is never nested
-            runs = _claim_rows(params)
-    else:
-        # One statement (the event is in it): in autocommit, a transaction
-        # of its own, without the round trips of BEGIN and COMMIT.
-        runs = _claim_rows(params)
-    return [Lease(run=run, owner=owner, lease_seconds=float(seconds)) for run in runs]
-
-
-def _claim_rows(params: dict[str, Any]) -> list[Run]:
-    with prepared("claim", params) as cursor:
-        names = [column.name for column in cursor.description]
-        rows = cursor.fetchall()
-    return [_run_from_row(names, row) for row in rows]
-
-
-@cache
-def _run_loaders() -> dict[str, tuple[str, tuple[Callable[..., Any], ...]]]:
-    """Per column of runqueue_run: its field's attname and the converters
-    Django applies to values read from the database (JSON fields)."""
-    loaders = {}
-    for f in Run._meta.concrete_fields:
-        col = f.get_col(Run._meta.db_table)
-        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
-        loaders[f.column] = (f.attname, tuple(converters))
-    return loaders
-
-
-def _run_from_row(names: list[str], row: tuple) -> Run:
-    """A Run instance from a raw row of ``runqueue_run`` (what ``raw()`` does)."""
-    loaders = _run_loaders()
-    values = {}
-    for name, value in zip(names, row, strict=True):
-        attname, converters = loaders[name]
-        for convert in converters:
-            value = convert(value, None, connection)
-        values[attname] = value
-    return Run.from_db(
-        connection.alias,
-        [f.attname for f in Run._meta.concrete_fields],
-        [values[f.attname] for f in Run._meta.concrete_fields],
-    )
+            return _statement((), spec)[1]
+    # One statement (the event is in it): in autocommit, a transaction of
+    # its own, without the round trips of BEGIN and COMMIT.
+    return _statement((), spec)[1]
 
 
 def claim_one(
@@ -95,3 +79,123 @@ def claim_one(
     """Claim the next due run from ``classes``, or None."""
     leases = claim(owner, classes, limit=1, **kwargs)
     return leases[0] if leases else None
+
+
+def claim_spec(
+    owner: str,
+    classes: Iterable[PriorityClass],
+    *,
+    limit: int,
+    lease_seconds: float | None = None,
+) -> ClaimSpec:
+    """A checked ClaimSpec; ``lease_seconds`` defaults to LEASE_SECONDS."""
+    chosen = tuple(PriorityClass(c) for c in classes)
+    if not chosen:
+        raise ValueError("claim needs at least one priority class")
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    seconds = get_settings().LEASE_SECONDS if lease_seconds is None else lease_seconds
+    return ClaimSpec(owner, chosen, limit, float(seconds))
+
+
+def finish_and_claim(
+    finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
+) -> tuple[list[bool], list[Lease]]:
+    """Write ``finishes`` and claim up to ``spec.limit`` runs in one statement.
+
+    Returns, per finish, True if it committed and False if it was fenced
+    (``run.fenced`` recorded), and the new leases. Other database errors are
+    raised: the statement may or may not have committed, so its finished
+    runs are left to lease expiry and its claims to the sweeper.
+
+    Holds every finishing lease's write lock meanwhile, so a heartbeat of
+    one of them never mistakes the finish's commit for a fencing.
+    """
+    if connection.in_atomic_block:
+        raise RuntimeError("finish_and_claim runs in autocommit, outside any transaction")
+    with ExitStack() as locks:
+        for lease, _ in finishes:
+            locks.enter_context(lease.write_lock)
+        live = [(lease, o) for lease, o in finishes if not (lease.fenced or lease.closed)]
+        try:
+            committed, claimed = _statement(live, spec)
+        except DatabaseError as exc:
+            if sqlstate(exc) not in _RETRY_ALONE:
+                raise
+            committed = {lease.run_id for lease, o in live if _finish_alone(lease, o)}
+            claimed = []
+        outcomes = []
+        for lease, outcome in finishes:
+            ok = lease.run_id in committed and not lease.closed
+            if ok:
+                lease.closed = True
+            elif not (lease.fenced or lease.closed):
+                # Its row did not match: fenced, and nothing was written for it.
+                record_fenced(lease, outcome.name)
+            outcomes.append(ok)
+        return outcomes, claimed
+
+
+def _finish_alone(lease: Lease, outcome: Finish) -> bool:
+    """One finish in a transaction of its own, through the ordinary fence
+    (after a statement that wrote nothing)."""
+    params = finish_params(lease, outcome)
+    return fenced_transaction(lease, outcome.name, "fence_finish", params, None) is not None
+
+
+def statement_params(finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec) -> dict[str, Any]:
+    """``finish_and_claim``'s parameters: the finishes as arrays, the claim's."""
+    values = [finish_params(lease, outcome) for lease, outcome in finishes]
+    return spec.params() | {
+        "ids": [lease.run_id for lease, _ in finishes],
+        "epochs": [lease.epoch for lease, _ in finishes],
+        "statuses": [v["status"] for v in values],
+        "results": [v["result"] for v in values],
+        "failures": [v["failure"] for v in values],
+        "event_types": [v["event_type"] for v in values],
+        "event_data": [v["event_data"] for v in values],
+    }
+
+
+def _statement(
+    finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
+) -> tuple[set[Any], list[Lease]]:
+    """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
+    with prepared("finish_and_claim", statement_params(finishes, spec)) as cursor:
+        rows = cursor.fetchall()
+        names = [column.name for column in cursor.description]
+    finished = set(rows[0][0]) if rows else set()
+    leases = [
+        Lease(run=_run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
+        for row in rows
+        if row[1] is not None
+    ]
+    return finished, leases
+
+
+@cache
+def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[..., Any], ...]]]:
+    """Per column of a claimed row: its position, its field's attname and the
+    converters Django applies to values read from the database (JSON)."""
+    by_column = {f.column: f for f in Run._meta.concrete_fields}
+    loaders = []
+    for index, name in enumerate(names):
+        field = by_column.get(name)
+        if field is None:
+            continue  # finished_ids
+        col = field.get_col(Run._meta.db_table)
+        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        loaders.append((index, field.attname, tuple(converters)))
+    return loaders
+
+
+def _run_from_row(names: list[str], row: tuple) -> Run:
+    """A Run instance from a raw row of ``runqueue_run`` (what ``raw()`` does)."""
+    loaders = _loaders(tuple(names))
+    values = []
+    for index, _attname, converters in loaders:
+        value = row[index]
+        for convert in converters:
+            value = convert(value, None, connection)
+        values.append(value)
+    return Run.from_db(connection.alias, [attname for _i, attname, _c in loaders], values)

@@ -23,7 +23,7 @@ from runqueue.sql import prepared
 # --- the fence ---------------------------------------------------------------
 
 
-def _sqlstate(exc: BaseException) -> str | None:
+def sqlstate(exc: BaseException) -> str | None:
     return getattr(exc.__cause__, "sqlstate", None)
 
 
@@ -33,7 +33,7 @@ def _still_owned(lease: Lease) -> bool:
     ).exists()
 
 
-def _record_fenced(lease: Lease, action: str) -> None:
+def record_fenced(lease: Lease, action: str) -> None:
     """Append run.fenced once per lease, after the fenced transaction rolled back."""
     with lease._lock:
         if lease.fenced:
@@ -59,7 +59,7 @@ def _record_fenced(lease: Lease, action: str) -> None:
         )
 
 
-def _fenced(
+def fenced(
     lease: Lease,
     action: str,
     fence: str,
@@ -70,16 +70,16 @@ def _fenced(
 ) -> tuple | None:
     """Run one worker transaction behind the fence; the fence row, or None if
     fenced (or the lease is already spent). ``closes``: this write ends the lease."""
-    with lease._write_lock:
+    with lease.write_lock:
         if lease.fenced or lease.closed:
             return None
-        row = _fenced_transaction(lease, action, fence, params, write)
+        row = fenced_transaction(lease, action, fence, params, write)
         if row is not None and closes:
             lease.closed = True
         return row
 
 
-def _fenced_transaction(
+def fenced_transaction(
     lease: Lease,
     action: str,
     fence: str,
@@ -109,9 +109,9 @@ def _fenced_transaction(
         pass
     except OperationalError as exc:
         # 40001 on a fenced write means "possibly fenced": re-read, never retry blindly.
-        if _sqlstate(exc) != "40001" or _still_owned(lease):
+        if sqlstate(exc) != "40001" or _still_owned(lease):
             raise
-    _record_fenced(lease, action)
+    record_fenced(lease, action)
     return None
 
 
@@ -125,5 +125,5 @@ def _fence_row(lease: Lease, fence: str, params: dict[str, Any] | None) -> tuple
         return cur.fetchone()
 
 
-def _renew_params(lease: Lease) -> dict[str, Any]:
+def renew_params(lease: Lease) -> dict[str, Any]:
     return {"lease_seconds": lease.lease_seconds}

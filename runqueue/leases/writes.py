@@ -3,6 +3,8 @@ checkpoint, tool records, events, finish, give up, wait, release."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from django.db.models import Max
@@ -15,26 +17,36 @@ from runqueue.errors import (
 )
 from runqueue.leases.base import (
     Lease,
-    _check_json,
-    _failure_summary,
     backoff,
+    check_json,
     failure_record,
+    failure_summary,
     notify,
 )
-from runqueue.leases.fence import _fenced, _renew_params
+from runqueue.leases.fence import fenced, record_fenced, renew_params
 from runqueue.models import (
     Checkpoint,
     RunStatus,
     ToolInvocation,
     ToolStatus,
 )
+from runqueue.outcomes import (
+    Failed,
+    Finish,
+    GaveUp,
+    Outcome,
+    Succeeded,
+    Waiting,
+    json_text,
+)
+from runqueue.sql import prepared
 
 # --- worker writes -------------------------------------------------------------
 
 
 def heartbeat(lease: Lease) -> bool:
     """Renew the lease; False once fenced (never raises for that)."""
-    return _fenced(lease, "heartbeat", "fence_renew", _renew_params(lease)) is not None
+    return fenced(lease, "heartbeat", "fence_renew", renew_params(lease)) is not None
 
 
 def append_event(lease: Lease, type_: str, data: dict[str, Any] | None = None) -> bool:
@@ -43,7 +55,7 @@ def append_event(lease: Lease, type_: str, data: dict[str, Any] | None = None) -
     def write(_row: tuple) -> None:
         events.append(lease.run_id, type_, lease.epoch, data)
 
-    return _fenced(lease, "event", "fence_renew", _renew_params(lease), write) is not None
+    return fenced(lease, "event", "fence_renew", renew_params(lease), write) is not None
 
 
 def _next_checkpoint_seq(run_id: Any) -> int:
@@ -65,13 +77,13 @@ def checkpoint(lease: Lease, state: Any, *, tool_seq: int = 0) -> bool:
     ``tool_seq`` is how many tool invocations the handler has made so far:
     on resume from this checkpoint, numbering continues from it.
     """
-    _check_json(state, "checkpoint state")
+    check_json(state, "checkpoint state")
     return (
-        _fenced(
+        fenced(
             lease,
             "checkpoint",
             "fence_renew",
-            _renew_params(lease),
+            renew_params(lease),
             lambda _row: _save_checkpoint(lease, state, tool_seq),
         )
         is not None
@@ -105,8 +117,8 @@ def record_tool_started(
             {"seq": seq, "tool": tool, "idempotency": idempotency},
         )
 
-    _check_json(arguments, "tool arguments")
-    return _fenced(lease, "tool.started", "fence_renew", _renew_params(lease), write) is not None
+    check_json(arguments, "tool arguments")
+    return fenced(lease, "tool.started", "fence_renew", renew_params(lease), write) is not None
 
 
 _TOOL_EVENT = {
@@ -135,44 +147,102 @@ def record_tool_outcome(
             raise ValueError(f"no tool invocation #{seq} for run {lease.run_id}")
         events.append(lease.run_id, _TOOL_EVENT[status], lease.epoch, {"seq": seq})
 
-    _check_json(result, "tool result")
-    return _fenced(lease, "tool." + status, "fence_renew", _renew_params(lease), write) is not None
+    check_json(result, "tool result")
+    return fenced(lease, "tool." + status, "fence_renew", renew_params(lease), write) is not None
 
 
-def succeed_params(lease: Lease, result: Any = None) -> dict[str, Any]:
-    """``fence_finish``'s parameters for a success (ValueError if ``result``
-    cannot be stored)."""
-    _check_json(result, "result")
+def finish_params(lease: Lease, outcome: Finish) -> dict[str, Any]:
+    """A finish's values, JSON as text: for ``fence_finish`` (one run) and, as
+    arrays, ``finish_and_claim``."""
+    if isinstance(outcome, Succeeded):
+        return {
+            "status": RunStatus.SUCCEEDED.value,
+            "result": outcome.text,
+            "failure": None,
+            "event_type": events.SUCCEEDED,
+            "event_data": f'{{"attempt": {lease.attempt}}}',
+        }
     return {
-        "status": RunStatus.SUCCEEDED,
-        "result": Jsonb(result),
-        "failure": None,
-        "event_type": events.SUCCEEDED,
-        "event_data": Jsonb({"attempt": lease.attempt}),
-    }
-
-
-def fail_params(_lease: Lease, failure: dict[str, Any]) -> dict[str, Any]:
-    """``fence_finish``'s parameters for a permanent failure."""
-    return {
-        "status": RunStatus.FAILED,
+        "status": RunStatus.FAILED.value,
         "result": None,
-        "failure": Jsonb(failure),
+        "failure": json_text(outcome.failure, "failure"),
         "event_type": events.FAILED,
-        "event_data": Jsonb(_failure_summary(failure)),
+        "event_data": json_text(failure_summary(outcome.failure), "failure"),
     }
+
+
+def _finish(lease: Lease, outcome: Finish) -> bool:
+    params = finish_params(lease, outcome)
+    return fenced(lease, outcome.name, "fence_finish", params, closes=True) is not None
 
 
 def succeed(lease: Lease, result: Any = None) -> bool:
-    """Finish the run as succeeded with ``result``; False once fenced."""
-    params = succeed_params(lease, result)
-    return _fenced(lease, "succeed", "fence_finish", params, closes=True) is not None
+    """Finish the run as succeeded with ``result``; False once fenced.
+    ValueError (nothing written) if ``result`` cannot be stored."""
+    return _finish(lease, Succeeded.of(result))
 
 
 def fail(lease: Lease, failure: dict[str, Any]) -> bool:
     """Dead-letter the run now (a permanent failure); False once fenced."""
-    params = fail_params(lease, failure)
-    return _fenced(lease, "fail", "fence_finish", params, closes=True) is not None
+    return _finish(lease, Failed(failure))
+
+
+def write(lease: Lease, outcome: Outcome) -> bool:
+    """Write how an attempt ended, alone and fenced; False once fenced.
+
+    The worker writes succeeded and failed outcomes with its next claim
+    (``finish_and_claim``); this is the one-run path, and the only one for
+    a transient give-up and a wait for the user."""
+    match outcome:
+        case Succeeded() | Failed():
+            return _finish(lease, outcome)
+        case GaveUp(error=error):
+            return give_up(lease, error)
+        case Waiting(question=question, state=state, tool_seq=tool_seq):
+            return wait_for_user(lease, question, state, tool_seq=tool_seq)
+    raise TypeError(f"not an outcome: {outcome!r}")
+
+
+def label(lease: Lease, outcome: Outcome, written: bool) -> str:
+    """What the run became, for logs and metrics: succeeded, failed,
+    requeued, waiting, or fenced when the write matched nothing."""
+    if not written:
+        return "fenced"
+    if isinstance(outcome, GaveUp):
+        # attempts has not moved since the claim: the same test the SQL makes.
+        return "failed" if lease.attempt >= lease.run.max_attempts else "requeued"
+    return outcome.name
+
+
+def heartbeat_many(held: Sequence[Lease]) -> list[Lease]:
+    """Renew every lease in one statement; the leases found fenced
+    (``run.fenced`` recorded for each).
+
+    A lease whose write lock is taken is being written right now (a finish,
+    a checkpoint), which renews or ends it: it is skipped, never waited for.
+    """
+    if not held:
+        return []
+    with ExitStack() as locks:
+        live = []
+        for lease in held:
+            if lease.write_lock.acquire(blocking=False):
+                locks.callback(lease.write_lock.release)
+                if not (lease.fenced or lease.closed):
+                    live.append(lease)
+        if not live:
+            return []
+        params = {
+            "ids": [lease.run_id for lease in live],
+            "epochs": [lease.epoch for lease in live],
+            "lease_seconds": live[0].lease_seconds,
+        }
+        with prepared("fence_renew_many", params) as cursor:
+            renewed = {row[0] for row in cursor.fetchall()}
+        lost = [lease for lease in live if lease.run_id not in renewed]
+        for lease in lost:
+            record_fenced(lease, "heartbeat")
+        return lost
 
 
 def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
@@ -187,7 +257,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
     def write(row: tuple) -> None:
         _id, status, epoch, attempts, scheduled_for = row
         if status == RunStatus.FAILED:
-            events.append(lease.run_id, events.FAILED, epoch, _failure_summary(failure))
+            events.append(lease.run_id, events.FAILED, epoch, failure_summary(failure))
         else:
             events.append(
                 lease.run_id,
@@ -205,20 +275,20 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
             notify(lease.run.priority)
 
     params = {"backoff_seconds": backoff(lease.attempt), "failure": Jsonb(failure)}
-    return _fenced(lease, "give_up", "fence_give_up", params, write, closes=True) is not None
+    return fenced(lease, "give_up", "fence_give_up", params, write, closes=True) is not None
 
 
 def wait_for_user(lease: Lease, question: Any, state: Any = None, *, tool_seq: int = 0) -> bool:
     """End the turn waiting for the user; the run keeps its session slot."""
-    _check_json(question, "question")
-    _check_json(state, "checkpoint state")
+    check_json(question, "question")
+    check_json(state, "checkpoint state")
 
     def write(_row: tuple) -> None:
         if state is not None:
             _save_checkpoint(lease, state, tool_seq)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
-    return _fenced(lease, "wait_for_user", "fence_wait", None, write, closes=True) is not None
+    return fenced(lease, "wait_for_user", "fence_wait", None, write, closes=True) is not None
 
 
 def release(lease: Lease, reason: str) -> bool:
@@ -231,4 +301,4 @@ def release(lease: Lease, reason: str) -> bool:
         )
         notify(lease.run.priority)
 
-    return _fenced(lease, "release", "fence_release", None, write, closes=True) is not None
+    return fenced(lease, "release", "fence_release", None, write, closes=True) is not None

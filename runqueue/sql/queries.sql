@@ -2,11 +2,41 @@
 -- Each block starts with "-- name: NAME --" and a line saying why it is raw.
 -- Every lease and schedule comparison uses the database clock, now().
 
--- name: claim --
--- Claim up to %(limit)s due runs in the slot's classes, oldest first within
--- priority, and log run.claimed in the same statement. ARRAY(...) runs the
--- subquery once (IN (SELECT ... LIMIT k) may re-run it and claim more than k).
-WITH claimed AS (
+-- name: finish_and_claim --
+-- The worker's one statement per round trip: finish the runs its slots ended
+-- (succeeded or failed) and claim up to %(limit)s due runs in the slot
+-- group's classes, oldest first within priority, with every event, in one
+-- transaction (autocommit: one commit). Either part may be empty: no
+-- finishes is a plain claim, limit 0 a plain finish.
+-- Each finish keeps its own fence (id, epoch, status = 'running'): only the
+-- rows whose fence matched are finished and logged; a lease whose id is
+-- missing from finished_ids was fenced and wrote nothing. The claim only
+-- takes queued rows, so it never touches a row being finished.
+-- ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT k) may
+-- re-run it and claim more than k). JSON travels as text (NULL stays NULL).
+-- The result has at least one row: finished_ids, then the claimed run's
+-- columns (all NULL when nothing was claimed).
+WITH input AS (
+    SELECT *
+      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
+                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
+                  %(event_data)s::text[])
+           AS i(id, epoch, status, result, failure, event_type, event_data)
+), finished AS (
+    UPDATE runqueue_run r
+       SET status = i.status,
+           result = i.result::jsonb,
+           failure = i.failure::jsonb,
+           finished_at = now(),
+           lease_owner = '',
+           lease_expires_at = NULL
+      FROM input i
+     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+       -- By id, whatever the statistics say: without this the planner may
+       -- hash-join the input against every running run.
+       AND r.id = ANY(%(ids)s::uuid[])
+    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
+), claimed AS (
     UPDATE runqueue_run r
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
@@ -29,6 +59,9 @@ WITH claimed AS (
     RETURNING r.*
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
+      FROM finished f
+    UNION ALL
     SELECT c.id, 'run.claimed', c.lease_epoch,
            jsonb_build_object(
                'owner', c.lease_owner,
@@ -39,7 +72,10 @@ WITH claimed AS (
            now()
       FROM claimed c
 )
-SELECT * FROM claimed ORDER BY priority, created_at;
+SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*
+  FROM (SELECT 1) AS one
+  LEFT JOIN claimed c ON true
+ ORDER BY c.priority, c.created_at;
 
 -- name: fence_renew --
 -- The heartbeat, and the first statement of every worker transaction that
@@ -51,16 +87,28 @@ UPDATE runqueue_run
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
 RETURNING id;
 
+-- name: fence_renew_many --
+-- The heartbeat of every lease a worker holds, in one statement: each row
+-- keeps its own fence, and an id missing from the result was fenced.
+UPDATE runqueue_run r
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       heartbeat_at = now()
+  FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS i(id, epoch)
+ WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+   AND r.id = ANY(%(ids)s::uuid[])
+RETURNING r.id;
+
 -- name: fence_finish --
 -- Finish a run the worker still owns: succeeded or failed, and log the
 -- event in the same statement (written only if the fence matched). One
 -- statement, so in autocommit it is a transaction of its own with the fence
 -- first: one round trip per finish. Zero rows: fenced, nothing written.
+-- JSON travels as text, as in finish_and_claim.
 WITH finished AS (
     UPDATE runqueue_run
        SET status = %(status)s,
-           result = %(result)s,
-           failure = %(failure)s,
+           result = %(result)s::jsonb,
+           failure = %(failure)s::jsonb,
            finished_at = now(),
            lease_owner = '',
            lease_expires_at = NULL
@@ -68,40 +116,7 @@ WITH finished AS (
     RETURNING id, lease_epoch
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s, now()
-      FROM finished f
-)
-SELECT id FROM finished;
-
--- name: fence_finish_batch --
--- The finishes of several runs in one statement (the worker's group commit):
--- each row keeps its own fence (id, epoch, status = 'running'), and only the
--- rows whose fence matched get their event. The ids returned committed; a
--- lease whose id is missing was fenced and wrote nothing. JSON travels as
--- text (NULL stays SQL NULL), cast per row.
-WITH input AS (
-    SELECT *
-      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
-                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
-                  %(event_data)s::text[])
-           AS i(id, epoch, status, result, failure, event_type, event_data)
-), finished AS (
-    UPDATE runqueue_run r
-       SET status = i.status,
-           result = i.result::jsonb,
-           failure = i.failure::jsonb,
-           finished_at = now(),
-           lease_owner = '',
-           lease_expires_at = NULL
-      FROM input i
-     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
-       -- By id, whatever the statistics say: without this the planner may
-       -- hash-join the input against every running run.
-       AND r.id = ANY(%(ids)s::uuid[])
-    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
-), logged AS (
-    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
+    SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s::jsonb, now()
       FROM finished f
 )
 SELECT id FROM finished;

@@ -10,10 +10,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
@@ -21,28 +20,18 @@ from runqueue import housekeeping, leases
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.sql import execute
-from runqueue.worker.completer import Completer
-from runqueue.worker.feed import Feed
+from runqueue.worker.group import Group
 from runqueue.worker.listener import Listener
-from runqueue.worker.services import Periodic
+from runqueue.worker.services import Periodic, retrying
 from runqueue.worker.slot import Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
 
 CLAIM_BATCH = 10
-
-
-def _retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
-    """A shutdown write, retried on a fresh connection if the database was lost."""
-    for attempt in range(attempts):
-        try:
-            return write()
-        except (OperationalError, InterfaceError) as exc:
-            logger.warning("Shutdown write failed (%s); retrying", exc)
-            connection.close()
-            time.sleep(0.2 * (attempt + 1))
-    return None
+#: Leases a slot group may claim beyond its idle slots while its runs are
+#: short (docs/performance.md: chosen by measurement).
+CLAIM_AHEAD = 4
 
 
 def default_worker_id() -> str:
@@ -65,6 +54,9 @@ class PoolConfig:
     #: At most this many runs per claim statement; a slot group claims for
     #: its idle slots only, so this caps the batch of a large group.
     claim_batch: int = CLAIM_BATCH
+    #: At most this many leases held beyond the idle slots of a group, while
+    #: its runs are short (``group.AHEAD_BELOW_SECONDS``); 0 turns it off.
+    claim_ahead: int = CLAIM_AHEAD
     burst: bool = False
     worker_id: str = field(default_factory=default_worker_id)
 
@@ -86,70 +78,59 @@ class Pool:
         self.stopping = threading.Event()
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
-        self._held: set[leases.Lease] = set()
-        self._started: dict[leases.Lease, float] = {}
-        #: Writes the slots' succeeds and fails in batches (decisions.md, Performance).
-        self.completer = Completer(self.finished)
-        self._lock = threading.Lock()
         self._signals = 0
-        self.feeds = [
-            Feed(
-                self,
+        self.groups = [
+            Group(
+                spec.label,
                 spec.classes,
                 spec.count,
+                owner=f"{config.worker_id}/{spec.label}",
                 lease_seconds=config.lease_seconds,
-                max_batch=config.claim_batch,
+                claim_batch=config.claim_batch,
+                ahead=config.claim_ahead,
+                poll_seconds=config.poll_seconds,
+                burst=config.burst,
+                finished=self.finished,
             )
             for spec in config.slots
         ]
         self.slots = [
-            Slot(self, f"{spec.label}-{i}", spec.classes, feed)
-            for spec, feed in zip(config.slots, self.feeds, strict=True)
+            Slot(f"{spec.label}-{i}", group)
+            for spec, group in zip(config.slots, self.groups, strict=True)
             for i in range(spec.count)
         ]
 
     # --- leases held by this process ---------------------------------------------
 
-    def hold(self, lease: leases.Lease) -> None:
-        with self._lock:
-            self._held.add(lease)
-
-    def started(self, lease: leases.Lease) -> None:
-        """A slot started the run of a held lease."""
-        with self._lock:
-            self._started[lease] = time.monotonic()
-
     def finished(self, lease: leases.Lease, outcome: str) -> None:
-        """The run's outcome is written (or left to lease expiry): let the lease go."""
-        with self._lock:
-            self._held.discard(lease)
-            started = self._started.pop(lease, None)
-        run = lease.run
-        logger.info(
-            "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
-            run.id,
-            run.kind,
-            outcome,
-            lease.epoch,
-            (time.monotonic() - started) * 1000 if started is not None else 0,
-        )
+        """A group wrote a run's outcome (or left it to lease expiry)."""
+        if logger.isEnabledFor(logging.INFO):
+            run = lease.run
+            logger.info(
+                "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
+                run.id,
+                run.kind,
+                outcome,
+                lease.epoch,
+                (time.monotonic() - lease.started) * 1000 if lease.started else 0,
+            )
 
     def held(self) -> list[leases.Lease]:
-        with self._lock:
-            return list(self._held)
+        """Every lease the groups hold: running, or claimed ahead."""
+        return [lease for group in self.groups for lease in group.held()]
 
     def wake(self, payload: str) -> None:
-        """Wake the idle slots that may claim the class a NOTIFY names ("" = all)."""
-        for slot in self.slots:
-            if not payload or payload in slot.class_names:
-                slot.wake.set()
+        """Wake the groups that may claim the class a NOTIFY names ("" = all)."""
+        for group in self.groups:
+            if not payload or payload in group.class_names:
+                group.wake()
 
     # --- background ticks -------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        for lease in self.held():
-            if not leases.heartbeat(lease) and lease.fenced:
-                logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
+        """Renew every held lease in one statement."""
+        for lease in leases.heartbeat_many(self.held()):
+            logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
 
     def _sweep(self) -> None:
         leases.sweep()
@@ -195,7 +176,8 @@ class Pool:
             "runqueue-heartbeat", self.config.heartbeat_seconds, self._heartbeat, self.stopped
         )
         self.heartbeat.start()
-        self.completer.start()
+        for group in self.groups:
+            group.start()
         if self.config.burst:
             leases.sweep()
         else:
@@ -219,7 +201,8 @@ class Pool:
     def stop(self) -> None:
         """Stop claiming; in-flight runs get the grace period."""
         self.stopping.set()
-        self.wake("")
+        for group in self.groups:
+            group.stop()
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: object) -> None:
@@ -250,18 +233,16 @@ class Pool:
         deadline = time.monotonic() + self.config.grace_seconds
         for slot in self.slots:
             slot.join(max(deadline - time.monotonic(), 0))
-        # Write the finishes handed over; a slot still running past the grace
-        # period writes its own (and is fenced by the release below).
-        self.completer.close(max(deadline - time.monotonic(), 1.0))
-        # The main thread's connection sat idle since start: it may be gone.
-        connection.close()
-        for lease in self.held():
-            # Give back what did not finish in time: queued at once, and the
-            # epoch bump fences the handler still running it.
-            if _retrying(lambda lease=lease: leases.release(lease, "shutdown")):
-                logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
+        # Each group writes the outcomes handed over and gives back what did
+        # not finish in time: queued at once, and the epoch bump fences the
+        # handler still running it.
+        for group in self.groups:
+            group.close()
+        for group in self.groups:
+            group.join(max(deadline - time.monotonic(), 10.0))
         self.stopped.set()
-        _retrying(
+        connection.close()  # the main thread's connection sat idle since start
+        retrying(
             lambda: Worker.objects.filter(id=self.config.worker_id).update(
                 stopped_at=timezone.now(), last_seen_at=timezone.now()
             )

@@ -1,20 +1,60 @@
-"""Background loops shared by the pool: each runs ``tick`` every interval,
-survives database errors (closing its connection so the next tick
-reconnects), and stops when the pool stops."""
+"""What the worker's threads share: the background loop (``Periodic``), a
+connection check that costs nothing per run, and retried shutdown writes."""
 
 from __future__ import annotations
 
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
 
 logger = logging.getLogger("runqueue.worker")
 
 
+class ConnectionCheck:
+    """``close_old_connections`` at most once a ``every`` seconds per thread.
+
+    With CONN_HEALTH_CHECKS it makes the next query run ``SELECT 1`` first:
+    worth it to notice a restarted server, not worth a round trip per run.
+    After an error a thread closes its connection itself.
+    """
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self._next = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every
+            close_old_connections()
+
+
+def retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
+    """A shutdown write, retried on a fresh connection if the database was lost."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except (OperationalError, InterfaceError) as exc:
+            logger.warning("Shutdown write failed (%s); retrying", exc)
+            connection.close()
+            time.sleep(0.2 * (attempt + 1))
+    return None
+
+
 class Periodic(threading.Thread):
+    """Runs ``tick`` every interval, survives database errors (closing its
+    connection so the next tick reconnects), and stops when the pool stops."""
+
     def __init__(
         self,
         name: str,
@@ -29,7 +69,6 @@ class Periodic(threading.Thread):
         self.tick = tick
         self.stopping = stopping
         self.jitter = jitter
-        self.ticks = 0
 
     def run(self) -> None:
         try:
@@ -37,7 +76,6 @@ class Periodic(threading.Thread):
                 close_old_connections()
                 try:
                     self.tick()
-                    self.ticks += 1
                 except DatabaseError as exc:
                     logger.warning("%s: database error (%s); retrying", self.name, exc)
                     connection.close()

@@ -1,94 +1,58 @@
-"""One slot: wait for a wake-up, take a run from its group's feed (which
-claims for every idle slot of the group at once), run it, repeat."""
+"""One slot: take a lease from the group, decide how its run ends, hand the
+outcome back and take the next lease, until the group says stop.
+
+A slot writes no outcome and ends no lease: its group does both
+(``runqueue.worker.group``). What the handler writes while it runs
+(checkpoints, tool records, events) goes through the fence on the slot's
+own connection.
+"""
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
-from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, connection
 
 from runqueue import leases, runtime
-from runqueue.models import PriorityClass
-from runqueue.worker.feed import Empty, Feed
-
-if TYPE_CHECKING:
-    from runqueue.worker.pool import Pool
+from runqueue.outcomes import Outcome
+from runqueue.worker.group import Box, Dispatch, Done
+from runqueue.worker.services import ConnectionCheck
 
 logger = logging.getLogger("runqueue.worker")
 
 
 class Slot(threading.Thread):
-    def __init__(
-        self, pool: Pool, name: str, classes: tuple[PriorityClass, ...], feed: Feed
-    ) -> None:
+    def __init__(self, name: str, group: Dispatch) -> None:
         super().__init__(name=name, daemon=True)
-        self.pool = pool
-        self.classes = classes
-        self.class_names = {c.name.lower() for c in classes}
-        self.wake = threading.Event()
-        self.owner = f"{pool.config.worker_id}/{name}"
-        self.current: leases.Lease | None = None
-        self.feed = feed
-        feed.join(self.wake)
+        self.group = group
 
     def run(self) -> None:
-        config = self.pool.config
-        delay = 0.5
+        check = ConnectionCheck()
+        box = Box()
+        done: Done | None = None
         try:
-            while not self.pool.stopping.is_set():
-                close_old_connections()
-                # Clear before claiming: a NOTIFY that lands during the claim
-                # makes the wait below return at once.
-                self.wake.clear()
-                try:
-                    lease = self.feed.take(self.owner, self.wake)
-                except DatabaseError as exc:
-                    logger.warning(
-                        "%s: claim failed (%s); retrying in %.1fs", self.name, exc, delay
-                    )
-                    connection.close()
-                    self.pool.stopping.wait(delay)
-                    delay = min(delay * 2, 30)
-                    continue
-                delay = 0.5
-                if lease is Empty.CLAIMING:
-                    # Another slot of the group is claiming; it wakes the
-                    # group when done (the poll is only a safety net).
-                    self.wake.wait(config.poll_seconds)
-                    continue
-                if lease is Empty.NOTHING_DUE:
-                    if config.burst:
-                        return
-                    self.wake.wait(config.poll_seconds * random.uniform(0.9, 1.1))  # noqa: S311
-                    continue
-                try:
-                    self._run(lease)
-                finally:
-                    self.feed.done()
+            while (lease := self.group.exchange(box, done)) is not None:
+                check()
+                done = (lease, self._decide(lease))
         finally:
             connection.close()
 
-    def _run(self, lease: leases.Lease) -> None:
+    def _decide(self, lease: leases.Lease) -> Outcome | None:
         run = lease.run
-        wait_ms = run.heartbeat_at - max(run.created_at, run.scheduled_for or run.created_at)
-        logger.info(
-            "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
-            run.id,
-            run.kind,
-            run.priority_class.name.lower(),
-            lease.epoch,
-            lease.attempt,
-            max(wait_ms.total_seconds() * 1000, 0),
-        )
-        self.current = lease
-        self.pool.hold(lease)
-        self.pool.started(lease)
-        outcome = "error"
+        if logger.isEnabledFor(logging.INFO):
+            waited = run.heartbeat_at - max(run.created_at, run.scheduled_for or run.created_at)
+            logger.info(
+                "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
+                run.id,
+                run.kind,
+                run.priority_class.name.lower(),
+                lease.epoch,
+                lease.attempt,
+                max(waited.total_seconds() * 1000, 0),
+            )
         try:
-            outcome = runtime.execute(lease, self.pool.completer)
+            return runtime.decide(lease)
         except DatabaseError as exc:
             # Lost the database mid-run: the lease expires and the sweeper
             # requeues the run; nothing here can be trusted to have committed.
@@ -98,9 +62,4 @@ class Slot(threading.Thread):
             connection.close()
         except Exception:
             logger.exception("Run id=%s: the runtime failed", run.id)
-        finally:
-            self.current = None
-            if outcome != runtime.HANDED_OVER:
-                # A handed-over finish is the completer's to report: the pool
-                # holds the lease until its batch committed.
-                self.pool.finished(lease, outcome)
+        return None

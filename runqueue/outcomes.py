@@ -1,0 +1,72 @@
+"""How one attempt at a run ended, as a value.
+
+The runtime decides an outcome and writes nothing; the worker's slot group
+writes it (``runqueue.leases.write`` or, batched with the next claim,
+``runqueue.leases.finish_and_claim``), fenced by the lease's epoch. An
+outcome is always storable: ``Succeeded.of`` refuses a result PostgreSQL's
+jsonb would reject, so the runtime can turn it into a failure instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def json_text(value: Any, what: str) -> str:
+    """``value`` as the JSON text jsonb will store; ValueError if it cannot be."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
+    if "\\u0000" in text:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """The handler returned ``result``."""
+
+    result: Any
+    #: ``result`` as JSON text, checked once when the outcome is made.
+    text: str = field(repr=False)
+    name: ClassVar[str] = "succeeded"
+
+    @classmethod
+    def of(cls, result: Any) -> Succeeded:
+        """ValueError if ``result`` cannot be stored."""
+        return cls(result, json_text(result, "result"))
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A permanent failure: the run is dead-lettered now, never retried."""
+
+    failure: dict[str, Any]
+    name: ClassVar[str] = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """A transient failure: the lease is given up; requeued with backoff, or
+    dead-lettered on the last attempt."""
+
+    error: BaseException
+    name: ClassVar[str] = "gave_up"
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The turn ends waiting for the user (``ctx.ask_user``)."""
+
+    question: Any
+    state: Any
+    tool_seq: int
+    name: ClassVar[str] = "waiting"
+
+
+Outcome = Succeeded | Failed | GaveUp | Waiting
+#: Outcomes written together with the next claim (one statement).
+Finish = Succeeded | Failed

@@ -1,0 +1,362 @@
+"""One slot group: its claims, its slots' outcomes and its leases, written
+by one thread.
+
+A slot decides how its run ended (``runtime.decide``), hands the outcome to
+its group and waits for its next lease. The group thread is the only writer
+of those outcomes and the only place the group's leases end: each round it
+writes every outcome handed over since the last one and claims the next
+runs for the idle slots in the same statement (``leases.finish_and_claim``,
+one commit however many runs it carries), fenced per run as always. A
+transient give-up or a wait for the user is written alone, in the same
+round, before it.
+
+Claim-ahead: once the group's runs have been short (``AHEAD_BELOW_SECONDS``
+on average), a round may claim up to ``ahead`` leases (at most the group's
+size) beyond the idle slots. They wait in ``ready`` for the next slot to
+hand an outcome over, so that slot starts at once and the next round
+carries several outcomes. They are held like any other lease (heartbeated,
+given back at shutdown, fenced if lost: a lease found fenced is never
+started), and one that waited ``AHEAD_WAIT_SECONDS`` for a slot is given
+back, so a run never waits long behind a busy slot while another worker
+could run it. Until runs are known to be short, and while they are long,
+the group claims for its idle slots only.
+
+A run is never claimed for a slot that is not idle or about to be: what is
+claimed starts at once or as soon as a run of the group ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from django.db import DatabaseError, connection
+
+from runqueue import leases
+from runqueue.models import PriorityClass
+from runqueue.outcomes import Failed, Outcome, Succeeded
+from runqueue.worker.services import ConnectionCheck, retrying
+
+logger = logging.getLogger("runqueue.worker")
+
+#: Claim ahead only while the group's runs take less than this on average.
+AHEAD_BELOW_SECONDS = 0.1
+#: A lease claimed ahead that waited this long for a slot is given back.
+AHEAD_WAIT_SECONDS = 1.0
+
+#: What a slot hands over: its lease and how the run ended (None: the
+#: runtime failed or lost the database; the lease is left to expire).
+Done = tuple[leases.Lease, Outcome | None]
+
+
+class Dispatch(Protocol):
+    """What a slot needs of its group."""
+
+    def exchange(self, box: Box, done: Done | None) -> leases.Lease | None: ...
+
+
+class Box:
+    """A slot's mailbox: its next lease, or None when the group stops."""
+
+    __slots__ = ("event", "lease")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.lease: leases.Lease | None = None
+
+
+class Group(threading.Thread):
+    def __init__(
+        self,
+        label: str,
+        classes: tuple[PriorityClass, ...],
+        size: int,
+        *,
+        owner: str,
+        lease_seconds: float,
+        claim_batch: int,
+        ahead: int,
+        poll_seconds: float,
+        burst: bool,
+        finished: Callable[[leases.Lease, str], None],
+    ) -> None:
+        super().__init__(name=f"runqueue-group-{label}", daemon=True)
+        self.label = label
+        self.classes = classes
+        self.class_names = frozenset(c.name.lower() for c in classes)
+        self.size = size
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.claim_batch = max(1, claim_batch)
+        self.ahead = max(0, min(ahead, size))
+        self.poll_seconds = poll_seconds
+        self.burst = burst
+        self._finished = finished
+        self._cond = threading.Condition()
+        self._outcomes: list[Done] = []
+        self._idle: deque[Box] = deque()
+        self._ready: deque[leases.Lease] = deque()
+        self._held: set[leases.Lease] = set()
+        self._busy = 0
+        #: Runs may be due: the last claim was full, or a NOTIFY or poll said so.
+        self._due = True
+        #: Bumped by every wake-up, so one that lands during a claim is kept.
+        self._wakes = 0
+        self._stopping = False
+        self._closed = False
+        #: Average run time (seconds; unknown until a run ended): claim
+        #: ahead only for short runs.
+        self._run_seconds = float("inf")
+        #: Statements written, and outcomes in them (logged at shutdown).
+        self.rounds = 0
+        self.outcomes_written = 0
+
+    # --- slots (their threads) -------------------------------------------------
+
+    def exchange(self, box: Box, done: Done | None) -> leases.Lease | None:
+        """Hand over how the last run ended; wait for the next lease (None: stop)."""
+        with self._cond:
+            if done is not None:
+                self._busy -= 1
+                self._outcomes.append(done)
+                self._cond.notify()
+            if self._stopping:
+                return None
+            while self._ready:
+                lease = self._ready.popleft()
+                if lease.fenced:
+                    # Lost while held ahead (a heartbeat found it fenced): never started.
+                    self._held.discard(lease)
+                    continue
+                return self._start(lease)
+            box.event.clear()
+            box.lease = None
+            self._idle.append(box)
+            self._cond.notify()
+        box.event.wait()
+        return box.lease
+
+    def _start(self, lease: leases.Lease) -> leases.Lease:
+        self._busy += 1
+        lease.started = time.monotonic()
+        return lease
+
+    # --- the pool ------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Runs of the group's classes may be due (a NOTIFY)."""
+        with self._cond:
+            self._due = True
+            self._wakes += 1
+            self._cond.notify()
+
+    def held(self) -> list[leases.Lease]:
+        with self._cond:
+            return list(self._held)
+
+    def ready(self) -> list[leases.Lease]:
+        """Leases claimed ahead that no slot has started yet."""
+        with self._cond:
+            return list(self._ready)
+
+    def stop(self) -> None:
+        """Claim no more; idle slots stop, busy ones hand their outcome over."""
+        with self._cond:
+            self._stopping = True
+            self._release_idle()
+            self._cond.notify()
+
+    def close(self) -> None:
+        """After the grace period: write what was handed over, give back every
+        lease still held (the release's epoch bump fences a handler still
+        running), and end the thread."""
+        with self._cond:
+            self._stopping = self._closed = True
+            self._release_idle()
+            self._cond.notify()
+
+    def _release_idle(self) -> None:
+        while self._idle:
+            box = self._idle.popleft()
+            box.lease = None
+            box.event.set()
+
+    # --- the thread ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        check = ConnectionCheck()
+        delay = 0.5
+        try:
+            while True:
+                with self._cond:
+                    want = self._wait_for_work()
+                    if want is None:
+                        break
+                    outcomes, self._outcomes = self._outcomes, []
+                    wakes = self._wakes
+                check()
+                try:
+                    claimed = self._round(outcomes, want)
+                except Exception as exc:
+                    if isinstance(exc, DatabaseError):
+                        logger.warning("%s: database error (%s)", self.name, exc)
+                        connection.close()
+                    else:
+                        logger.exception("%s: writing a round failed", self.name)
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._stopping, delay)
+                    delay = min(delay * 2, 30)
+                    continue
+                delay = 0.5
+                self._hand_out(claimed, want, wakes)
+        finally:
+            self._shut()
+            connection.close()
+            logger.info(
+                "Group %s wrote %d outcomes in %d rounds",
+                self.label,
+                self.outcomes_written,
+                self.rounds,
+            )
+
+    def _wait_for_work(self) -> int | None:
+        """Under the lock: how many runs to claim this round (0: none), once
+        there is something to do; None when the thread should end."""
+        while True:
+            if self._closed:
+                return 0 if self._outcomes else None
+            want = self._want()
+            if self._outcomes or (want and self._due):
+                return want
+            if self._stopping and self._busy == 0:
+                return None
+            if self.burst and len(self._idle) == self.size and not self._ready:
+                # Burst: the last claim found nothing and every slot is idle.
+                self._stopping = True
+                self._release_idle()
+                return None
+            if self._ready and not self._stopping:
+                waited = time.monotonic() - self._ready[0].claimed
+                if waited >= AHEAD_WAIT_SECONDS:
+                    return 0  # give back what waited too long (``_round``)
+                self._cond.wait(AHEAD_WAIT_SECONDS - waited)
+            elif not want:
+                self._cond.wait()
+            elif not self._cond.wait(self.poll_seconds * random.uniform(0.9, 1.1)):  # noqa: S311
+                self._due = True  # the poll: a safety net under NOTIFY
+
+    def _want(self) -> int:
+        if self._stopping:
+            return 0
+        ahead = self.ahead if self._run_seconds < AHEAD_BELOW_SECONDS else 0
+        return max(0, min(self.claim_batch, len(self._idle) + ahead - len(self._ready)))
+
+    def _round(self, outcomes: list[Done], want: int) -> list[leases.Lease]:
+        """Write the outcomes and claim ``want`` runs; the new leases, held.
+
+        On a database error every outcome not yet written is reported as
+        left to lease expiry (the statement may or may not have committed),
+        and the error is raised."""
+        reported: set[leases.Lease] = set()
+        self._give_back_stale()
+
+        def report(lease: leases.Lease, label: str) -> None:
+            reported.add(lease)
+            self._report(lease, label)
+
+        finishes: list[tuple[leases.Lease, Succeeded | Failed]] = []
+        try:
+            for lease, outcome in outcomes:
+                if outcome is None:
+                    report(lease, "error")
+                elif isinstance(outcome, Succeeded | Failed):
+                    finishes.append((lease, outcome))
+                else:
+                    report(lease, leases.label(lease, outcome, leases.write(lease, outcome)))
+            if not finishes and not want:
+                return []
+            spec = leases.ClaimSpec(self.owner, self.classes, want, self.lease_seconds)
+            written, claimed = leases.finish_and_claim(finishes, spec)
+        except Exception:
+            for lease, _outcome in outcomes:
+                if lease not in reported:
+                    self._report(lease, "error")
+            raise
+        with self._cond:
+            self._held.update(claimed)
+        self.rounds += 1
+        self.outcomes_written += len(outcomes)
+        for (lease, outcome), ok in zip(finishes, written, strict=True):
+            report(lease, outcome.name if ok else "fenced")
+        return claimed
+
+    def _hand_out(self, claimed: list[leases.Lease], want: int, wakes: int) -> None:
+        with self._cond:
+            if want:
+                if self.burst:
+                    self._due = bool(claimed)
+                else:
+                    # A short claim drained what was due, unless a wake-up
+                    # landed meanwhile (a run committed after its snapshot).
+                    self._due = len(claimed) >= want or self._wakes != wakes
+            for lease in claimed:
+                if self._idle and not self._stopping:
+                    box = self._idle.popleft()
+                    box.lease = self._start(lease)
+                    box.event.set()
+                else:
+                    self._ready.append(lease)
+
+    def _give_back_stale(self) -> None:
+        """Give back leases claimed ahead that waited too long for a slot."""
+        deadline = time.monotonic() - AHEAD_WAIT_SECONDS
+        with self._cond:
+            stale = []
+            while self._ready and self._ready[0].claimed <= deadline:
+                stale.append(self._ready.popleft())
+        if stale:
+            # A slot was busy that long: runs are not short now. No more
+            # claiming ahead until short runs bring the average down again
+            # (the release's NOTIFY must not make this group claim it back).
+            self._run_seconds = max(self._run_seconds, AHEAD_WAIT_SECONDS)
+        for lease in stale:
+            leases.release(lease, "claimed_ahead")  # queued at once, NOTIFY sent
+            self._report(lease, "given_back")
+
+    def _report(self, lease: leases.Lease, outcome: str) -> None:
+        """The outcome is written (or left to lease expiry): the lease ends here."""
+        with self._cond:
+            self._held.discard(lease)
+        if lease.started:
+            seconds = time.monotonic() - lease.started
+            if self._run_seconds == float("inf"):
+                self._run_seconds = seconds
+            else:
+                self._run_seconds += (seconds - self._run_seconds) * 0.2
+        self._finished(lease, outcome)
+
+    def _shut(self) -> None:
+        """Write what is left and give back every lease still held."""
+        with self._cond:
+            self._stopping = True
+            self._release_idle()
+            outcomes, self._outcomes = self._outcomes, []
+        if outcomes:
+            try:
+                self._round(outcomes, 0)
+            except DatabaseError as exc:
+                logger.warning("%s: database error at shutdown (%s)", self.name, exc)
+                connection.close()
+        for lease in self.held():
+            # Queued at once; the epoch bump fences a handler still running it.
+            if retrying(lambda lease=lease: leases.release(lease, "shutdown")):
+                logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
+            with self._cond:
+                self._held.discard(lease)
+        with self._cond:
+            self._ready.clear()

@@ -1,0 +1,239 @@
+"""A slot group: one thread claims for the group's idle slots (plus a few
+ahead while runs are short), never outside its classes, writes every
+outcome its slots hand over, and alone ends their leases. Driven here with
+real threads standing in for slots, against the real database."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import runqueue
+from runqueue import leases
+from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.outcomes import Succeeded
+from runqueue.worker import group as group_module
+from runqueue.worker.group import Box, Group
+from runqueue.worker.pool import Pool, PoolConfig
+from runqueue.worker.spec import SlotSpec
+from tests.helpers import event_types, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ASYNC, INTERACTIVE = PriorityClass.ASYNC, PriorityClass.INTERACTIVE
+
+
+@runqueue.handler("test.group_noop")
+def group_noop(ctx: runqueue.RunContext) -> dict:
+    return {"owner": ctx.lease.owner}
+
+
+def _submit(n: int, priority: int = ASYNC) -> list:
+    return [
+        runqueue.submit(kind="k", payload={"i": i}, priority=priority).run.id for i in range(n)
+    ]
+
+
+def _running() -> int:
+    return Run.objects.filter(status=RunStatus.RUNNING).count()
+
+
+class FakeSlot:
+    """A slot's side of ``exchange``, in a thread of its own."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.box = Box()
+        self.lease: leases.Lease | None = None
+        self._got = threading.Event()
+
+    def exchange(self, done=None) -> None:
+        self._got.clear()
+
+        def call() -> None:
+            self.lease = self.group.exchange(self.box, done)
+            self._got.set()
+
+        threading.Thread(target=call, daemon=True).start()
+
+    def got(self, timeout: float = 30) -> leases.Lease | None:
+        assert self._got.wait(timeout), "no lease handed over"
+        return self.lease
+
+
+def _group(size: int, *, classes=(ASYNC,), ahead: int = 0, batch: int = 10) -> Group:
+    finished: list = []
+    group = Group(
+        "test",
+        classes,
+        size,
+        owner="w/test",
+        lease_seconds=30,
+        claim_batch=batch,
+        ahead=ahead,
+        poll_seconds=30,
+        burst=False,
+        finished=lambda lease, outcome: finished.append((lease.run_id, outcome)),
+    )
+    group.reported = finished  # type: ignore[attr-defined]
+    return group
+
+
+def _stop(group: Group) -> None:
+    group.close()
+    group.join(30)
+    assert not group.is_alive()
+
+
+def test_one_statement_claims_for_every_idle_slot_and_no_more() -> None:
+    _submit(10)
+    group = _group(3)
+    slots = [FakeSlot(group) for _ in range(3)]
+    for slot in slots[:2]:
+        slot.exchange()
+    group.start()
+    try:
+        got = {slot.got().run_id for slot in slots[:2]}
+        assert len(got) == 2
+        wait_until(lambda: group.rounds >= 1, what="a round")
+        assert _running() == 2  # the third slot never asked: nothing claimed for it
+        slots[2].exchange()
+        assert slots[2].got().run_id not in got
+        assert _running() == 3
+    finally:
+        _stop(group)
+    # Shutdown gave back what was running: queued again, the attempt returned.
+    assert _running() == 0
+    assert Run.objects.filter(status=RunStatus.QUEUED, attempts=0).count() == 10
+
+
+def test_a_group_never_claims_outside_its_classes() -> None:
+    _submit(3, ASYNC)
+    group = _group(1, classes=(INTERACTIVE,))
+    slot = FakeSlot(group)
+    slot.exchange()
+    group.start()
+    try:
+        wait_until(lambda: group.rounds >= 1, what="a round")
+        assert _running() == 0
+        (interactive,) = _submit(1, INTERACTIVE)
+        group.wake()
+        assert slot.got().run_id == interactive
+    finally:
+        _stop(group)
+
+
+def test_an_outcome_is_written_with_the_next_claim_and_ends_the_lease() -> None:
+    first, second = _submit(2)
+    group = _group(1)
+    slot = FakeSlot(group)
+    slot.exchange()
+    group.start()
+    try:
+        lease = slot.got()
+        assert lease.run_id == first
+        assert group.held() == [lease]
+        rounds = group.rounds
+        slot.exchange((lease, Succeeded.of({"ok": 1})))
+        nxt = slot.got()
+        assert nxt.run_id == second
+        # One round wrote the finish and made the claim.
+        assert group.rounds == rounds + 1
+        assert group.held() == [nxt]
+        assert lease.closed and not lease.fenced
+        assert (first, "succeeded") in group.reported
+        run = Run.objects.get(id=first)
+        assert (run.status, run.result) == (RunStatus.SUCCEEDED, {"ok": 1})
+    finally:
+        _stop(group)
+
+
+def test_claims_ahead_only_once_runs_are_short_and_never_starts_a_lost_lease(
+    monkeypatch,
+) -> None:
+    ids = _submit(6)
+    group = _group(1, ahead=1)
+    slot = FakeSlot(group)
+    slot.exchange()
+    group.start()
+    try:
+        first = slot.got()
+        wait_until(lambda: group.rounds >= 1, what="a round")
+        assert _running() == 1  # runs not known to be short yet: no claim ahead
+        slot.exchange((first, Succeeded.of(None)))
+        second = slot.got()
+        # The first run was short: the round claimed one ahead of the slot.
+        wait_until(lambda: len(group.ready()) == 1, what="a lease claimed ahead")
+        (ahead,) = group.ready()
+        assert _running() == 2 and ahead in group.held()
+        # The run held ahead is cancelled; the heartbeat finds the lease fenced.
+        runqueue.cancel(ahead.run_id, reason="test", actor="t")
+        assert leases.heartbeat_many(group.held()) == [ahead]
+        slot.exchange((second, Succeeded.of(None)))
+        third = slot.got()
+        # Never started: the slot got the next due run instead.
+        assert third.run_id not in (ahead.run_id, first.run_id, second.run_id)
+        assert third.run_id in ids
+        assert ahead not in group.held()
+        assert event_types(ahead.run_id, epoch=1) == ["run.claimed", "run.fenced"]
+        assert Run.objects.get(id=ahead.run_id).status == RunStatus.CANCELLED
+    finally:
+        _stop(group)
+
+
+def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) -> None:
+    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 0.2)
+    _submit(4)
+    group = _group(1, ahead=1)
+    slot = FakeSlot(group)
+    slot.exchange()
+    group.start()
+    try:
+        first = slot.got()
+        slot.exchange((first, Succeeded.of(None)))
+        busy = slot.got()  # the slot now stays busy with this one
+        wait_until(lambda: len(group.ready()) == 1, what="a lease claimed ahead")
+        (ahead,) = group.ready()
+        wait_until(lambda: ahead not in group.held(), what="the lease ahead to be given back")
+        assert group.ready() == []
+        given_back = RunEvent.objects.filter(type="run.requeued")
+        assert [(e.run_id, e.data["reason"]) for e in given_back] == [
+            (ahead.run_id, "claimed_ahead")
+        ]
+        assert Run.objects.get(id=ahead.run_id).status == RunStatus.QUEUED
+        assert _running() == 1  # only the busy slot's run
+        assert busy in group.held()
+    finally:
+        _stop(group)
+
+
+def test_a_burst_pool_drains_every_run_exactly_once() -> None:
+    ok_runs = [
+        runqueue.submit(kind="test.group_noop", payload={"i": i}, priority=ASYNC).run.id
+        for i in range(60)
+    ]
+    failing = [
+        runqueue.submit(kind="test.fail", payload={"error": "permanent"}, priority=ASYNC).run.id
+        for _ in range(8)
+    ]
+    config = PoolConfig(slots=(SlotSpec.parse("async=4"),), burst=True, worker_id="grouptest")
+    pool = Pool(config)
+    assert pool.run() == 0
+    assert pool.held() == []
+    (group,) = pool.groups
+    assert group.outcomes_written == 68
+    for run in Run.objects.filter(id__in=ok_runs):
+        assert run.status == RunStatus.SUCCEEDED
+        assert run.result == {"owner": "grouptest/async"}
+    assert Run.objects.filter(id__in=failing, status=RunStatus.FAILED).count() == 8
+    everything = ok_runs + failing
+    for event_type, runs in (
+        ("run.claimed", everything),
+        ("run.succeeded", ok_runs),
+        ("run.failed", failing),
+    ):
+        per_run = RunEvent.objects.filter(run_id__in=everything, type=event_type)
+        assert per_run.count() == len(runs)
+        assert set(per_run.values_list("run_id", flat=True)) == set(runs)
+    assert not RunEvent.objects.filter(run_id__in=everything, type="run.fenced").exists()
