@@ -24,6 +24,8 @@ from runqueue.errors import (
 _LAZY = {
     "submit": "runqueue.submit",
     "Submission": "runqueue.submit",
+    "SubmitRequest": "runqueue.submit",
+    "submit_many": "runqueue.submit",
     "cancel": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",

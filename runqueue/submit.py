@@ -14,7 +14,9 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,9 +31,10 @@ from runqueue.errors import (
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidSubmission,
+    RunqueueError,
     UnknownKind,
 )
-from runqueue.leases import notify
+from runqueue.leases import notify, notify_payload, run_from_row
 from runqueue.models import (
     ACTIVE_STATUSES,
     IdempotencyKey,
@@ -40,7 +43,7 @@ from runqueue.models import (
     RunStatus,
     SubmitOutcome,
 )
-from runqueue.sql import execute
+from runqueue.sql import execute, prepared
 
 Outcome = Literal["created", "replayed", "input_delivered"]
 
@@ -61,6 +64,25 @@ class Submission:
     run: Run
     outcome: Outcome
     original_outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitRequest:
+    """One run for ``submit_many``: ``submit``'s keyword arguments."""
+
+    kind: str
+    payload: Any = None
+    session_id: str | None = None
+    tenant: str = "default"
+    principal: str = ""
+    priority: int = PriorityClass.INTERACTIVE
+    idempotency_key: str | None = None
+    scheduled_for: dt.datetime | None = None
+    max_attempts: int | None = None
+
+
+#: ``submit_many`` writes this many runs per statement.
+SUBMIT_MANY_CHUNK = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +176,44 @@ def submit_in_transaction(
 
 
 def _submit(request: _Request, *, durable: bool) -> Submission:
-    request_hash = request.hash()
+    request_hash = request.hash() if request.key is not None else ""
+    if request.key is None and request.session_id is None:
+        # Nothing to look up and nothing to collide with: one statement.
+        with _statement_transaction(durable=durable, savepoint=False):
+            (run,) = _insert_runs([request], [request_hash])
+        return Submission(run=run, outcome="created", original_outcome="created")
+    # Optimistic: no key yet and no active run in the session is the common
+    # case, written in one statement; a unique violation means one of them
+    # exists, and the routing below (the idempotency lookup first) decides.
+    try:
+        with _statement_transaction(durable=durable, savepoint=True):
+            (run,) = _insert_runs([request], [request_hash])
+        return Submission(run=run, outcome="created", original_outcome="created")
+    except IntegrityError as exc:
+        if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+            raise
+    return _route(request, request_hash, durable=durable)
+
+
+@contextmanager
+def _statement_transaction(*, durable: bool, savepoint: bool) -> Iterator[None]:
+    """Where a one-statement submit runs: in autocommit it is a transaction
+    of its own (no BEGIN and COMMIT round trips); ``durable`` refuses a
+    caller's transaction as ``atomic(durable=True)`` does; otherwise it joins
+    the caller's, in a savepoint if a unique violation must not abort it."""
+    if not connection.in_atomic_block:
+        yield
+    elif durable:
+        with transaction.atomic(durable=True):
+            yield
+    elif savepoint:
+        with transaction.atomic():
+            yield
+    else:
+        yield
+
+
+def _route(request: _Request, request_hash: str, *, durable: bool) -> Submission:
     # A same-key submit that committed between our lookup and our key insert
     # makes us start over once: the lookup then finds its key.
     for _ in range(3):
@@ -276,6 +335,111 @@ def _create_run(request: _Request) -> Run:
     if request.scheduled_for is None or request.scheduled_for <= timezone.now():
         notify(run.priority)
     return run
+
+
+def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
+    """Submit many runs at once (an agent's fan-out): one ``Submission`` per
+    request, in order, all or nothing.
+
+    Each request follows ``submit``'s rules (its key replays or conflicts,
+    one active run per session). Runs without a key to replay or a session
+    to deliver to are written ``SUBMIT_MANY_CHUNK`` to a statement; the rest
+    one by one, in the same transaction. An error raised for a request
+    (InvalidSubmission, UnknownKind, ActiveRunConflict, IdempotencyConflict,
+    ...) carries its position as ``.index`` and nothing of the call is
+    written. Idle workers are woken once, on commit.
+    """
+    checked: list[_Request] = []
+    for index, item in enumerate(requests):
+        with _at(index):
+            if not isinstance(item, SubmitRequest):
+                raise InvalidSubmission(
+                    "requests", f"expected SubmitRequest, got {type(item).__name__}"
+                )
+            checked.append(
+                _validate(
+                    kind=item.kind,
+                    payload=item.payload,
+                    session_id=item.session_id,
+                    tenant=item.tenant,
+                    principal=item.principal,
+                    priority=item.priority,
+                    scheduled_for=item.scheduled_for,
+                    max_attempts=item.max_attempts,
+                    key=item.idempotency_key,
+                )
+            )
+    out: list[Submission] = []
+    with transaction.atomic(durable=True):
+        for start in range(0, len(checked), SUBMIT_MANY_CHUNK):
+            chunk = checked[start : start + SUBMIT_MANY_CHUNK]
+            hashes = [r.hash() if r.key is not None else "" for r in chunk]
+            try:
+                with transaction.atomic():
+                    runs = _insert_runs(chunk, hashes)
+            except IntegrityError as exc:
+                if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+                    raise
+                # A key or a session is taken (perhaps by another request of
+                # this call): each request through submit's routing, in order.
+                for offset, (request, request_hash) in enumerate(zip(chunk, hashes, strict=True)):
+                    with _at(start + offset):
+                        out.append(_submit_routed(request, request_hash))
+                continue
+            out.extend(
+                Submission(run=run, outcome="created", original_outcome="created") for run in runs
+            )
+    return out
+
+
+@contextmanager
+def _at(index: int) -> Iterator[None]:
+    """Tag an error raised for ``submit_many``'s request ``index``."""
+    try:
+        yield
+    except RunqueueError as exc:
+        exc.index = index  # type: ignore[attr-defined]
+        exc.add_note(f"submit_many: request #{index}")
+        raise
+
+
+def _submit_routed(request: _Request, request_hash: str) -> Submission:
+    if request.key is None and request.session_id is None:
+        (run,) = _insert_runs([request], [request_hash])
+        return Submission(run=run, outcome="created", original_outcome="created")
+    return _route(request, request_hash, durable=False)
+
+
+def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Run]:
+    """``create_runs``: the runs, their events, keys and NOTIFYs in one statement."""
+    now = timezone.now()
+    due = {
+        notify_payload(r.priority)
+        for r in requests
+        if not r.scheduled_for or r.scheduled_for <= now
+    }
+    ids = [uuid.uuid4() for _ in requests]
+    params = {
+        "ids": ids,
+        "tenants": [r.tenant for r in requests],
+        "principals": [r.principal for r in requests],
+        "session_ids": [r.session_id for r in requests],
+        "kinds": [r.kind for r in requests],
+        "payloads": [json.dumps(r.payload) for r in requests],
+        "priorities": [r.priority for r in requests],
+        "max_attempts": [r.max_attempts for r in requests],
+        "scheduled_for": [r.scheduled_for for r in requests],
+        "keys": [r.key for r in requests],
+        "hashes": [h or None for h in hashes],
+        "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
+        "channel": get_settings().NOTIFY_CHANNEL,
+        "notify": sorted(due),
+    }
+    with prepared("create_runs", params) as cursor:
+        rows = cursor.fetchall()
+        names = [column.name for column in cursor.description]
+    by_id = {run.id: run for run in (run_from_row(names, row) for row in rows)}
+    return [by_id[run_id] for run_id in ids]
 
 
 def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) -> None:

@@ -16,9 +16,17 @@ from runqueue.leases.base import (
     failure_record,
     hooks,
     notify,
+    notify_payload,
     permanent_failure,
 )
-from runqueue.leases.claim import ClaimSpec, claim, claim_one, claim_spec, finish_and_claim
+from runqueue.leases.claim import (
+    ClaimSpec,
+    claim,
+    claim_one,
+    claim_spec,
+    finish_and_claim,
+    run_from_row,
+)
 from runqueue.leases.transitions import (
     cancel,
     prune_terminal_runs,
@@ -65,6 +73,7 @@ __all__ = [
     "label",
     "hooks",
     "notify",
+    "notify_payload",
     "permanent_failure",
     "prune_terminal_runs",
     "record_tool_outcome",
@@ -72,6 +81,7 @@ __all__ = [
     "release",
     "requeue",
     "resolve_uncertain",
+    "run_from_row",
     "succeed",
     "sweep",
     "wait_for_user",

@@ -113,9 +113,14 @@ def permanent_failure(exc: BaseException, attempt: int) -> dict[str, Any]:
 # --- helpers -----------------------------------------------------------------
 
 
+def notify_payload(priority: int) -> str:
+    """The NOTIFY payload that wakes the workers of a priority's class."""
+    return PriorityClass.of(priority).name.lower()
+
+
 def notify(priority: int | None) -> None:
     """Wake idle workers of a class (all classes when None), on commit."""
-    payload = "" if priority is None else PriorityClass.of(priority).name.lower()
+    payload = "" if priority is None else notify_payload(priority)
     with connection.cursor() as cursor:
         execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
 

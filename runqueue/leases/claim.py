@@ -166,7 +166,7 @@ def _statement(
         names = [column.name for column in cursor.description]
     finished = set(rows[0][0]) if rows else set()
     leases = [
-        Lease(run=_run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
+        Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
         for row in rows
         if row[1] is not None
     ]
@@ -189,8 +189,9 @@ def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[...,
     return loaders
 
 
-def _run_from_row(names: list[str], row: tuple) -> Run:
-    """A Run instance from a raw row of ``runqueue_run`` (what ``raw()`` does)."""
+def run_from_row(names: list[str], row: tuple) -> Run:
+    """A Run from a raw row of ``runqueue_run`` (what ``raw()`` does), extra
+    columns ignored: for the claim and ``submit``'s one-statement insert."""
     loaders = _loaders(tuple(names))
     values = []
     for index, _attname, converters in loaders:

@@ -275,3 +275,44 @@ WITH RECURSIVE tenants(tenant) AS (
      WHERE t.tenant IS NOT NULL
 )
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
+
+-- name: create_runs --
+-- Submit without a waiting run to deliver to: the new runs, their
+-- run.created events, their idempotency keys (if any) and the NOTIFYs that
+-- wake idle workers (one per class with a due run, sent on commit), in one
+-- statement: in autocommit, one round trip and one commit. A key or a
+-- session already taken makes the whole statement fail with its unique
+-- violation, writing nothing; submit then takes the routing path.
+-- JSON travels as text; ids are made by the caller, so it knows each row.
+WITH input AS (
+    SELECT *
+      FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(principals)s::text[],
+                  %(session_ids)s::text[], %(kinds)s::text[], %(payloads)s::text[],
+                  %(priorities)s::smallint[], %(max_attempts)s::int[],
+                  %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[])
+           AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
+                scheduled_for, key, hash)
+), created AS (
+    INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
+                              priority, attempts, max_attempts, scheduled_for, lease_epoch,
+                              lease_owner)
+    SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
+           i.priority, 0, i.max_attempts, i.scheduled_for, 0, ''
+      FROM input i
+    RETURNING *
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT c.id, 'run.created', c.lease_epoch, jsonb_build_object('priority', c.priority), now()
+      FROM created c
+), keyed AS (
+    INSERT INTO runqueue_idempotency_key (tenant, principal, key, request_hash, run_id,
+                                          outcome, expires_at)
+    SELECT i.tenant, i.principal, i.key, i.hash, c.id, 'created',
+           now() + make_interval(secs => %(key_retention_seconds)s)
+      FROM input i
+      JOIN created c ON c.id = i.id
+     WHERE i.key IS NOT NULL
+)
+SELECT (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) AS notified,
+       c.*
+  FROM created c;

@@ -1,0 +1,154 @@
+"""``runqueue.submit_many``: a fan-out in one statement per chunk, with
+``submit``'s rules per request, all or nothing, workers woken once."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+import psycopg
+import pytest
+from django.db import connection
+
+import runqueue
+from runqueue import PriorityClass, SubmitRequest
+from runqueue.models import IdempotencyKey, Run, RunEvent, RunStatus
+from tests.helpers import event_types
+
+R = SubmitRequest
+
+
+@pytest.mark.django_db
+def test_one_submission_per_request_in_order() -> None:
+    subs = runqueue.submit_many(
+        [R(kind="k", payload={"i": i}, priority=10 + i % 3, tenant="t") for i in range(5)]
+    )
+    assert [s.outcome for s in subs] == ["created"] * 5
+    assert [s.run.payload for s in subs] == [{"i": i} for i in range(5)]
+    for sub in subs:
+        run = Run.objects.get(id=sub.run.id)
+        assert (run.status, run.tenant, run.priority, run.lease_epoch, run.attempts) == (
+            RunStatus.QUEUED,
+            "t",
+            sub.run.priority,
+            0,
+            0,
+        )
+        assert run.max_attempts == 3 and run.created_at is not None
+        assert event_types(run.id) == ["run.created"]
+    assert runqueue.submit_many([]) == []
+
+
+@pytest.mark.django_db
+def test_keys_replay_or_conflict_per_request_and_sessions_deliver() -> None:
+    first = runqueue.submit(kind="k", payload={"a": 1}, idempotency_key="key-1").run
+    subs = runqueue.submit_many(
+        [
+            R(kind="k", payload={"a": 1}, idempotency_key="key-1"),  # a retry: replayed
+            R(kind="k", payload={"b": 2}, idempotency_key="key-2"),
+            R(kind="k", payload={"b": 2}, idempotency_key="key-2"),  # the same call's retry
+            R(kind="k", session_id="s1"),
+        ]
+    )
+    assert [s.outcome for s in subs] == ["replayed", "created", "replayed", "created"]
+    assert subs[0].run.id == first.id
+    assert subs[1].run.id == subs[2].run.id
+    assert IdempotencyKey.objects.get(key="key-2").run_id == subs[1].run.id
+
+
+@pytest.mark.django_db
+def test_a_bad_request_is_reported_by_its_index_and_nothing_is_written() -> None:
+    before = Run.objects.count()
+    with pytest.raises(runqueue.InvalidSubmission) as bad:
+        runqueue.submit_many([R(kind="k"), R(kind="k", priority=-1), R(kind="k")])
+    assert (bad.value.index, bad.value.field) == (1, "priority")
+    with pytest.raises(runqueue.UnknownKind) as unknown:
+        runqueue.submit_many([R(kind="k"), R(kind="nobody.handles.this")])
+    assert unknown.value.index == 1
+    with pytest.raises(runqueue.InvalidSubmission) as not_a_request:
+        runqueue.submit_many([R(kind="k"), {"kind": "k"}])  # type: ignore[list-item]
+    assert not_a_request.value.index == 1
+    assert Run.objects.count() == before
+
+
+@pytest.mark.django_db
+def test_a_conflict_rolls_back_the_whole_call() -> None:
+    runqueue.submit(kind="k", payload={"a": 1}, idempotency_key="taken")
+    before = (Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count())
+    with pytest.raises(runqueue.IdempotencyConflict) as conflict:
+        runqueue.submit_many(
+            [
+                R(kind="k", payload={"x": 1}, idempotency_key="fresh"),
+                R(kind="k", payload={"other": 1}, idempotency_key="taken"),
+            ]
+        )
+    assert conflict.value.index == 1
+    with pytest.raises(runqueue.ActiveRunConflict) as busy:
+        runqueue.submit_many([R(kind="k", session_id="s"), R(kind="k", session_id="s")])
+    assert busy.value.index == 1
+    after = (Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count())
+    assert after == before
+
+
+@pytest.mark.django_db
+def test_chunks_are_written_a_statement_each_and_a_taken_key_is_routed(monkeypatch) -> None:
+    module = importlib.import_module("runqueue.submit")  # the module, not the function
+    monkeypatch.setattr(module, "SUBMIT_MANY_CHUNK", 3)
+    requests = [R(kind="k", payload={"i": i}, idempotency_key=f"c{i}") for i in range(7)]
+    # Request 5 (in the second chunk) retries request 1 (in the first).
+    requests[5] = R(kind="k", payload={"i": 1}, idempotency_key="c1")
+    subs = runqueue.submit_many(requests)
+    assert [s.outcome for s in subs] == ["created"] * 5 + ["replayed", "created"]
+    assert subs[5].run.id == subs[1].run.id
+    assert [s.run.payload for s in subs] == [r.payload for r in requests]
+    assert Run.objects.count() == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_idle_workers_are_woken_once_per_class_on_commit() -> None:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as listener:
+        listener.execute("LISTEN runqueue")
+        runqueue.submit_many(
+            [R(kind="k", priority=p) for p in (0, 1, 10, 12, 15)]
+            + [R(kind="k", priority=20, scheduled_for=_later())]
+        )
+        got = [n.payload for n in listener.notifies(timeout=1.0, stop_after=10)]
+    assert sorted(got) == ["async", "interactive"]
+
+
+def _later():
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_calls_with_the_same_keys_make_one_run_per_key() -> None:
+    barrier = threading.Barrier(4)
+    results: list[list] = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            barrier.wait(10)
+            subs = runqueue.submit_many(
+                [R(kind="k", payload={"i": i}, idempotency_key=f"race-{i}") for i in range(20)]
+            )
+            results.append([s.run.id for s in subs])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(results) == 4 and all(r == results[0] for r in results)
+    assert Run.objects.filter(payload__has_key="i").count() == 20
+    assert Run.objects.filter(id__in=results[0], priority=PriorityClass.INTERACTIVE).count() == 20
