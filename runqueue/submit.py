@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -192,6 +192,10 @@ def _submit(request: _Request, *, durable: bool) -> Submission:
     except IntegrityError as exc:
         if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
             raise
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise IdempotencyInProgress(request.key or "") from exc
+        raise
     return _route(request, request_hash, durable=durable)
 
 
@@ -377,11 +381,13 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
             try:
                 with transaction.atomic():
                     runs = _insert_runs(chunk, hashes)
-            except IntegrityError as exc:
-                if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+            except (IntegrityError, OperationalError) as exc:
+                taken = _constraint(exc) in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT)
+                if not taken and getattr(exc.__cause__, "sqlstate", None) != "55P03":
                     raise
-                # A key or a session is taken (perhaps by another request of
-                # this call): each request through submit's routing, in order.
+                # A key or a session is taken, or a key is in flight (perhaps
+                # by another request of this call): each request through
+                # submit's routing, in order.
                 for offset, (request, request_hash) in enumerate(zip(chunk, hashes, strict=True)):
                     with _at(start + offset):
                         out.append(_submit_routed(request, request_hash))
@@ -434,6 +440,9 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
+        "lock_timeout": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"
+        if any(r.key is not None for r in requests)
+        else None,
     }
     with prepared("create_runs", params) as cursor:
         rows = cursor.fetchall()
@@ -463,7 +472,7 @@ def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) 
         raise _Retry from exc
 
 
-def _constraint(exc: IntegrityError) -> str | None:
+def _constraint(exc: DatabaseError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
 

@@ -11,12 +11,12 @@ from django.utils import timezone
 
 from runqueue.admin import display
 from runqueue.conf import get_settings
-from runqueue.models import Worker
+from runqueue.models import Run, RunStatus, Worker
 
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ["id", "hostname", "pid", "slots", "live", "last_seen", "started_at"]
+    list_display = ["id", "hostname", "pid", "slots", "held", "live", "last_seen", "started_at"]
     list_filter = ["stopped_at"]
     search_fields = ["=id", "hostname"]
 
@@ -30,6 +30,13 @@ class WorkerAdmin(admin.ModelAdmin):
     def live(self, worker: Worker) -> bool:
         stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
         return worker.stopped_at is None and worker.last_seen_at >= timezone.now() - stale
+
+    @admin.display(description="held leases")
+    def held(self, worker: Worker) -> int:
+        """Runs this worker holds a lease on: running, or claimed ahead of a slot."""
+        return Run.objects.filter(
+            status=RunStatus.RUNNING, lease_owner__startswith=f"{worker.id}/"
+        ).count()
 
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, worker: Worker) -> str:

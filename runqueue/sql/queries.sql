@@ -292,6 +292,11 @@ WITH input AS (
                   %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
                 scheduled_for, key, hash)
+     -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
+     -- uncommitted key (set before the first row is inserted; local to the
+     -- transaction, so in autocommit to this statement).
+     WHERE %(lock_timeout)s::text IS NULL
+        OR (SELECT set_config('lock_timeout', %(lock_timeout)s::text, true)) IS NOT NULL
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,

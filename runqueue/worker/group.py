@@ -19,7 +19,8 @@ given back at shutdown, fenced if lost: a lease found fenced is never
 started), and one that waited ``AHEAD_WAIT_SECONDS`` for a slot is given
 back, so a run never waits long behind a busy slot while another worker
 could run it. Until runs are known to be short, and while they are long,
-the group claims for its idle slots only.
+the group claims for its idle slots only; a group that takes the
+interactive class never claims ahead.
 
 A run is never claimed for a slot that is not idle or about to be: what is
 claimed starts at once or as soon as a run of the group ends.
@@ -93,7 +94,8 @@ class Group(threading.Thread):
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.claim_batch = max(1, claim_batch)
-        self.ahead = max(0, min(ahead, size))
+        # An interactive run never waits behind another: no claiming ahead.
+        self.ahead = 0 if PriorityClass.INTERACTIVE in classes else max(0, min(ahead, size))
         self.poll_seconds = poll_seconds
         self.burst = burst
         self._finished = finished

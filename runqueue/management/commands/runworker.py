@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
-from runqueue.worker.pool import Pool, PoolConfig, default_worker_id
+from runqueue.worker.pool import CLAIM_AHEAD, Pool, PoolConfig, default_worker_id
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
 
@@ -28,6 +28,16 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, got {text}")
+    return value
+
+
+def ahead(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 256:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 256, got {value}")
     return value
 
 
@@ -83,6 +93,13 @@ class Command(BaseCommand):
             help="on SIGTERM, how long running work may finish (default: %(default)s)",
         )
         parser.add_argument(
+            "--claim-ahead",
+            type=ahead,
+            default=CLAIM_AHEAD,
+            help="leases a non-interactive slot group may hold beyond its idle slots while its "
+            "runs are short, 0 to turn off (default: %(default)s)",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="drain the runs that are due, then exit 0"
         )
         parser.add_argument(
@@ -101,6 +118,7 @@ class Command(BaseCommand):
                 sweep_seconds=options["sweep_seconds"],
                 poll_seconds=options["poll_seconds"],
                 grace_seconds=options["grace_seconds"],
+                claim_ahead=options["claim_ahead"],
                 burst=options["burst"],
                 worker_id=options["worker_id"] or default_worker_id(),
             )
