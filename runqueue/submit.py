@@ -10,6 +10,7 @@ resolved by the database's unique constraints, never by a Python check.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -257,8 +258,7 @@ def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Subm
                         outcome="input_delivered",
                         original_outcome="input_delivered",
                     )
-            run = _create_run(request)
-            _remember_key(request, request_hash, run, SubmitOutcome.CREATED)
+            run = _create_run(request, request_hash)
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
@@ -316,28 +316,18 @@ def _deliver_to_waiting_run(request: _Request) -> Run | None:
     return active
 
 
-def _create_run(request: _Request) -> Run:
+def _create_run(request: _Request, request_hash: str) -> Run:
+    """The run (and its key) in one statement, in a savepoint of the routing's
+    transaction."""
     try:
         with transaction.atomic():
-            run = Run.objects.create(
-                kind=request.kind,
-                payload=request.payload,
-                session_id=request.session_id,
-                tenant=request.tenant,
-                principal=request.principal,
-                priority=request.priority,
-                scheduled_for=request.scheduled_for,
-                max_attempts=request.max_attempts,
-            )
+            (run,) = _insert_runs([request], [request_hash])
     except IntegrityError as exc:
-        if _constraint(exc) != _SESSION_CONSTRAINT:
+        if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
             raise
-        # Another submit won the session slot while we routed; its key, if it
-        # is the same request, is committed now and is the answer.
+        # Another submit won the session slot or the key while we routed; its
+        # key, if it is the same request, is committed now and is the answer.
         raise _Retry from exc
-    events.append(run.id, events.CREATED, run.lease_epoch, {"priority": run.priority})
-    if request.scheduled_for is None or request.scheduled_for <= timezone.now():
-        notify(run.priority)
     return run
 
 
@@ -360,19 +350,7 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 raise InvalidSubmission(
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
-            checked.append(
-                _validate(
-                    kind=item.kind,
-                    payload=item.payload,
-                    session_id=item.session_id,
-                    tenant=item.tenant,
-                    principal=item.principal,
-                    priority=item.priority,
-                    scheduled_for=item.scheduled_for,
-                    max_attempts=item.max_attempts,
-                    key=item.idempotency_key,
-                )
-            )
+            checked.append(_checked(item))
     out: list[Submission] = []
     with transaction.atomic(durable=True):
         for start in range(0, len(checked), SUBMIT_MANY_CHUNK):
@@ -396,6 +374,12 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 Submission(run=run, outcome="created", original_outcome="created") for run in runs
             )
     return out
+
+
+def _checked(item: SubmitRequest) -> _Request:
+    fields = {f.name: getattr(item, f.name) for f in dataclasses.fields(SubmitRequest)}
+    fields["key"] = fields.pop("idempotency_key")
+    return _validate(**fields)
 
 
 @contextmanager

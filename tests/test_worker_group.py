@@ -80,6 +80,14 @@ def _group(size: int, *, classes=(ASYNC,), ahead: int = 0, batch: int = 10) -> G
     return group
 
 
+def _started(group: Group) -> FakeSlot:
+    """The group's thread started, with one slot asking for a lease."""
+    slot = FakeSlot(group)
+    slot.exchange()
+    group.start()
+    return slot
+
+
 def _stop(group: Group) -> None:
     group.close()
     group.join(30)
@@ -111,9 +119,7 @@ def test_one_statement_claims_for_every_idle_slot_and_no_more() -> None:
 def test_a_group_never_claims_outside_its_classes() -> None:
     _submit(3, ASYNC)
     group = _group(1, classes=(INTERACTIVE,))
-    slot = FakeSlot(group)
-    slot.exchange()
-    group.start()
+    slot = _started(group)
     try:
         wait_until(lambda: group.rounds >= 1, what="a round")
         assert _running() == 0
@@ -127,9 +133,7 @@ def test_a_group_never_claims_outside_its_classes() -> None:
 def test_an_outcome_is_written_with_the_next_claim_and_ends_the_lease() -> None:
     first, second = _submit(2)
     group = _group(1)
-    slot = FakeSlot(group)
-    slot.exchange()
-    group.start()
+    slot = _started(group)
     try:
         lease = slot.got()
         assert lease.run_id == first
@@ -154,9 +158,7 @@ def test_claims_ahead_only_once_runs_are_short_and_never_starts_a_lost_lease(
 ) -> None:
     ids = _submit(6)
     group = _group(1, ahead=1)
-    slot = FakeSlot(group)
-    slot.exchange()
-    group.start()
+    slot = _started(group)
     try:
         first = slot.got()
         wait_until(lambda: group.rounds >= 1, what="a round")
@@ -186,9 +188,7 @@ def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) ->
     monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 0.2)
     _submit(4)
     group = _group(1, ahead=1)
-    slot = FakeSlot(group)
-    slot.exchange()
-    group.start()
+    slot = _started(group)
     try:
         first = slot.got()
         slot.exchange((first, Succeeded.of(None)))

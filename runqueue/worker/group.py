@@ -11,8 +11,8 @@ transient give-up or a wait for the user is written alone, in the same
 round, before it.
 
 Claim-ahead: once the group's runs have been short (``AHEAD_BELOW_SECONDS``
-on average), a round may claim up to ``ahead`` leases (at most the group's
-size) beyond the idle slots. They wait in ``ready`` for the next slot to
+on average), a round may claim up to ``ahead`` leases beyond the idle
+slots. They wait in ``ready`` for the next slot to
 hand an outcome over, so that slot starts at once and the next round
 carries several outcomes. They are held like any other lease (heartbeated,
 given back at shutdown, fenced if lost: a lease found fenced is never
@@ -95,7 +95,7 @@ class Group(threading.Thread):
         self.lease_seconds = lease_seconds
         self.claim_batch = max(1, claim_batch)
         # An interactive run never waits behind another: no claiming ahead.
-        self.ahead = 0 if PriorityClass.INTERACTIVE in classes else max(0, min(ahead, size))
+        self.ahead = 0 if PriorityClass.INTERACTIVE in classes else max(0, ahead)
         self.poll_seconds = poll_seconds
         self.burst = burst
         self._finished = finished
