@@ -23,6 +23,11 @@ WITH claimed AS (
                AND least(q.priority / 10, 2) = ANY(%(class_indexes)s::int[])
                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
                AND q.attempts < q.max_attempts
+               -- A paused kind (in all classes, or in this run's) waits.
+               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                WHERE p.kind = q.kind
+                                  AND (p.priority_class IS NULL
+                                       OR p.priority_class = least(q.priority / 10, 2) * 10))
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -260,3 +265,8 @@ WITH RECURSIVE tenants(tenant) AS (
      WHERE t.tenant IS NOT NULL
 )
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
+
+-- name: clock --
+-- The database clock: schedules are evaluated against now(), like leases,
+-- never against a worker's clock.
+SELECT now();
