@@ -52,7 +52,7 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     client = login("ann", *ALL_PERMS)
     listing = client.get(DEAD + "?kind=test.echo").content.decode()
     bulk_url = reverse("admin:runqueue_deadletteredrun_bulk", args=["requeue"]) + "?kind=test.echo"
-    assert 'href="%s"' % bulk_url.replace("&", "&amp;") in listing
+    assert f'href="{bulk_url}"' in listing
     assert "Cancel all matching" not in listing  # not offered on the dead letter
 
     page = client.get(bulk_url).content.decode()

@@ -20,8 +20,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from runqueue import bulk
-from runqueue.admin.actions import PAST, actor, explain, log_change
 from runqueue.admin import pagination
+from runqueue.admin.actions import PAST, actor, explain, log_change
 
 #: Refusals listed one by one after a bulk action; the rest are counted.
 REPORT_LIMIT = 20
