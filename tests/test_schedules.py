@@ -329,3 +329,32 @@ def test_a_tick_that_cannot_submit_writes_nothing_and_stays_due(caplog) -> None:
     assert ScheduleTick.objects.count() == 0 and Run.objects.count() == 0
     schedule.refresh_from_db()
     assert schedule.next_fire_at == dt.datetime(2026, 5, 4, 13, tzinfo=UTC)
+
+
+def test_a_settings_schedule_of_an_unknown_kind_is_a_check_warning(settings) -> None:
+    from runqueue.checks import check_schedules
+
+    settings.RUNQUEUE = {"SCHEDULES": {"x": {"cron": "0 3 * * *", "kind": "no.such.kind"}}}
+    (warning,) = check_schedules()
+    assert warning.id == "runqueue.W020"
+    assert warning.msg == (
+        "RUNQUEUE['SCHEDULES']['x'] submits kind 'no.such.kind', "
+        "which no handler is registered for."
+    )
+    settings.RUNQUEUE = {"SCHEDULES": {"x": {"cron": "0 3 * * *", "kind": "test.echo"}}}
+    assert check_schedules() == []
+
+
+def test_the_demo_defines_its_schedule() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    for _ in range(2):  # idempotent
+        call_command("runqueue_demo", "--runs", "2", "--seed", "1", stdout=StringIO())
+    schedule = Schedule.objects.get(name="demo-digest")
+    assert (schedule.cron, schedule.timezone, schedule.kind) == (
+        "*/5 * * * *",
+        "Europe/Paris",
+        "demo.digest",
+    )
