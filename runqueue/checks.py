@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register  # noqa: A004
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
@@ -45,3 +45,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         ]
     return []
+
+
+@register()
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A settings schedule naming a kind no handler is registered for would
+    log an error at every tick instead of firing."""
+    from django.conf import settings
+
+    from runqueue import registry
+    from runqueue.conf import parse
+
+    try:
+        specs = parse(getattr(settings, "RUNQUEUE", {})).SCHEDULES
+    except ImproperlyConfigured:
+        return []  # reported by check_settings
+    return [
+        Warning(
+            f"RUNQUEUE['SCHEDULES'][{spec.name!r}] submits kind {spec.kind!r}, "
+            "which no handler is registered for.",
+            hint="Register it with @runqueue.handler, or list its module in "
+            "RUNQUEUE['HANDLER_MODULES'].",
+            id="runqueue.W020",
+        )
+        for spec in specs
+        if not registry.is_registered(spec.kind)
+    ]

@@ -22,6 +22,7 @@ Defaults (every key optional)::
         "API_MAX_BODY_BYTES": 262144,  # HTTP API: larger request bodies get 413
         "API_SESSION_TENANT": "default",  # HTTP API: tenant of session-authenticated users
         "API_EVENTS_PAGE_SIZE": 100,  # HTTP API: default page of GET .../events/ (max 1000)
+        "SCHEDULES": {},              # recurring runs by name: runqueue/schedules/spec.py
     }
 """
 
@@ -58,6 +59,7 @@ class Settings:
     API_MAX_BODY_BYTES: int = 262144
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
+    SCHEDULES: tuple[Any, ...] = ()
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -127,6 +129,12 @@ def parse(raw: Any) -> Settings:
                     f"got {value!r}"
                 )
             values[name] = value
+        elif name == "SCHEDULES":
+            # Imported here: the specs name model choices, and settings are
+            # read only once the apps are ready.
+            from runqueue.schedules.spec import parse as parse_schedules
+
+            values[name] = parse_schedules(value)
         elif name == "TERMINAL_RUN_RETENTION_SECONDS" and value is None:
             values[name] = None
         else:

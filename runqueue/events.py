@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runqueue.models import RunEvent
+from runqueue.models import QueueEvent, RunEvent
 
 CREATED = "run.created"
 CLAIMED = "run.claimed"
@@ -27,6 +27,15 @@ SUCCEEDED = "run.succeeded"
 FAILED = "run.failed"
 CANCELLED = "run.cancelled"
 OPERATOR_REQUEUED = "run.operator_requeued"
+#: A schedule made this run (data: schedule, tick_at; or run_now and actor).
+SCHEDULE_FIRED = "schedule.fired"
+
+# Queue events: about the queue, not one run (QueueEvent, not RunEvent).
+KIND_PAUSED = "kind.paused"
+KIND_RESUMED = "kind.resumed"
+SCHEDULE_PAUSED = "schedule.paused"
+SCHEDULE_RESUMED = "schedule.resumed"
+SCHEDULE_RUN_NOW = "schedule.run_now"
 
 #: Events that move a run's status, and the status each moves it to.
 #: ``run.requeued`` and ``run.operator_requeued`` move it back to queued.
@@ -46,3 +55,9 @@ STATUS_OF: dict[str, str] = {
 def append(run_id: Any, type_: str, lease_epoch: int, data: dict[str, Any] | None = None) -> None:
     """Append one event inside the caller's transaction."""
     RunEvent.objects.create(run_id=run_id, type=type_, lease_epoch=lease_epoch, data=data or {})
+
+
+def record(type_: str, subject: str, data: dict[str, Any] | None = None) -> QueueEvent:
+    """Append a queue event (a kind paused, a schedule resumed) inside the
+    caller's transaction."""
+    return QueueEvent.objects.create(type=type_, subject=subject, data=data or {})

@@ -13,7 +13,16 @@ from runqueue.models import Run, ToolInvocation
 PASSWORD = "correct horse battery staple"  # noqa: S105 - test-only login
 
 #: Every permission support staff can hold.
-ALL_PERMS = ("view_run", "requeue_run", "cancel_run", "resolve_uncertain")
+ALL_PERMS = (
+    "view_run",
+    "requeue_run",
+    "cancel_run",
+    "resolve_uncertain",
+    "pause_kind",
+    "operate_schedule",
+    "add_schedule",
+    "change_schedule",
+)
 
 
 def staff(username: str, *perms: str, is_staff: bool = True) -> User:

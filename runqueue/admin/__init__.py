@@ -5,5 +5,5 @@ actions that call the service layer, and the queue dashboard. Importing this
 package registers the ModelAdmins with the default admin site.
 """
 
-from runqueue.admin import runs, workers  # noqa: F401 - registers the ModelAdmins
+from runqueue.admin import paused, runs, schedules, workers  # noqa: F401 - registers the ModelAdmins
 from runqueue.api import admin as _api_admin  # noqa: F401 - registers the ApiToken admin

@@ -22,8 +22,10 @@ from django.utils.safestring import SafeString
 
 from runqueue.admin import dashboard, display, resolve
 from runqueue.admin.actions import cancel_runs, requeue_runs
+from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
 from runqueue.admin.pagination import CappedCountPaginator
+from runqueue.admin.paused import pause_kinds
 from runqueue.models import (
     Checkpoint,
     DeadLetteredRun,
@@ -67,7 +69,7 @@ class RunPermissionsMixin:
 
 
 @admin.register(Run)
-class RunAdmin(RunPermissionsMixin, admin.ModelAdmin):
+class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
     list_display = [
         "short_id",
         "session_id",
@@ -86,7 +88,7 @@ class RunAdmin(RunPermissionsMixin, admin.ModelAdmin):
     list_per_page = 50
     paginator = CappedCountPaginator
     show_full_result_count = False
-    actions = [requeue_runs, cancel_runs]
+    actions = [requeue_runs, cancel_runs, pause_kinds]
     readonly_fields = [
         "status_display",
         "class_display",
@@ -159,6 +161,7 @@ class RunAdmin(RunPermissionsMixin, admin.ModelAdmin):
                 view(self.resolve_view),
                 name=f"{prefix}_resolve",
             ),
+            *self.bulk_urls(),
             *super().get_urls(),
         ]
 
@@ -287,9 +290,10 @@ class DeadLetteredRunAdmin(RunAdmin):
     list_filter = [FailureFilter, PriorityClassFilter, KindFilter, TenantFilter, "finished_at"]
     ordering = ["-finished_at"]
     actions = [requeue_runs]
+    bulk_verbs = ("requeue",)
 
     def get_urls(self) -> list[URLPattern]:
-        return admin.ModelAdmin.get_urls(self)
+        return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
 
     @admin.display(description="failure")
     def failure_summary(self, run: Run) -> str:
@@ -317,9 +321,10 @@ class UncertainRunAdmin(RunAdmin):
     ]
     list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter]
     actions = [cancel_runs]
+    bulk_verbs = ("cancel",)
 
     def get_urls(self) -> list[URLPattern]:
-        return admin.ModelAdmin.get_urls(self)
+        return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         unresolved = ToolInvocation.objects.filter(

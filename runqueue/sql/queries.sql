@@ -53,6 +53,11 @@ WITH input AS (
                AND least(q.priority / 10, 2) = ANY(%(class_indexes)s::int[])
                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
                AND q.attempts < q.max_attempts
+               -- A paused kind (in all classes, or in this run's) waits.
+               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                WHERE p.kind = q.kind
+                                  AND (p.priority_class IS NULL
+                                       OR p.priority_class = least(q.priority / 10, 2) * 10))
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -321,3 +326,8 @@ WITH input AS (
 SELECT (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) AS notified,
        c.*
   FROM created c;
+
+-- name: clock --
+-- The database clock: schedules are evaluated against now(), like leases,
+-- never against a worker's clock.
+SELECT now();

@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import housekeeping, leases
+from runqueue import housekeeping, leases, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.sql import execute
@@ -138,6 +138,7 @@ class Pool:
         if time.monotonic() >= self._next_housekeeping:
             self._next_housekeeping = time.monotonic() + self.config.housekeeping_seconds
             housekeeping.schedule()
+        schedules.tick()  # every worker may fire a due tick; each fires once
 
     # --- life cycle -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
 import runqueue
-from runqueue import PriorityClass
+from runqueue import PriorityClass, schedules
 
 SCENARIOS = ["ok"] * 6 + ["ask", "decline", "flaky", "timeout"]
 
@@ -21,7 +21,7 @@ SCENARIOS = ["ok"] * 6 + ["ask", "decline", "flaky", "timeout"]
 class Command(BaseCommand):
     help = (
         "Submit demo runs: agent turns (some ask, fail, retry or end uncertain), "
-        "research and digests."
+        "research and digests; define the demo-digest schedule (every five minutes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -70,10 +70,20 @@ class Command(BaseCommand):
                 )
                 counts["digest"] += 1
             del sub
+        # The demo's one schedule: a digest every five minutes, Paris time.
+        schedules.define(
+            "demo-digest",
+            cron="*/5 * * * *",
+            timezone="Europe/Paris",
+            kind="demo.digest",
+            payload={"day": "today"},
+            priority=PriorityClass.MAINTENANCE,
+        )
         self.stdout.write(
             "Submitted {} demo runs over {:.0f}s: {}".format(
                 options["runs"],
                 options["spread_seconds"],
                 ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
             )
+            + "; schedule demo-digest fires every five minutes"
         )

@@ -1,0 +1,170 @@
+"""``RUNQUEUE["SCHEDULES"]``: validated into frozen specs at settings time.
+
+::
+
+    RUNQUEUE = {"SCHEDULES": {
+        "nightly-digest": {
+            "cron": "0 3 * * *",            # required: five cron fields
+            "kind": "digest.send",          # required: a handler kind
+            "payload": {"scope": "all"},    # JSON, default {}
+            "priority": "maintenance",      # class name or 0-32767, default maintenance
+            "timezone": "Europe/Paris",     # IANA name, default UTC
+            "tenant": "acme",               # default "default"
+            "catch_up": "latest",           # latest | all | none
+            "catch_up_limit": 10,           # with "all": at most this many missed ticks
+            "max_attempts": 3,              # default RUNQUEUE["MAX_ATTEMPTS"]
+        },
+    }}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from runqueue.models import CatchUp, PriorityClass
+from runqueue.schedules import cron
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
+MAX_PRIORITY = 32767
+MAX_CATCH_UP_LIMIT = 1000
+_KEYS = {
+    "cron",
+    "kind",
+    "payload",
+    "priority",
+    "timezone",
+    "tenant",
+    "catch_up",
+    "catch_up_limit",
+    "max_attempts",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSpec:
+    """One schedule's definition, whether from settings or the admin."""
+
+    name: str
+    cron: str
+    kind: str
+    payload_json: str = "{}"
+    priority: int = PriorityClass.MAINTENANCE
+    timezone: str = "UTC"
+    tenant: str = "default"
+    catch_up: str = CatchUp.LATEST
+    catch_up_limit: int = 10
+    max_attempts: int | None = None
+
+    @property
+    def payload(self) -> Any:
+        return json.loads(self.payload_json)
+
+    def fields(self) -> dict[str, Any]:
+        """The Schedule model's definition fields."""
+        return {
+            "cron": self.cron,
+            "kind": self.kind,
+            "payload": self.payload,
+            "priority": self.priority,
+            "timezone": self.timezone,
+            "tenant": self.tenant,
+            "catch_up": self.catch_up,
+            "catch_up_limit": self.catch_up_limit,
+            "max_attempts": self.max_attempts,
+        }
+
+
+def check_name(name: Any) -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ValueError(
+            f"schedule name {name!r} must be 1-100 letters, digits, '.', '_', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_priority(value: Any) -> int:
+    if isinstance(value, str):
+        try:
+            return int(PriorityClass[value.upper()])
+        except KeyError:
+            raise ValueError(
+                f"priority {value!r} must be interactive, async, maintenance or 0-{MAX_PRIORITY}"
+            ) from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise ValueError(f"priority must be interactive, async, maintenance or 0-{MAX_PRIORITY}")
+    return value
+
+
+def check_catch_up(policy: Any, limit: Any) -> tuple[str, int]:
+    if policy not in CatchUp.values:
+        raise ValueError(f"catch_up {policy!r} must be one of {', '.join(CatchUp.values)}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValueError(f"catch_up_limit must be an integer, got {limit!r}")
+    if not 1 <= limit <= MAX_CATCH_UP_LIMIT:
+        raise ValueError(f"catch_up_limit must be between 1 and {MAX_CATCH_UP_LIMIT}")
+    return policy, limit
+
+
+def _text(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+        raise ValueError(f"{field} must be a 1-255 character string, got {value!r}")
+    return value
+
+
+def build(name: Any, raw: Any) -> ScheduleSpec:
+    """One schedule from its settings dict; ValueError saying what is wrong."""
+    name = check_name(name)
+    if not isinstance(raw, dict):
+        raise ValueError(f"must be a dict, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}")
+    for required in ("cron", "kind"):
+        if required not in raw:
+            raise ValueError(f"{required!r} is required")
+    payload = raw.get("payload", {})
+    try:
+        payload_json = json.dumps(payload, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload must be JSON-serialisable: {exc}") from exc
+    max_attempts = raw.get("max_attempts")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    timezone = raw.get("timezone", "UTC")
+    cron.zone(timezone)
+    catch_up, limit = check_catch_up(raw.get("catch_up", "latest"), raw.get("catch_up_limit", 10))
+    return ScheduleSpec(
+        name=name,
+        cron=cron.validate(raw["cron"]),
+        kind=_text("kind", raw["kind"]),
+        payload_json=payload_json,
+        priority=check_priority(raw.get("priority", "maintenance")),
+        timezone=timezone,
+        tenant=_text("tenant", raw.get("tenant", "default")),
+        catch_up=catch_up,
+        catch_up_limit=limit,
+        max_attempts=max_attempts,
+    )
+
+
+def parse(raw: Any) -> tuple[ScheduleSpec, ...]:
+    """RUNQUEUE["SCHEDULES"] -> specs; ImproperlyConfigured naming the schedule."""
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['SCHEDULES'] must be a dict of name -> schedule, got {type(raw).__name__}"
+        )
+    specs = []
+    for name, value in raw.items():
+        try:
+            specs.append(build(name, value))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"RUNQUEUE['SCHEDULES'][{name!r}]: {exc}") from exc
+    return tuple(specs)
