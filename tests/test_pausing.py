@@ -129,18 +129,14 @@ def test_the_claim_stays_one_indexed_statement_with_kinds_paused() -> None:
     Run.objects.filter(priority=10).update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
     pause_kind("k", actor="staff:ann", reason="r")
     pause_kind("other", priority_class=0, actor="staff:ann", reason="r")
-    params = {
-        "owner": "w",
-        "lease_seconds": 30.0,
-        "limit": 10,
-        "min_priority": 0,
-        "max_priority": 9,
-        "class_indexes": [0],
-    }
+    from runqueue.leases.claim import statement_params
+
+    spec = leases.claim_spec("w", [PriorityClass.INTERACTIVE], limit=10, lease_seconds=30)
+    params = statement_params((), spec)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runqueue_run")
         cursor.execute("ANALYZE runqueue_paused_kind")
-        cursor.execute("EXPLAIN " + queries()["claim"], params)
+        cursor.execute("EXPLAIN " + queries()["finish_and_claim"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "runqueue_run_claim_idx" in plan, plan
     assert "InitPlan" in plan, plan
