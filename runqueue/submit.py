@@ -22,7 +22,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events, registry
+from runqueue import events, registry, tracing
 from runqueue.conf import get_settings
 from runqueue.errors import (
     ActiveRunConflict,
@@ -265,6 +265,7 @@ def _create_run(request: _Request) -> Run:
                 priority=request.priority,
                 scheduled_for=request.scheduled_for,
                 max_attempts=request.max_attempts,
+                traceparent=tracing.current_traceparent(),
             )
     except IntegrityError as exc:
         if _constraint(exc) != _SESSION_CONSTRAINT:

@@ -17,7 +17,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import housekeeping, leases
+from runqueue import housekeeping, leases, observe
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.sql import execute
@@ -124,15 +124,7 @@ class Pool:
         with self._lock:
             self._held.discard(lease)
             started = self._started.pop(lease, None)
-        run = lease.run
-        logger.info(
-            "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
-            run.id,
-            run.kind,
-            outcome,
-            lease.epoch,
-            (time.monotonic() - started) * 1000 if started is not None else 0,
-        )
+        observe.finished(lease, outcome, None if started is None else time.monotonic() - started)
 
     def held(self) -> list[leases.Lease]:
         with self._lock:

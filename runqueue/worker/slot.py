@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from runqueue import leases, runtime
+from runqueue import leases, observe, runtime
 from runqueue.models import PriorityClass
 from runqueue.worker.feed import Empty, Feed
 
@@ -73,22 +73,14 @@ class Slot(threading.Thread):
 
     def _run(self, lease: leases.Lease) -> None:
         run = lease.run
-        wait_ms = run.heartbeat_at - max(run.created_at, run.scheduled_for or run.created_at)
-        logger.info(
-            "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
-            run.id,
-            run.kind,
-            run.priority_class.name.lower(),
-            lease.epoch,
-            lease.attempt,
-            max(wait_ms.total_seconds() * 1000, 0),
-        )
+        observe.claimed(lease)  # log line, metrics
         self.current = lease
         self.pool.hold(lease)
         self.pool.started(lease)
         outcome = "error"
         try:
-            outcome = runtime.execute(lease, self.pool.completer)
+            with observe.run_span(lease):  # OpenTelemetry; ended by observe.finished
+                outcome = runtime.execute(lease, self.pool.completer)
         except DatabaseError as exc:
             # Lost the database mid-run: the lease expires and the sweeper
             # requeues the run; nothing here can be trusted to have committed.
