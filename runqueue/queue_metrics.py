@@ -14,9 +14,11 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -56,11 +58,24 @@ def _estimate(cursor: object, status: str, low: int, high: int) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
+@contextmanager
+def bounded_reads() -> Iterator[Any]:
+    """A cursor in a transaction where the planner walks indexes, in order,
+    and stops at the LIMIT. With a LIMIT above its row estimate (per-class
+    parameters, stale statistics) it would otherwise build a bitmap of every
+    matching run, or read every queued run of a class and sort them to find
+    the first ``HEAD``: reads that grow with the table."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for name in ("enable_sort", "enable_bitmapscan"):
+            execute(cursor, "set_config", {"name": name, "value": "off", "is_local": True})
+        yield cursor
+
+
 def read() -> QueueFigures:
     """The gauges, in three bounded statements (plus an EXPLAIN per capped series)."""
     figures = QueueFigures()
     stale = 3 * get_settings().HEARTBEAT_SECONDS
-    with connection.cursor() as cursor:
+    with bounded_reads() as cursor:
         for idx, queued, oldest in execute(
             cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
         ).fetchall():

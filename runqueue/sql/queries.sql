@@ -306,12 +306,16 @@ SELECT c.idx,
 -- name: metrics_leased --
 -- Prometheus: running and waiting runs by class, through the leased index,
 -- at most %(cap)s rows per status (ids are random, so a capped read is a
--- fair sample of the classes).
-SELECT s.status, least(q.priority / 10, 2) AS idx, count(*) AS n
-  FROM (VALUES ('running'), ('waiting_for_user')) AS s(status)
-  CROSS JOIN LATERAL (
-      SELECT r.priority FROM runqueue_run r WHERE r.status = s.status LIMIT %(cap)s) AS q
- GROUP BY 1, 2;
+-- fair sample of the classes). Each status is a literal: the partial index
+-- only serves a predicate it can prove.
+SELECT 'running' AS status, least(q.priority / 10, 2) AS idx, count(*) AS n
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'running' LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+SELECT 'waiting_for_user', least(q.priority / 10, 2), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
+         LIMIT %(cap)s) AS q
+ GROUP BY 2;
 
 -- name: metrics_totals --
 -- Prometheus: dead letters, unresolved uncertain tool invocations (and their
