@@ -131,9 +131,9 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     """Server-Sent Events: the run's events after ``Last-Event-ID`` (or
     ``?after=``), then each new one as it commits, until a terminal event."""
     run = _run_or_404(caller, run_id)
-    header = request.headers.get("Last-Event-ID")
-    if header is not None:
-        after = _int_value("Last-Event-ID", header.strip(), 0, 2**63 - 1)
+    header = (request.headers.get("Last-Event-ID") or "").strip()
+    if header:
+        after = _int_value("Last-Event-ID", header, 0, 2**63 - 1)
     else:
         after = _int_param(request, "after", 0, 0, 2**63 - 1)
     try:

@@ -71,16 +71,16 @@ class Hub:
     def watch(self, run_id: Any) -> threading.Event:
         """Register a stream of ``run_id``: the event is set on each wake-up.
         Writes the watch row (on the caller's connection, autocommit)."""
-        self._start()
-        self.listening.wait(5.0)  # not yet: the poll covers the gap
+        if self._start():
+            self.listening.wait(5.0)  # the first stream; without it, the poll covers the gap
         wake = threading.Event()
         key = str(run_id)
         with self._watch_lock:
-            with self._lock:
-                self._waiters.setdefault(key, set()).add(wake)
             params = {"run_id": run_id, "watcher": self.watcher, "ttl_seconds": WATCH_TTL_SECONDS}
             with connection.cursor() as cursor:
                 execute(cursor, "stream_watch", params)
+            with self._lock:
+                self._waiters.setdefault(key, set()).add(wake)
         return wake
 
     def unwatch(self, run_id: Any, wake: threading.Event) -> None:
@@ -112,14 +112,16 @@ class Hub:
 
     # --- the listener ------------------------------------------------------
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Start the listener unless it runs; True if this call started it."""
         with self._lock:
             if self._thread is not None:
-                return
+                return False
             self._thread = threading.Thread(
                 target=self._listen, name="runqueue-stream-listener", daemon=True
             )
         self._thread.start()
+        return True
 
     def _connect(self) -> psycopg.Connection:
         params = connection.get_connection_params()
