@@ -37,6 +37,8 @@ def claimed(lease: Lease) -> None:
     due = max(run.created_at, run.scheduled_for or run.created_at)
     wait = max((run.heartbeat_at - due).total_seconds(), 0.0)
     metrics.claimed(run.priority, wait)
+    if not logger.isEnabledFor(logging.INFO):
+        return
     logger.info(
         "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
         run.id,
@@ -61,6 +63,8 @@ def finished(lease: Lease, outcome: str, seconds: float | None) -> None:
     run = lease.run
     metrics.finished(run.priority, outcome, seconds)
     tracing.finished(lease, outcome)
+    if not logger.isEnabledFor(logging.INFO):
+        return
     duration_ms = round(seconds * 1000) if seconds is not None else 0
     logger.info(
         "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
