@@ -2,12 +2,15 @@
 
 Environment variables (an optional ``.env`` file beside manage.py is read too):
 ``DATABASE_URL``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
-``RUNQUEUE_PGDATA`` (embedded server's data folder when DATABASE_URL is unset).
+``RUNQUEUE_PGDATA`` (embedded server's data folder when DATABASE_URL is unset),
+``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``), ``RUNQUEUE_STREAMS_PER_PROCESS``,
+``RUNQUEUE_METRICS_TOKEN``.
 """
 
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from config.database import embedded_database
 
@@ -117,12 +120,32 @@ TASKS = {
     }
 }
 
+# Open event streams per web process (config/gunicorn_conf.py reads it too,
+# to give each process that many threads more than the admin and API need).
+if env("RUNQUEUE_STREAMS_PER_PROCESS", default=""):
+    RUNQUEUE.setdefault("STREAM_MAX_PER_PROCESS", env.int("RUNQUEUE_STREAMS_PER_PROCESS"))
+# The web side's Prometheus scrape URL (/metrics) asks for this bearer token when set.
+if env("RUNQUEUE_METRICS_TOKEN", default=""):
+    RUNQUEUE.setdefault("METRICS_TOKEN", env("RUNQUEUE_METRICS_TOKEN"))
+
+# RUNQUEUE_LOG_FORMAT=json: one JSON object per line, with the worker's
+# per-run fields (run_id, kind, class, epoch, outcome, ...) as keys.
+LOG_FORMAT = env("RUNQUEUE_LOG_FORMAT", default="plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"RUNQUEUE_LOG_FORMAT must be plain or json, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "runqueue.logfmt.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "loggers": {
         "runqueue": {"handlers": ["console"], "level": env("RUNQUEUE_LOG_LEVEL", default="INFO")}
     },
 }
+if LOG_FORMAT == "json":
+    # Everything else (Django's warnings and errors) as JSON lines too.
+    LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
+    LOGGING["loggers"]["runqueue"]["propagate"] = False

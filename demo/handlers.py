@@ -53,6 +53,7 @@ def agent_turn(ctx: RunContext) -> Any:
         idempotency=Idempotency.IDEMPOTENT,
     )
     ctx.checkpoint({"order": order.value})
+    ctx.emit("progress", {"step": "order found", "order_id": order_id})  # to the run's stream
     charge = ctx.invoke_tool(
         "charge_card",
         charge_card,

@@ -23,6 +23,12 @@ Defaults (every key optional)::
         "API_SESSION_TENANT": "default",  # HTTP API: tenant of session-authenticated users
         "API_EVENTS_PAGE_SIZE": 100,  # HTTP API: default page of GET .../events/ (max 1000)
         "SCHEDULES": {},              # recurring runs by name: runqueue/schedules/spec.py
+        "STREAM_MAX_PER_PROCESS": 4,  # open event streams per web process; more get 503
+        "STREAM_KEEPALIVE_SECONDS": 15,  # a comment line this often keeps proxies open
+        "STREAM_POLL_SECONDS": 5,     # re-read a stream's events this often without a NOTIFY
+        "STREAM_MAX_SECONDS": 3600,   # close a stream after this long (clients resume)
+        "EMIT_MAX_BYTES": 16384,      # ctx.emit's data size limit, as JSON
+        "METRICS_TOKEN": None,        # bearer token the metrics view requires (None: open)
     }
 """
 
@@ -60,6 +66,12 @@ class Settings:
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
     SCHEDULES: tuple[Any, ...] = ()
+    STREAM_MAX_PER_PROCESS: int = 4
+    STREAM_KEEPALIVE_SECONDS: float = 15
+    STREAM_POLL_SECONDS: float = 5
+    STREAM_MAX_SECONDS: float = 3600
+    EMIT_MAX_BYTES: int = 16384
+    METRICS_TOKEN: str | None = None
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -71,6 +83,8 @@ _INTEGERS = {
     "MAX_PAYLOAD_BYTES",
     "API_MAX_BODY_BYTES",
     "API_EVENTS_PAGE_SIZE",
+    "STREAM_MAX_PER_PROCESS",
+    "EMIT_MAX_BYTES",
 }
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
@@ -80,6 +94,9 @@ _POSITIVE = _INTEGERS | {
     "POLL_SECONDS",
     "IDEMPOTENCY_KEY_RETENTION_SECONDS",
     "TERMINAL_RUN_RETENTION_SECONDS",
+    "STREAM_KEEPALIVE_SECONDS",
+    "STREAM_POLL_SECONDS",
+    "STREAM_MAX_SECONDS",
 }
 
 
@@ -135,6 +152,12 @@ def parse(raw: Any) -> Settings:
             from runqueue.schedules.spec import parse as parse_schedules
 
             values[name] = parse_schedules(value)
+        elif name == "METRICS_TOKEN":
+            if value is not None and (not isinstance(value, str) or len(value) < 16):
+                raise ImproperlyConfigured(
+                    "RUNQUEUE['METRICS_TOKEN'] must be None or a string of 16 or more characters"
+                )
+            values[name] = value
         elif name == "TERMINAL_RUN_RETENTION_SECONDS" and value is None:
             values[name] = None
         else:

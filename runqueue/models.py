@@ -128,6 +128,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: The W3C traceparent of the request or span that submitted the run
+    #: ("" without one): the worker's span links to it (runqueue.tracing).
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     objects = RunQuerySet.as_manager()
 
@@ -300,6 +303,27 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} @{self.lease_epoch}"
+
+
+class StreamWatch(models.Model):
+    """A web process streaming a run's events (``runqueue.stream``).
+
+    The trigger on ``runqueue_run_event`` sends a NOTIFY only for runs with
+    a row here, so appending events to runs nobody watches costs one index
+    probe and never a NOTIFY (whose commit lock would serialise workers).
+    Unlogged; rows of a process that died expire (``expires_at``).
+    """
+
+    pk = models.CompositePrimaryKey("run_id", "watcher")
+    run_id = models.UUIDField()
+    watcher = models.CharField(max_length=255)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "runqueue_stream_watch"
+
+    def __str__(self) -> str:
+        return f"{self.watcher} watches {self.run_id}"
 
 
 class ToolInvocation(models.Model):

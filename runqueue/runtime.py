@@ -21,11 +21,12 @@ from typing import Any, Literal
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import leases, registry
+from runqueue import leases, observe, registry
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
 from runqueue.outcomes import Failed, GaveUp, Outcome, Succeeded, Waiting, json_text
+from runqueue.stream.emit import emit as stream_emit
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -109,6 +110,11 @@ class RunContext:
             self.state = state
         return ok
 
+    def emit(self, event_type: str, data: dict[str, Any] | None = None) -> bool:
+        """Publish a progress event to the run's stream (through the fence);
+        False once fenced. ValueError for a reserved type or oversized data."""
+        return stream_emit(self.lease, event_type, data)
+
     def ask_user(self, question: Any, state: Any = None) -> AskUser:
         """Return this from the handler to wait for the user's answer."""
         return AskUser(question=question, state=self.state if state is None else state)
@@ -126,7 +132,14 @@ class RunContext:
         idempotency: str = Idempotency.NON_IDEMPOTENT,
     ) -> ToolOutcome:
         """Run a side effect at most once per record; see the module docstring."""
-        idempotency = Idempotency(idempotency)
+        with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
+            outcome = self._invoke_tool(name, fn, args, Idempotency(idempotency))
+            traced.done(outcome)
+        return outcome
+
+    def _invoke_tool(
+        self, name: str, fn: Callable[..., Any], args: dict[str, Any] | None, idempotency: str
+    ) -> ToolOutcome:
         seq = self._seq
         self._seq += 1
         if self.fenced:

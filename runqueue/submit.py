@@ -25,7 +25,7 @@ from django.db import DatabaseError, IntegrityError, OperationalError, connectio
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events, registry
+from runqueue import events, registry, tracing
 from runqueue.conf import get_settings
 from runqueue.errors import (
     ActiveRunConflict,
@@ -419,6 +419,7 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         "priorities": [r.priority for r in requests],
         "max_attempts": [r.max_attempts for r in requests],
         "scheduled_for": [r.scheduled_for for r in requests],
+        "traceparents": [tracing.current_traceparent()] * len(requests),
         "keys": [r.key for r in requests],
         "hashes": [h or None for h in hashes],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),

@@ -20,4 +20,4 @@ worker=$!
 trap 'kill -TERM "$worker" 2>/dev/null; wait "$worker" 2>/dev/null' EXIT
 
 echo "==> runqueue admin at http://$HOST:$PORT/admin/  (Ctrl-C stops the web server and the worker)"
-gunicorn config.wsgi --bind "$HOST:$PORT" --workers 2 --timeout 120 --access-logfile - --log-level info
+gunicorn -c config/gunicorn_conf.py config.wsgi --bind "$HOST:$PORT" --access-logfile - --log-level info

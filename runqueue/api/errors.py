@@ -45,6 +45,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "idempotency-key-reused": (422, "Idempotency-Key already used for a different request"),
     "validation-failed": (422, "Request body failed validation"),
     "unavailable": (503, "Service temporarily unavailable"),
+    "too-many-streams": (503, "Too many open event streams"),
     "internal-error": (500, "Internal server error"),
 }
 

@@ -259,6 +259,37 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            _path("run-stream"): {
+                "get": {
+                    "operationId": "streamRunEvents",
+                    "summary": "Server-Sent Events: the run's events after the cursor, then "
+                    "each new one as it commits, until a terminal event",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "Last-Event-ID",
+                            "in": "header",
+                            "description": "resume after this event id (wins over after)",
+                            "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                        },
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "description": "start after this event id",
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the stream: one message per event, id: the "
+                            "event id, event: its type, data: the event as JSON",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        "204": {"description": "the run is finished and nothing follows"},
+                        **_problems(400, 401, 404, 405, 500, 503),
+                    },
+                }
+            },
             _path("run-cancel"): {
                 "post": {
                     "operationId": "cancelRun",

@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/", views.submit_run, name="runs"),
     path("runs/<str:run_id>/", views.get_run, name="run"),
     path("runs/<str:run_id>/events/", views.run_events, name="run-events"),
+    path("runs/<str:run_id>/stream/", views.run_stream, name="run-stream"),
     path("runs/<str:run_id>/cancel/", views.cancel_run, name="run-cancel"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

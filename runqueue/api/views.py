@@ -15,10 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
+from runqueue import tracing
 from runqueue.api import parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
@@ -27,6 +28,7 @@ from runqueue.api.render import event_body, events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.stream import TooManyStreams, open_stream
 
 logger = logging.getLogger("runqueue.api")
 
@@ -90,9 +92,10 @@ def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
     key = parsing.idempotency_key(request)
     args = parsing.submit_args(body)
     try:
-        sub = runqueue.submit(
-            **args, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
-        )
+        with tracing.incoming(request.headers.get("traceparent")):
+            sub = runqueue.submit(
+                **args, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
+            )
     except RunqueueError as exc:
         raise _mapped(exc) from exc
     status = 202 if sub.original_outcome == "input_delivered" else 201
@@ -121,6 +124,34 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     page = page[:limit]
     next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
     return JsonResponse({"events": [event_body(e) for e in page], "next": next_url})
+
+
+@api_view("GET")
+def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """Server-Sent Events: the run's events after ``Last-Event-ID`` (or
+    ``?after=``), then each new one as it commits, until a terminal event."""
+    run = _run_or_404(caller, run_id)
+    header = (request.headers.get("Last-Event-ID") or "").strip()
+    if header:
+        after = _int_value("Last-Event-ID", header, 0, 2**63 - 1)
+    else:
+        after = _int_param(request, "after", 0, 0, 2**63 - 1)
+    try:
+        stream = open_stream(run, after)
+    except TooManyStreams:
+        raise ApiError(
+            "too-many-streams",
+            "This server process streams as many runs as it may; retry shortly.",
+            headers={"Retry-After": "5"},
+        ) from None
+    if stream is None:
+        # Finished, and the client has every event: 204 tells a browser's
+        # EventSource to stop reconnecting.
+        return HttpResponse(status=204)
+    response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    return response
 
 
 @api_view("POST")
@@ -162,6 +193,10 @@ def _int_param(request: HttpRequest, name: str, default: int, low: int, high: in
     raw = request.GET.get(name)
     if raw is None:
         return default
+    return _int_value(name, raw, low, high)
+
+
+def _int_value(name: str, raw: str, low: int, high: int) -> int:
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 19 and low <= int(raw) <= high):
         raise ApiError(
             "invalid-parameter",

@@ -8,11 +8,10 @@ from typing import Any
 
 from django.db import OperationalError, connection, transaction
 
-from runqueue import events
+from runqueue import events, observe
 from runqueue.leases.base import (
     Lease,
     hooks,
-    logger,
 )
 from runqueue.models import (
     Run,
@@ -39,13 +38,18 @@ def record_fenced(lease: Lease, action: str) -> None:
         if lease.fenced:
             return
         lease.fenced = True
-    current = Run.objects.filter(id=lease.run_id).values_list("lease_epoch", "status").first()
-    logger.warning(
-        "Fenced run id=%s epoch=%s action=%s now=%s", lease.run_id, lease.epoch, action, current
-    )
-    if current is None:
-        return
     with transaction.atomic(durable=True):
+        # Under the run row's lock, as every event insert: a run's event ids
+        # then follow commit order, which the event stream's cursor needs.
+        current = (
+            Run.objects.select_for_update(no_key=True)
+            .filter(id=lease.run_id)
+            .values_list("lease_epoch", "status")
+            .first()
+        )
+        observe.fenced(lease, action, current)
+        if current is None:
+            return
         events.append(
             lease.run_id,
             events.FENCED,

@@ -22,7 +22,7 @@ from django.db.models import Q
 from runqueue import events
 from runqueue.conf import Settings, get_settings
 from runqueue.errors import RunqueueError
-from runqueue.models import Schedule, ScheduleSource
+from runqueue.models import Run, Schedule, ScheduleSource
 from runqueue.schedules import cron
 from runqueue.schedules.spec import ScheduleSpec
 from runqueue.schedules.ticks import db_now
@@ -185,8 +185,15 @@ def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Any:
     )
     if sub.outcome == "created":
         with transaction.atomic():
+            # Under the run row's lock, as every event insert, so a run's event
+            # ids follow commit order (the event stream's cursor needs it).
+            epoch = (
+                Run.objects.select_for_update(no_key=True)
+                .values_list("lease_epoch", flat=True)
+                .get(id=sub.run.id)
+            )
             data = {"schedule": schedule.name, "run_now": True, "actor": actor}
-            events.append(sub.run.id, events.SCHEDULE_FIRED, sub.run.lease_epoch, data)
+            events.append(sub.run.id, events.SCHEDULE_FIRED, epoch, data)
             events.record(
                 events.SCHEDULE_RUN_NOW, schedule.name, {"actor": actor, "run": str(sub.run.id)}
             )

@@ -294,9 +294,10 @@ WITH input AS (
       FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(principals)s::text[],
                   %(session_ids)s::text[], %(kinds)s::text[], %(payloads)s::text[],
                   %(priorities)s::smallint[], %(max_attempts)s::int[],
-                  %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[])
+                  %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[],
+                  %(traceparents)s::text[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
-                scheduled_for, key, hash)
+                scheduled_for, key, hash, traceparent)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -305,9 +306,9 @@ WITH input AS (
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
-                              lease_owner)
+                              lease_owner, traceparent)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
-           i.priority, 0, i.max_attempts, i.scheduled_for, 0, ''
+           i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent
       FROM input i
     RETURNING *
 ), logged AS (
@@ -331,3 +332,84 @@ SELECT (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) 
 -- The database clock: schedules are evaluated against now(), like leases,
 -- never against a worker's clock.
 SELECT now();
+
+-- name: stream_watch --
+-- A web process starts streaming a run: the trigger on runqueue_run_event
+-- NOTIFYs runqueue_events for it from now on. An upsert: several streams of
+-- one process share the row.
+INSERT INTO runqueue_stream_watch (run_id, watcher, expires_at)
+VALUES (%(run_id)s, %(watcher)s, now() + make_interval(secs => %(ttl_seconds)s))
+ON CONFLICT (run_id, watcher) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+
+-- name: stream_unwatch --
+-- The process's last stream of the run ended.
+DELETE FROM runqueue_stream_watch WHERE run_id = %(run_id)s AND watcher = %(watcher)s;
+
+-- name: stream_watch_refresh --
+-- A live process keeps its rows; rows of a process that died expire. Run by
+-- each process's listener every minute or so.
+WITH refreshed AS (
+    UPDATE runqueue_stream_watch
+       SET expires_at = now() + make_interval(secs => %(ttl_seconds)s)
+     WHERE watcher = %(watcher)s
+)
+DELETE FROM runqueue_stream_watch WHERE expires_at < now() AND watcher <> %(watcher)s;
+
+-- name: metrics_queued --
+-- Prometheus, per class: queued runs counted through the claim index and
+-- capped at %(cap)s entries, and the longest wait among the first %(head)s
+-- due runs in claim order. Bounded reads whatever the backlog; the ORM
+-- cannot put a LIMIT inside a correlated aggregate.
+SELECT c.idx,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run r
+             WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
+             LIMIT %(cap)s) AS q) AS queued,
+       (SELECT extract(epoch FROM now() - min(h.due_at)) FROM (
+            SELECT coalesce(r.scheduled_for, r.created_at) AS due_at
+              FROM runqueue_run r
+             WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
+               AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
+             ORDER BY r.priority, r.created_at
+             LIMIT %(head)s) AS h) AS oldest_due_seconds
+  FROM (VALUES (0, 0, 9), (1, 10, 19), (2, 20, 32767)) AS c(idx, low, high)
+ ORDER BY c.idx;
+
+-- name: metrics_leased --
+-- Prometheus: running and waiting runs by class, through the leased index,
+-- at most %(cap)s rows per status (ids are random, so a capped read is a
+-- fair sample of the classes). Each status is a literal: the partial index
+-- only serves a predicate it can prove.
+SELECT 'running' AS status, least(q.priority / 10, 2) AS idx, count(*) AS n
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'running' LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+SELECT 'waiting_for_user', least(q.priority / 10, 2), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
+         LIMIT %(cap)s) AS q
+ GROUP BY 2;
+
+-- name: metrics_totals --
+-- Prometheus: dead letters, unresolved uncertain tool invocations (and their
+-- runs), live workers; each through its partial index or a small table, and
+-- capped at %(cap)s.
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run WHERE status = 'failed' LIMIT %(cap)s) AS f),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_tool_invocation
+             WHERE status = 'uncertain' AND resolution IS NULL LIMIT %(cap)s) AS u),
+       (SELECT count(DISTINCT u.run_id) FROM (
+            SELECT run_id FROM runqueue_tool_invocation
+             WHERE status = 'uncertain' AND resolution IS NULL LIMIT %(cap)s) AS u),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_worker
+             WHERE stopped_at IS NULL
+               AND last_seen_at >= now() - make_interval(secs => %(stale_seconds)s)
+             LIMIT %(cap)s) AS w);
+
+-- name: metrics_estimate --
+-- The planner's row estimate for runs of a status in a priority range: what
+-- Prometheus gets above the cap, without counting the rows.
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM runqueue_run
+ WHERE status = %(status)s AND priority BETWEEN %(low)s AND %(high)s;

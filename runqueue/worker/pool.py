@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import housekeeping, leases, schedules
+from runqueue import housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.sql import execute
@@ -104,16 +104,8 @@ class Pool:
 
     def finished(self, lease: leases.Lease, outcome: str) -> None:
         """A group wrote a run's outcome (or left it to lease expiry)."""
-        if logger.isEnabledFor(logging.INFO):
-            run = lease.run
-            logger.info(
-                "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
-                run.id,
-                run.kind,
-                outcome,
-                lease.epoch,
-                (time.monotonic() - lease.started) * 1000 if lease.started else 0,
-            )
+        seconds = time.monotonic() - lease.started if lease.started else None
+        observe.finished(lease, outcome, seconds)
 
     def held(self) -> list[leases.Lease]:
         """Every lease the groups hold: running, or claimed ahead."""

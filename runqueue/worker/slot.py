@@ -14,7 +14,7 @@ import threading
 
 from django.db import DatabaseError, connection
 
-from runqueue import leases, runtime
+from runqueue import leases, observe, runtime
 from runqueue.outcomes import Outcome
 from runqueue.worker.group import Box, Dispatch, Done
 from runqueue.worker.services import ConnectionCheck
@@ -40,19 +40,10 @@ class Slot(threading.Thread):
 
     def _decide(self, lease: leases.Lease) -> Outcome | None:
         run = lease.run
-        if logger.isEnabledFor(logging.INFO):
-            waited = run.heartbeat_at - max(run.created_at, run.scheduled_for or run.created_at)
-            logger.info(
-                "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
-                run.id,
-                run.kind,
-                run.priority_class.name.lower(),
-                lease.epoch,
-                lease.attempt,
-                max(waited.total_seconds() * 1000, 0),
-            )
+        observe.claimed(lease)  # log line, metrics
         try:
-            return runtime.decide(lease)
+            with observe.run_span(lease):  # OpenTelemetry; ended by observe.finished
+                return runtime.decide(lease)
         except DatabaseError as exc:
             # Lost the database mid-run: the lease expires and the sweeper
             # requeues the run; nothing here can be trusted to have committed.

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runqueue import metrics
 from runqueue.conf import get_settings
 from runqueue.worker.pool import CLAIM_AHEAD, Pool, PoolConfig, default_worker_id
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
@@ -39,6 +40,12 @@ def ahead(text: str) -> int:
     if not 0 <= value <= 256:
         raise argparse.ArgumentTypeError(f"must be between 0 and 256, got {value}")
     return value
+
+
+def port(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+        raise argparse.ArgumentTypeError(f"expected a TCP port (1-65535), got {text!r}")
+    return int(text)
 
 
 def grace(text: str) -> float:
@@ -103,6 +110,17 @@ class Command(BaseCommand):
             "--burst", action="store_true", help="drain the runs that are due, then exit 0"
         )
         parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            help="serve this worker's Prometheus metrics on this port (path /metrics)",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="0.0.0.0",  # noqa: S104 - a scrape target, reached from Prometheus
+            help="the address the metrics port binds (default: %(default)s)",
+        )
+        parser.add_argument(
             "--worker-id",
             default=None,
             help="this worker's name in the Worker table (default: host-pid-random)",
@@ -125,6 +143,14 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         pool = Pool(config)
+        if options["metrics_port"] is not None:
+            try:
+                metrics.serve(options["metrics_port"], options["metrics_host"], config.worker_id)
+            except OSError as exc:
+                raise CommandError(
+                    f"cannot serve metrics on {options['metrics_host']}:"
+                    f"{options['metrics_port']}: {exc}"
+                ) from exc
         pool.install_signal_handlers()
         code = pool.run()
         if code:

@@ -1,0 +1,96 @@
+"""A worker's Prometheus metrics: claims, finishes by outcome, fenced
+writes, uncertain tool outcomes, claim latency and run duration per class.
+
+Registered in prometheus-client's default registry, so ``runworker
+--metrics-port`` serves them with the process collectors. The queue's own
+gauges (depth, oldest due run, dead letters) are read from the database by
+the web side instead (``runqueue.queue_metrics``): one scrape, not one per
+worker. The per-run cost is a few dictionary look-ups: the labelled children
+are made once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+#: Label values of the ``class`` label, indexed by a priority's class.
+CLASS_NAMES = ("interactive", "async", "maintenance")
+OUTCOMES = ("succeeded", "failed", "requeued", "waiting", "fenced", "error")
+
+CLAIMS = Counter("runqueue_worker_claims", "Runs this worker claimed (and started).", ["class"])
+FINISHES = Counter(
+    "runqueue_worker_finishes",
+    "Runs this worker finished, by outcome: succeeded, failed, requeued, waiting "
+    "(for the user), fenced (another worker owns the run now), error (left to lease expiry).",
+    ["class", "outcome"],
+)
+FENCED = Counter(
+    "runqueue_worker_fenced_writes",
+    "Leases this worker lost: a write found the run owned by another epoch (one per lease).",
+    ["class"],
+)
+UNCERTAIN = Counter(
+    "runqueue_worker_uncertain_tool_outcomes",
+    "Tool invocations that ended uncertain in this worker (not replays).",
+    ["class"],
+)
+CLAIM_LATENCY = Histogram(
+    "runqueue_worker_claim_latency_seconds",
+    "From when a run was due to its claim.",
+    ["class"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+RUN_DURATION = Histogram(
+    "runqueue_worker_run_duration_seconds",
+    "From a run's start in a slot to its finish being written.",
+    ["class"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)
+INFO = Gauge("runqueue_worker_info", "This worker process; always 1.", ["worker_id"])
+
+_claims = tuple(CLAIMS.labels(c) for c in CLASS_NAMES)
+_fenced = tuple(FENCED.labels(c) for c in CLASS_NAMES)
+_uncertain = tuple(UNCERTAIN.labels(c) for c in CLASS_NAMES)
+_latency = tuple(CLAIM_LATENCY.labels(c) for c in CLASS_NAMES)
+_duration = tuple(RUN_DURATION.labels(c) for c in CLASS_NAMES)
+_finishes = {(i, o): FINISHES.labels(c, o) for i, c in enumerate(CLASS_NAMES) for o in OUTCOMES}
+
+
+def class_index(priority: int) -> int:
+    """0, 1, 2 for interactive, async, maintenance (a class is a range)."""
+    return 0 if priority < 10 else 1 if priority < 20 else 2
+
+
+def claimed(priority: int, wait_seconds: float) -> None:
+    i = class_index(priority)
+    _claims[i].inc()
+    _latency[i].observe(wait_seconds)
+
+
+def finished(priority: int, outcome: str, seconds: float | None) -> None:
+    i = class_index(priority)
+    child = _finishes.get((i, outcome))
+    if child is None:
+        child = FINISHES.labels(CLASS_NAMES[i], outcome)
+    child.inc()
+    if seconds is not None:
+        _duration[i].observe(seconds)
+
+
+def fenced(priority: int) -> None:
+    _fenced[class_index(priority)].inc()
+
+
+def uncertain(priority: int) -> None:
+    _uncertain[class_index(priority)].inc()
+
+
+def serve(port: int, host: str, worker_id: str) -> Any:
+    """Serve this process's metrics over HTTP (``runworker --metrics-port``);
+    the server runs in a daemon thread. Returns prometheus-client's server
+    (``shutdown()`` stops it)."""
+    INFO.labels(worker_id).set(1)
+    server, _thread = start_http_server(port, addr=host)
+    return server

@@ -1,0 +1,126 @@
+"""What a worker reports per run, in one place: the log line with its
+structured fields (``runqueue.logfmt``), the Prometheus counters
+(``runqueue.metrics``) and the OpenTelemetry spans (``runqueue.tracing``).
+
+The worker calls these at a handful of points (a slot starts a run, the
+pool learns its outcome, a write finds the lease lost, a tool call), one
+line each. Per run they cost a few dictionary look-ups and, with
+OpenTelemetry installed, the spans; nothing is formatted unless a handler
+writes the log record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from runqueue import metrics, tracing
+
+if TYPE_CHECKING:
+    from runqueue.leases import Lease
+    from runqueue.runtime import ToolOutcome
+
+logger = logging.getLogger("runqueue.worker")
+lease_logger = logging.getLogger("runqueue.leases")
+run_span = tracing.run_span
+
+
+def _class(priority: int) -> str:
+    return metrics.CLASS_NAMES[metrics.class_index(priority)]
+
+
+def claimed(lease: Lease) -> None:
+    """A slot starts a run it claimed."""
+    run = lease.run
+    due = max(run.created_at, run.scheduled_for or run.created_at)
+    wait = max((run.heartbeat_at - due).total_seconds(), 0.0)
+    metrics.claimed(run.priority, wait)
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    logger.info(
+        "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
+        run.id,
+        run.kind,
+        _class(run.priority),
+        lease.epoch,
+        lease.attempt,
+        wait * 1000,
+        extra={
+            "run_id": run.id,
+            "kind": run.kind,
+            "class": _class(run.priority),
+            "epoch": lease.epoch,
+            "attempt": lease.attempt,
+            "wait_ms": round(wait * 1000),
+        },
+    )
+
+
+def finished(lease: Lease, outcome: str, seconds: float | None) -> None:
+    """The run's outcome is written (or left to lease expiry: ``error``)."""
+    run = lease.run
+    metrics.finished(run.priority, outcome, seconds)
+    tracing.finished(lease, outcome)
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round(seconds * 1000) if seconds is not None else 0
+    logger.info(
+        "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
+        run.id,
+        run.kind,
+        outcome,
+        lease.epoch,
+        duration_ms,
+        extra={
+            "run_id": run.id,
+            "kind": run.kind,
+            "class": _class(run.priority),
+            "epoch": lease.epoch,
+            "attempt": lease.attempt,
+            "outcome": outcome,
+            "duration_ms": duration_ms,
+        },
+    )
+
+
+def fenced(lease: Lease, action: str, current: tuple | None) -> None:
+    """A write found the lease lost: ``current`` is the run's (epoch, status)."""
+    run = lease.run
+    metrics.fenced(run.priority)
+    tracing.fenced(lease, action, current)
+    lease_logger.warning(
+        "Fenced run id=%s epoch=%s action=%s now=%s",
+        run.id,
+        lease.epoch,
+        action,
+        current,
+        extra={
+            "run_id": run.id,
+            "kind": run.kind,
+            "class": _class(run.priority),
+            "epoch": lease.epoch,
+            "outcome": "fenced",
+            "action": action,
+            "current_epoch": current[0] if current else None,
+        },
+    )
+
+
+class _Tool:
+    def __init__(self, lease: Lease, span: tracing.ToolSpan) -> None:
+        self.lease = lease
+        self.span = span
+
+    def done(self, outcome: ToolOutcome) -> None:
+        self.span.done(outcome)
+        if outcome.status == "uncertain" and not outcome.replayed:
+            metrics.uncertain(self.lease.run.priority)
+
+
+@contextmanager
+def tool(lease: Lease, name: str, idempotency: Any) -> Iterator[_Tool]:
+    """Around one ``ctx.invoke_tool``: its span; ``done(outcome)`` at the end."""
+    with tracing.tool_span(lease, name, idempotency) as span:
+        yield _Tool(lease, span)

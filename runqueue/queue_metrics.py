@@ -1,0 +1,181 @@
+"""The queue's Prometheus gauges, read from the database at scrape time,
+and the view that serves them (the web side's one scrape URL).
+
+Every read is bounded, never ``count(*)`` over the runs (Oban #1120): depth
+per class and status through the partial indexes, exact up to ``CAP`` runs
+per series and the planner's estimate above (as fresh as the table's
+statistics); the oldest due run per class among the first ``HEAD`` due runs
+in claim order; dead letters and unresolved uncertain tool invocations
+through their partial indexes, capped. Three statements per scrape.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from runqueue.conf import get_settings
+from runqueue.metrics import CLASS_NAMES
+from runqueue.models import ACTIVE_STATUSES, PriorityClass, RunStatus
+from runqueue.sql import execute
+
+#: Counts stop here; above it, a series is the planner's estimate.
+CAP = 10_000
+#: The oldest due run is looked for among this many due runs per class.
+HEAD = 1_000
+_BOUNDS = tuple(c.bounds for c in PriorityClass)
+
+
+@dataclass
+class QueueFigures:
+    """What one scrape read."""
+
+    #: (class index, status) -> runs
+    runs: dict[tuple[int, str], float] = field(default_factory=dict)
+    oldest_due_seconds: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    dead_lettered: float = 0
+    uncertain_tools: int = 0
+    uncertain_runs: int = 0
+    live_workers: int = 0
+
+
+def _estimate(cursor: object, status: str, low: int, high: int) -> float:
+    params = {"status": status, "low": low, "high": high}
+    plan = execute(cursor, "metrics_estimate", params).fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+@contextmanager
+def bounded_reads() -> Iterator[Any]:
+    """A cursor in a transaction where the planner walks indexes, in order,
+    and stops at the LIMIT. With a LIMIT above its row estimate (per-class
+    parameters, stale statistics) it would otherwise build a bitmap of every
+    matching run, or read every queued run of a class and sort them to find
+    the first ``HEAD``: reads that grow with the table."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for name in ("enable_sort", "enable_bitmapscan"):
+            execute(cursor, "set_config", {"name": name, "value": "off", "is_local": True})
+        yield cursor
+
+
+def read() -> QueueFigures:
+    """The gauges, in three bounded statements (plus an EXPLAIN per capped series)."""
+    figures = QueueFigures()
+    stale = 3 * get_settings().HEARTBEAT_SECONDS
+    with bounded_reads() as cursor:
+        for idx, queued, oldest in execute(
+            cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
+        ).fetchall():
+            low, high = _BOUNDS[idx]
+            if queued > CAP:
+                queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
+            figures.runs[(idx, RunStatus.QUEUED)] = queued
+            figures.oldest_due_seconds[idx] = max(float(oldest or 0), 0.0)
+        sampled: dict[str, dict[int, int]] = {}
+        for status, idx, n in execute(cursor, "metrics_leased", {"cap": CAP + 1}).fetchall():
+            sampled.setdefault(status, {})[idx] = n
+        for status, per_class in sampled.items():
+            total = sum(per_class.values())
+            scale = 1.0
+            if total > CAP:
+                # A capped read: split the estimated total as the sample is.
+                scale = max(_estimate(cursor, status, 0, 32767), total) / total
+            for idx, n in per_class.items():
+                figures.runs[(idx, status)] = n * scale
+        dead, tools, runs, workers = execute(
+            cursor, "metrics_totals", {"cap": CAP + 1, "stale_seconds": stale}
+        ).fetchone()
+        if dead > CAP:
+            dead = max(_estimate(cursor, RunStatus.FAILED, 0, 32767), CAP + 1)
+    figures.dead_lettered = dead
+    figures.uncertain_tools, figures.uncertain_runs, figures.live_workers = tools, runs, workers
+    return figures
+
+
+class QueueCollector(Collector):
+    """Reads the queue at each scrape."""
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        figures = read()
+        runs = GaugeMetricFamily(
+            "runqueue_runs",
+            f"Active runs by priority class and status: exact up to {CAP:,}, "
+            "the planner's estimate above.",
+            labels=["class", "status"],
+        )
+        for idx, name in enumerate(CLASS_NAMES):
+            for status in ACTIVE_STATUSES:
+                runs.add_metric([name, str(status)], figures.runs.get((idx, status), 0))
+        yield runs
+        oldest = GaugeMetricFamily(
+            "runqueue_oldest_due_seconds",
+            f"How long the longest-waiting due queued run has waited, per class "
+            f"(among the first {HEAD:,} due runs in claim order; 0 when none is due).",
+            labels=["class"],
+        )
+        for idx, name in enumerate(CLASS_NAMES):
+            oldest.add_metric([name], figures.oldest_due_seconds[idx])
+        yield oldest
+        yield GaugeMetricFamily(
+            "runqueue_dead_lettered_runs",
+            f"Failed runs (the dead letter): exact up to {CAP:,}, estimated above.",
+            value=figures.dead_lettered,
+        )
+        yield GaugeMetricFamily(
+            "runqueue_uncertain_tool_invocations",
+            f"Uncertain tool invocations no one has resolved (capped at {CAP + 1:,}).",
+            value=figures.uncertain_tools,
+        )
+        yield GaugeMetricFamily(
+            "runqueue_uncertain_runs",
+            "Runs with an unresolved uncertain tool invocation.",
+            value=figures.uncertain_runs,
+        )
+        yield GaugeMetricFamily(
+            "runqueue_live_workers",
+            "Workers seen within three heartbeats and not stopped.",
+            value=figures.live_workers,
+        )
+
+
+registry = CollectorRegistry(auto_describe=False)
+registry.register(QueueCollector())
+
+
+@require_GET
+def view(request: HttpRequest) -> HttpResponse:
+    """The web side's scrape URL: ``path("metrics", queue_metrics.view)``.
+
+    With ``RUNQUEUE["METRICS_TOKEN"]`` set, a scrape needs
+    ``Authorization: Bearer <token>``; without it the figures (counts, no
+    tenant data) are open to whoever reaches the URL.
+    """
+    token = get_settings().METRICS_TOKEN
+    if token is not None:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        matches = hmac.compare_digest(given.strip().encode(), token.encode())
+        if scheme.lower() != "bearer" or not matches:
+            response = HttpResponse("metrics need the bearer token\n", status=401)
+            response["WWW-Authenticate"] = 'Bearer realm="runqueue-metrics"'
+            return response
+    try:
+        body = generate_latest(registry)
+    except DatabaseError:
+        return HttpResponse("the database is unavailable\n", status=503)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

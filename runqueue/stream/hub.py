@@ -1,0 +1,185 @@
+"""One hub per web process: the LISTEN thread that wakes streams, the
+watch rows that make the database send those wake-ups, and the bound on
+open streams.
+
+The trigger of migration 0002 NOTIFYs ``runqueue_events`` (payload: the run
+id) for each event appended to a run that has a row in
+``runqueue_stream_watch``. A stream registers its run here before its first
+read, so any event committed after that read wakes it; a wake-up that is
+lost anyway (a listener reconnecting, a writer whose trigger ran just before
+the row was visible) costs at most ``STREAM_POLL_SECONDS``, after which the
+stream reads again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from django.db import connection
+from psycopg import sql
+
+from runqueue.conf import get_settings
+from runqueue.sql import execute
+
+logger = logging.getLogger("runqueue.stream")
+
+#: The channel the trigger sends on (fixed in the migration, as the tables are).
+CHANNEL = "runqueue_events"
+#: A watch row outlives its process by at most this long.
+WATCH_TTL_SECONDS = 300.0
+#: How often the listener refreshes this process's rows.
+REFRESH_SECONDS = 60.0
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.watcher = f"{socket.gethostname()}-{self.pid}-{uuid.uuid4().hex[:6]}"
+        self._lock = threading.Lock()
+        # Watch rows are written under this lock, so a run's row is never
+        # deleted by its last stream while a new stream of it registers.
+        self._watch_lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self.open_streams = 0
+        self.listening = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the bound on open streams --------------------------------------
+
+    def acquire(self) -> bool:
+        """Take a stream slot of this process; False when all are taken."""
+        with self._lock:
+            if self.open_streams >= get_settings().STREAM_MAX_PER_PROCESS:
+                return False
+            self.open_streams += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.open_streams -= 1
+
+    # --- watching runs -----------------------------------------------------
+
+    def watch(self, run_id: Any) -> threading.Event:
+        """Register a stream of ``run_id``: the event is set on each wake-up.
+        Writes the watch row (on the caller's connection, autocommit)."""
+        if self._start():
+            self.listening.wait(5.0)  # the first stream; without it, the poll covers the gap
+        wake = threading.Event()
+        key = str(run_id)
+        with self._watch_lock:
+            params = {"run_id": run_id, "watcher": self.watcher, "ttl_seconds": WATCH_TTL_SECONDS}
+            with connection.cursor() as cursor:
+                execute(cursor, "stream_watch", params)
+            with self._lock:
+                self._waiters.setdefault(key, set()).add(wake)
+        return wake
+
+    def unwatch(self, run_id: Any, wake: threading.Event) -> None:
+        key = str(run_id)
+        with self._watch_lock:
+            with self._lock:
+                waiters = self._waiters.get(key, set())
+                waiters.discard(wake)
+                last = not waiters
+                if last:
+                    self._waiters.pop(key, None)
+            if last:
+                params = {"run_id": run_id, "watcher": self.watcher}
+                try:
+                    with connection.cursor() as cursor:
+                        execute(cursor, "stream_unwatch", params)
+                except Exception:  # noqa: BLE001 - the row expires by itself
+                    logger.warning("Could not drop the watch row of run id=%s", run_id)
+
+    def wake(self, payload: str) -> None:
+        """Wake the streams of the run a NOTIFY names ("" wakes all)."""
+        with self._lock:
+            if payload:
+                waiters = list(self._waiters.get(payload, ()))
+            else:
+                waiters = [w for ws in self._waiters.values() for w in ws]
+        for wake in waiters:
+            wake.set()
+
+    # --- the listener ------------------------------------------------------
+
+    def _start(self) -> bool:
+        """Start the listener unless it runs; True if this call started it."""
+        with self._lock:
+            if self._thread is not None:
+                return False
+            self._thread = threading.Thread(
+                target=self._listen, name="runqueue-stream-listener", daemon=True
+            )
+        self._thread.start()
+        return True
+
+    def _connect(self) -> psycopg.Connection:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        conn = psycopg.connect(**params, autocommit=True)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        return conn
+
+    def close(self) -> None:
+        """Stop the listener (tests; a process's hub otherwise lives as long as it)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _listen(self) -> None:
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                with self._connect() as conn:
+                    self.listening.set()
+                    delay = 0.5
+                    self.wake("")  # notifies may have been missed meanwhile
+                    self._serve(conn)
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any error
+                self.listening.clear()
+                logger.warning("Stream LISTEN connection lost (%s); reconnecting", exc)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 30)
+
+    def _serve(self, conn: psycopg.Connection) -> None:
+        refresh = {"watcher": self.watcher, "ttl_seconds": WATCH_TTL_SECONDS}
+        refresh_at = 0.0
+        while not self._stopping.is_set():
+            if time.monotonic() >= refresh_at:
+                execute(conn.cursor(), "stream_watch_refresh", refresh)
+                refresh_at = time.monotonic() + REFRESH_SECONDS
+            for note in conn.notifies(timeout=1.0):
+                self.wake(note.payload)
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def process_hub() -> Hub:
+    """This process's hub, made on first use (after a fork, a new one)."""
+    global _hub  # noqa: PLW0603 - one per process by design
+    with _hub_lock:
+        if _hub is None or _hub.pid != os.getpid():
+            _hub = Hub()
+        return _hub
+
+
+def reset() -> None:
+    """Close this process's hub; the next stream makes a new one (tests)."""
+    global _hub  # noqa: PLW0603
+    with _hub_lock:
+        if _hub is not None:
+            _hub.close()
+        _hub = None

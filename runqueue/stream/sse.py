@@ -1,0 +1,124 @@
+"""A run's events as Server-Sent Events: replay after a cursor, then live.
+
+Each event is one SSE message: ``id:`` the event id (so a reconnecting
+client's ``Last-Event-ID`` resumes after it), ``event:`` its type, ``data:``
+the event as the events endpoint shows it. The stream ends after a terminal
+event (``run.succeeded``, ``run.failed``, ``run.cancelled``).
+
+Resuming by id loses nothing because a run's event ids follow commit order:
+every transaction that appends an event to a run holds the run row's lock
+(its fence, claim, finish or transition UPDATE, or ``FOR UPDATE``) or
+created the run, so a later id of the same run cannot commit first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import DatabaseError
+
+from runqueue import events
+from runqueue.api.render import event_body
+from runqueue.conf import get_settings
+from runqueue.models import Run, RunEvent
+from runqueue.stream.hub import Hub
+
+TERMINAL_EVENTS = frozenset({events.SUCCEEDED, events.FAILED, events.CANCELLED})
+#: Events read per query while replaying.
+BATCH = 500
+#: The reconnection delay browsers' EventSource should use, in ms.
+RETRY_MS = 2000
+KEEPALIVE = b": keep-alive\n\n"
+
+logger = logging.getLogger("runqueue.stream")
+
+
+def frame(event: RunEvent) -> bytes:
+    """One SSE message; JSON escapes newlines, so ``data`` is one line."""
+    type_ = event.type.replace("\r", " ").replace("\n", " ")
+    data = json.dumps(event_body(event), separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event.id}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+
+def has_events_after(run_id: Any, after: int) -> bool:
+    return RunEvent.objects.filter(run_id=run_id, id__gt=after).exists()
+
+
+class EventStream:
+    """The response body of one stream: an iterator of bytes whose
+    ``close()`` (called by the WSGI server, also on a client disconnect)
+    gives the process's stream slot back."""
+
+    def __init__(self, hub: Hub, run: Run, after: int) -> None:
+        self.hub = hub
+        self.run_id = run.id
+        self.after = after
+        # A run already finished is streamed up to now, then the stream ends
+        # (nothing after its terminal event moves it, bar an operator).
+        self.ends_when_replayed = run.is_terminal
+        self._closed = False
+        self._body = self._events()
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._body)
+        except DatabaseError as exc:
+            # The client reconnects with Last-Event-ID and loses nothing.
+            logger.warning("Stream of run id=%s ended: database error (%s)", self.run_id, exc)
+            raise StopIteration from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._body.close()
+        finally:
+            self.hub.release()
+
+    def _read(self) -> list[RunEvent]:
+        return list(
+            RunEvent.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
+        )
+
+    def _events(self) -> Iterator[bytes]:
+        conf = get_settings()
+        started = time.monotonic()
+        deadline = started + conf.STREAM_MAX_SECONDS
+        yield f"retry: {RETRY_MS}\n\n".encode()
+        # Watch before the first read: an event committed after the read
+        # wakes this stream.
+        wake = self.hub.watch(self.run_id)
+        try:
+            next_keepalive = started + conf.STREAM_KEEPALIVE_SECONDS
+            while True:
+                wake.clear()  # a wake-up during the read makes the wait return at once
+                batch = self._read()
+                for event in batch:
+                    yield frame(event)
+                    self.after = event.id
+                    if event.type in TERMINAL_EVENTS:
+                        return
+                now = time.monotonic()
+                if batch:
+                    next_keepalive = now + conf.STREAM_KEEPALIVE_SECONDS
+                    if len(batch) == BATCH:
+                        continue  # more to replay
+                if self.ends_when_replayed or now >= deadline:
+                    return
+                timeout = min(next_keepalive, deadline) - now
+                if not wake.wait(min(timeout, conf.STREAM_POLL_SECONDS)):
+                    # No wake-up: read again anyway (a lost NOTIFY costs this
+                    # long at most), and keep the connection alive when due.
+                    if time.monotonic() >= next_keepalive:
+                        yield KEEPALIVE
+                        next_keepalive = time.monotonic() + conf.STREAM_KEEPALIVE_SECONDS
+        finally:
+            self.hub.unwatch(self.run_id, wake)
