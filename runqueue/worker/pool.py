@@ -217,7 +217,10 @@ class Pool:
                 for slot in self.slots:
                     slot.join(0.2)
         else:
-            self.stopping.wait()
+            # With a timeout: a signal the kernel gives another thread runs its
+            # Python handler only when the main thread wakes up.
+            while not self.stopping.wait(1.0):
+                pass
         self.shutdown()
         return 0
 
