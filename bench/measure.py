@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from bench import common
 
@@ -116,7 +117,7 @@ class CommitWindow:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.stats = Stats(url.rsplit("/", 1)[1])
+        self.stats = Stats(conninfo_to_dict(url)["dbname"])
         self.connect_commits = 0
         self.probes: list[Probe] = []
         self.before: int | None = None

@@ -11,10 +11,12 @@ moment, and are then paused (SIGSTOP): PostgreSQL reports an idle backend's
 commits 10 s after it went idle, so after ``settle`` seconds paused every
 commit of their start-up has been reported, whatever the pool does when idle,
 and the count starts exact. The bench takes its other figures meanwhile. A
-shape's workers are resumed just before its load, paused again the moment
-its last run has finished (CPU read), then stopped; the count ends once
-their connections have exited (an exiting backend reports its commits), so
-it includes their shutdown.
+shape's workers are resumed just before its load; the moment its last run
+has finished their CPU is read and they are stopped with SIGTERM (never
+straight after a SIGCONT: the kernel can then hand the signal to a thread
+other than the main one, which waits without a timeout and never sees it).
+The count ends once their connections have exited (an exiting backend
+reports its commits), so it includes their shutdown.
 """
 
 from __future__ import annotations
@@ -106,17 +108,20 @@ class Workers:
         _wait_threads(self.procs, stopped=False)
 
     def stop(self) -> None:
-        """Resume (every thread running again, so the main thread takes the
-        signal), SIGTERM, wait; kill what does not exit."""
+        """SIGTERM and wait (resumed first if paused, a moment before the
+        signal); kill what has not exited after 20 s."""
         alive = [p for p in self.procs if p.poll() is None]
-        for proc in alive:
+        paused = [p for p in alive if any(s in "Tt" for s in _thread_states(p.pid))]
+        for proc in paused:
             os.kill(proc.pid, signal.SIGCONT)
-        _wait_threads(alive, stopped=False)
+        if paused:
+            _wait_threads(paused, stopped=False)
+            time.sleep(0.2)
         for proc in alive:
             proc.send_signal(signal.SIGTERM)
         for proc in alive:
             try:
-                proc.wait(30)
+                proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -259,10 +264,11 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
         conn.execute("ANALYZE runqueue_run")
         conn.execute(rq_db.WAKE)
     complete = _wait_done(probe, workers, timeout=max(120, n / 20))
-    workers.pause()
     cpu = workers.cpu_seconds() - cpu_before
+    stopping = time.monotonic()
     workers.stop()
     commits = window.stop()
+    shutdown = time.monotonic() - stopping
     with psycopg.connect(shape.url) as conn:
         runs, seconds = conn.execute(rq_db.WINDOW).fetchone()
     return measure.figures(
@@ -276,6 +282,7 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
         "processes": shape.processes,
         "slots_per_process": shape.slots,
         "idle_before_load": shape.idle,
+        "shutdown_seconds": round(shutdown, 2),
     }
 
 
