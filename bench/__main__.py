@@ -86,8 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         help="submit() runs/s to compare with (a number, or an earlier run's JSON), "
         "e.g. the same bench on another checkout (BENCH_RUNQUEUE_SRC)",
     )
+    parser.add_argument(
+        "--src",
+        default=None,
+        metavar="CHECKOUT",
+        help=f"measure the runqueue of another checkout (sets {src.ENV}; see bench/README.md)",
+    )
     args = parser.parse_args(argv)
     baseline = baseline_rate(args.baseline)
+    if args.src:
+        os.environ[src.ENV] = args.src  # runworker subprocesses inherit it
     src.apply()  # before anything imports runqueue
     from bench import report, rq, targets
 

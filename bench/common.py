@@ -40,6 +40,8 @@ class Profile:
     claim_sizes: tuple[int, ...]
     claim_samples: int
     churn_runs: int
+    #: Leases held while heartbeats alone are measured (HOT ratio).
+    heartbeat_runs: int
 
 
 FULL = Profile(
@@ -56,6 +58,7 @@ FULL = Profile(
     claim_sizes=(1_000, 100_000, 1_000_000),
     claim_samples=300,
     churn_runs=30_000,
+    heartbeat_runs=1_000,
 )
 QUICK = Profile(
     name="quick",
@@ -71,6 +74,7 @@ QUICK = Profile(
     claim_sizes=(1_000, 10_000),
     claim_samples=100,
     churn_runs=2_000,
+    heartbeat_runs=200,
 )
 
 

@@ -15,6 +15,18 @@ CPU_NOTE = {
 }
 
 
+LEGEND = (
+    "x runqueue: runs/s over runqueue's in the same block (8 slots: its 1-process drain;"
+    " enqueue: submit_many)",
+    "commits/run: pg_stat_database.xact_commit of the system's database over the drain or"
+    " enqueue, less the bench's own",
+    "CPU us/run: proc = the runworker processes' utime+stime from idle to the last finish;"
+    " thread = the worker threads' CPU;",
+    "  process = this process's CPU from the first handler start to the last finish"
+    " (peers run in this process); * = did not finish in time",
+)
+
+
 def _rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str | None]]:
     """(group, system, configuration, path, runqueue path to compare with)."""
     w, p = result["slots"], result.get("processes", 2)
@@ -120,10 +132,10 @@ def figures_table(result: dict[str, Any]) -> list[str]:
         figure = get(systems.get(system), path)
         if figure:
             label = "LISTEN/NOTIFY alone" if system == "raw" else "idle worker"
-            pickup.append(
-                ["pickup", system, label, _n(figure.get("p50_ms"), 2), _n(figure.get("p99_ms"), 2)]
-            )
-    return _table(rows) + [""] + (_table(pickup) if len(pickup) > 1 else [])
+            first = "pickup" if len(pickup) == 1 else ""
+            p50, p99 = _n(figure.get("p50_ms"), 2), _n(figure.get("p99_ms"), 2)
+            pickup.append([first, system, label, p50, p99])
+    return _table(rows) + list(LEGEND) + [""] + (_table(pickup) if len(pickup) > 1 else [])
 
 
 def _server(result: dict[str, Any]) -> list[str]:
@@ -191,9 +203,9 @@ def table(result: dict[str, Any]) -> str:
         f"runqueue from {source.get('path', '?')} at {source.get('commit', '?')}",
         "caveat: " + result["caveat"],
         *_server(result),
-        f"drains: {result['drain_runs']:,} no-op runs each; CPU: proc = worker processes' "
-        "utime+stime after start-up, thread = worker threads' CPU, process = this process's "
-        "CPU from first to last handler; * = did not finish in time",
+        f"drains: {result['drain_runs']:,} no-op runs each (runqueue: bulk-loaded into idle"
+        " runworker processes; raw, PgQueuer, Procrastinate: queued, then drained in this"
+        " process; Celery: a prefork worker started on the loaded queue)",
         "",
         *figures_table(result),
         "",

@@ -261,7 +261,7 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
             out["claim_cost"] = claim_cost(profile.claim_sizes, profile.claim_samples)
         if "hot" in parts:
             log("runqueue: heartbeat HOT ratio")
-            out["heartbeat_hot"] = heartbeat_hot()
+            out["heartbeat_hot"] = heartbeat_hot(profile.heartbeat_runs)
         if "churn" in parts:
             log(f"runqueue: churn {profile.churn_runs} runs")
             out["churn"] = churn(profile.churn_runs, profile.slots)
