@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import common, report, rq
+from bench import common, measure, src
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("runqueue", "raw", "procrastinate", "pgqueuer", "celery")
@@ -29,9 +29,7 @@ def _run_system(name: str, profile: common.Profile) -> dict[str, Any]:
         from bench import raw
 
         with common.scratch_database("raw") as url:
-            return raw.run_all(
-                url, profile.drain_runs, profile.slots, profile.latency_samples, log
-            )
+            return raw.run_all(url, profile, log)
     if name == "procrastinate":
         from bench.peers import procrastinate_peer
 
@@ -49,19 +47,62 @@ def _run_system(name: str, profile: common.Profile) -> dict[str, Any]:
     raise ValueError(name)
 
 
+def _commit_cost(profile: common.Profile) -> dict[str, Any]:
+    with common.scratch_database("server") as url:
+        return measure.commit_cost(url, profile.commit_samples)
+
+
+def baseline_rate(value: str | None) -> float | None:
+    """``--baseline``: submit() runs/s, given as a number or as an earlier run's JSON."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    data = json.loads(Path(value).read_text())
+    rate = data.get("systems", {}).get("runqueue", {}).get("submit", {}).get("runs_per_s")
+    if not rate:
+        raise SystemExit(f"--baseline {value}: no runqueue submit() figure in that JSON")
+    return float(rate)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smoke profile, well under a minute")
+    parser.add_argument("--quick", action="store_true", help="smoke profile, under a minute")
     parser.add_argument("--skip", action="append", default=[], choices=SYSTEMS)
     parser.add_argument("--only", action="append", default=[], choices=SYSTEMS)
     parser.add_argument(
         "--out", type=Path, default=None, help="JSON path (default bench/results/)"
     )
     parser.add_argument(
-        "--parts", default=",".join(rq.PARTS), help="runqueue figures to take (comma list)"
+        "--parts", default=None, help="runqueue figures to take (comma list; default: all)"
     )
     parser.add_argument("--runs", type=int, default=None, help="runs per drain (override)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="RATE_OR_JSON",
+        help="submit() runs/s to compare with (a number, or an earlier run's JSON), "
+        "e.g. the same bench on another checkout (BENCH_RUNQUEUE_SRC)",
+    )
+    parser.add_argument(
+        "--src",
+        default=None,
+        metavar="CHECKOUT",
+        help=f"measure the runqueue of another checkout (sets {src.ENV}; see bench/README.md)",
+    )
     args = parser.parse_args(argv)
+    baseline = baseline_rate(args.baseline)
+    if args.src:
+        os.environ[src.ENV] = args.src  # runworker subprocesses inherit it
+    src.apply()  # before anything imports runqueue
+    from bench import report, rq, targets
+
+    parts = tuple(args.parts.split(",")) if args.parts else rq.PARTS
+    unknown = set(parts) - set(rq.PARTS) - set(rq.EXTRA_PARTS)
+    if unknown:
+        parser.error(f"unknown --parts {sorted(unknown)}; known: {rq.PARTS + rq.EXTRA_PARTS}")
     profile = common.QUICK if args.quick else common.FULL
     if args.runs:
         profile = dataclasses.replace(profile, drain_runs=args.runs)
@@ -69,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "profile": profile.name,
         "slots": profile.slots,
+        "processes": profile.processes,
+        "drain_runs": profile.drain_runs,
+        "bulk_batch": profile.bulk_batch,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": {
             "cpus": os.cpu_count(),
@@ -76,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "postgresql": common.server_version(),
         },
+        "runqueue_src": src.describe(),
+        "baseline_submit_runs_per_s": baseline,
         "caveat": "shared 2-core machine, noisy: compare ratios within one run only",
+        "server": {},
         "systems": {},
     }
     started = time.perf_counter()
+    log("server: commit cost")
+    result["server"]["commit_cost"] = _commit_cost(profile)
     with common.scratch_database("runqueue") as rq_url:
         from bench import rq_db
 
@@ -87,17 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         for name in chosen:
             try:
                 if name == "runqueue":
-                    result["systems"][name] = rq.run_all(
-                        profile, rq_url, log, tuple(args.parts.split(","))
-                    )
+                    result["systems"][name] = rq.run_all(profile, rq_url, log, parts)
                 else:
                     result["systems"][name] = _run_system(name, profile)
             except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported
                 log(f"{name}: could not run: {exc!r}")
                 result["systems"][name] = {"error": repr(exc), "trace": traceback.format_exc()}
-        from django.db import connections
+            finally:
+                from django.db import connections
 
-        connections.close_all()
+                connections.close_all()
+    log("server: commit cost again")
+    result["server"]["commit_cost_after"] = _commit_cost(profile)
+    result["targets"] = targets.evaluate(result, baseline)
     result["seconds"] = round(time.perf_counter() - started, 1)
     out = args.out or RESULTS / ("quick.json" if args.quick else "latest.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,40 +20,61 @@ RUN_TAG = uuid.uuid4().hex[:6]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
-    """How big each benchmark is: ``full`` takes a few minutes, ``quick`` well under one."""
+    """How big each benchmark is: ``full`` takes about ten minutes on a 2-core
+    machine, ``quick`` (CI) under one, with the same figures."""
 
     name: str
+    #: No-op runs per drain, for every system and shape.
     drain_runs: int
+    #: Slots of the multi-slot drains: in one process, and split over ``processes``.
     slots: int
     processes: int
+    #: One-client INSERT + COMMIT loop: the server's commit cost.
+    commit_samples: int
+    #: ``submit()`` one by one, and the bulk enqueue of every system.
+    submit_runs: int
+    bulk_runs: int
+    bulk_batch: int
     latency_samples: int
     backlog: int
     claim_sizes: tuple[int, ...]
     claim_samples: int
     churn_runs: int
+    #: Leases held while heartbeats alone are measured (HOT ratio).
+    heartbeat_runs: int
 
 
 FULL = Profile(
     name="full",
-    drain_runs=5000,
-    slots=4,
+    drain_runs=15_000,
+    slots=8,
     processes=2,
+    commit_samples=2_000,
+    submit_runs=3_000,
+    bulk_runs=20_000,
+    bulk_batch=1_000,
     latency_samples=300,
     backlog=100_000,
     claim_sizes=(1_000, 100_000, 1_000_000),
     claim_samples=300,
     churn_runs=30_000,
+    heartbeat_runs=1_000,
 )
 QUICK = Profile(
     name="quick",
     drain_runs=600,
-    slots=4,
+    slots=8,
     processes=2,
+    commit_samples=200,
+    submit_runs=200,
+    bulk_runs=2_000,
+    bulk_batch=500,
     latency_samples=40,
     backlog=10_000,
     claim_sizes=(1_000, 10_000),
     claim_samples=100,
     churn_runs=2_000,
+    heartbeat_runs=200,
 )
 
 
@@ -63,11 +84,13 @@ def url_for(dbname: str) -> str:
 
 
 @contextmanager
-def scratch_database(label: str) -> Iterator[str]:
-    """Create a database for one system and drop it afterwards; yields its URL."""
+def scratch_database(label: str, template: str | None = None) -> Iterator[str]:
+    """Create a database for one system (a copy of ``template``'s URL's database,
+    which nobody may be connected to) and drop it afterwards; yields its URL."""
     name = f"bench_{label}_{RUN_TAG}"
+    copy = f' TEMPLATE "{template.rsplit("/", 1)[1]}"' if template else ""
     with psycopg.connect(SERVER_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
     try:
         yield url_for(name)
     finally:
@@ -105,36 +128,43 @@ def server_version() -> str:
 
 
 class Window:
-    """First handler start to last handler finish, across threads."""
+    """An in-process worker's drain: first handler start to last handler
+    finish across threads, and the process's CPU over the same span."""
+
+    CPU_SOURCE = "process CPU (time.process_time) from the first handler start to the last finish"
 
     def __init__(self) -> None:
         self.first: float | None = None
         self.last: float | None = None
+        self.cpu_first = self.cpu_last = 0.0
         self.count = 0
+        self.closed: float | None = None
 
     def start(self) -> None:
-        now = time.perf_counter()
         if self.first is None:
-            self.first = now
+            self.first = time.perf_counter()
+            self.cpu_first = time.process_time()
 
     def finish(self) -> None:
         self.last = time.perf_counter()
+        self.cpu_last = time.process_time()
         self.count += 1
 
     def close(self) -> None:
         """The worker returned: its last completion is written too."""
         self.closed = time.perf_counter()
 
-    def rates(self) -> dict[str, float]:
-        """Runs/s to the last handler finish (favours the peer: completions it
-        buffers are not counted), and to the worker's return (counts them,
-        and its shutdown)."""
-        out = {"runs": self.count, "runs_per_s": round(self.rate(), 1)}
-        if self.first is not None and getattr(self, "closed", None):
-            out["runs_per_s_to_return"] = round(self.count / (self.closed - self.first), 1)
-        return out
-
-    def rate(self) -> float:
-        if self.first is None or self.last is None or self.last <= self.first:
+    def seconds(self) -> float:
+        if self.first is None or self.last is None:
             return 0.0
-        return self.count / (self.last - self.first)
+        return self.last - self.first
+
+    def cpu_seconds(self) -> float:
+        return self.cpu_last - self.cpu_first
+
+    def to_return(self) -> dict[str, float]:
+        """Runs/s up to the worker's return: counts completions a peer buffers
+        after the handler, and its shutdown."""
+        if self.first is None or self.closed is None:
+            return {}
+        return {"runs_per_s_to_return": round(self.count / (self.closed - self.first), 1)}

@@ -1,5 +1,6 @@
 """The reference: what PostgreSQL allows with plain psycopg and no queue
-library. A minimal job table, a SKIP LOCKED claim, a finish UPDATE."""
+library. A minimal job table, a SKIP LOCKED claim, a finish UPDATE; a
+multi-row INSERT to enqueue."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-from bench.common import idle_gap, percentiles
+from bench import measure
+from bench.common import Profile, idle_gap, percentiles
 
 DDL = """
 CREATE TABLE raw_job (
@@ -29,49 +32,108 @@ RETURNING id
 """
 FINISH_ONE = "UPDATE raw_job SET status = 'done' WHERE id = %s"
 FINISH_MANY = "UPDATE raw_job SET status = 'done' WHERE id = ANY(%s)"
+CPU_SOURCE = "thread CPU (time.thread_time) of the worker threads, summed"
 
 
-def _load(conn: psycopg.Connection, n: int) -> None:
-    conn.execute("TRUNCATE raw_job")
-    conn.execute(
-        "INSERT INTO raw_job (created_at) SELECT now() + make_interval(secs => g / 1e6)"
-        " FROM generate_series(1, %s) g",
-        [n],
-    )
-    conn.execute("VACUUM ANALYZE raw_job")
-
-
-def _worker(url: str, batch: int, finish_batched: bool, counts: list[int]) -> None:
+def _load(url: str, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        done = 0
-        while True:
-            ids = [row[0] for row in conn.execute(CLAIM, [batch], prepare=True)]
-            if not ids:
-                break
-            if finish_batched:
-                conn.execute(FINISH_MANY, [ids], prepare=True)
-            else:
-                for job_id in ids:
-                    conn.execute(FINISH_ONE, [job_id], prepare=True)
-            done += len(ids)
-        counts.append(done)
+        conn.execute("TRUNCATE raw_job")
+        conn.execute(
+            "INSERT INTO raw_job (created_at) SELECT now() + make_interval(secs => g / 1e6)"
+            " FROM generate_series(1, %s) g",
+            [n],
+        )
+        conn.execute("VACUUM ANALYZE raw_job")
 
 
-def drain(url: str, n: int, connections: int, batch: int, finish_batched: bool) -> dict[str, Any]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        _load(conn, n)
-    counts: list[int] = []
-    threads = [
-        threading.Thread(target=_worker, args=(url, batch, finish_batched, counts))
-        for _ in range(connections)
-    ]
+class _Worker(threading.Thread):
+    """One connection: claim ``batch``, finish each (or all at once), until empty."""
+
+    def __init__(
+        self, url: str, batch: int, finish_batched: bool, connected: threading.Barrier
+    ) -> None:
+        super().__init__(daemon=True)
+        self.url, self.batch, self.finish_batched = url, batch, finish_batched
+        self.connected = connected
+        self.go = threading.Event()
+        self.done = 0
+        self.cpu = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                self.connected.wait(30)
+                self.go.wait(30)
+                cpu = time.thread_time()
+                while ids := [row[0] for row in conn.execute(CLAIM, [self.batch], prepare=True)]:
+                    if self.finish_batched:
+                        conn.execute(FINISH_MANY, [ids], prepare=True)
+                    else:
+                        for job_id in ids:
+                            conn.execute(FINISH_ONE, [job_id], prepare=True)
+                    self.done += len(ids)
+                self.cpu = time.thread_time() - cpu
+        except BaseException as exc:  # noqa: BLE001 - reported by drain()
+            self.error = exc
+            self.connected.abort()
+
+
+def drain(
+    url: str,
+    window: measure.CommitWindow,
+    n: int,
+    connections: int,
+    batch: int,
+    finish_batched: bool,
+) -> dict[str, Any]:
+    """``connections`` threads, each connected before the count starts."""
+    _load(url, n)
+    window.stats.wait_gone()
+    connected = threading.Barrier(connections + 1)
+    workers = [_Worker(url, batch, finish_batched, connected) for _ in range(connections)]
+    for worker in workers:
+        worker.start()
+    try:
+        connected.wait(30)
+    except threading.BrokenBarrierError:
+        pass  # a worker could not connect: its error is raised below
+    window.start()
     started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for worker in workers:
+        worker.go.set()
+    for worker in workers:
+        worker.join()
     seconds = time.perf_counter() - started
-    return {"runs": sum(counts), "seconds": round(seconds, 3), "runs_per_s": round(n / seconds, 1)}
+    commits = window.stop()
+    for worker in workers:
+        if worker.error is not None:
+            raise worker.error
+    return measure.figures(
+        sum(w.done for w in workers),
+        seconds,
+        commits=commits,
+        cpu_seconds=sum(w.cpu for w in workers),
+        cpu_source=CPU_SOURCE,
+    )
+
+
+def enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[str, Any]:
+    """Multi-row ``INSERT ... VALUES`` of ``batch`` rows a statement, autocommit."""
+    payloads = [Jsonb({"n": i}) for i in range(n)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE raw_job")
+    window.stats.wait_gone()
+    window.start()
+    with psycopg.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        for start in range(0, n, batch):
+            chunk = payloads[start : start + batch]
+            values = ", ".join(["(%s)"] * len(chunk))
+            conn.execute(f"INSERT INTO raw_job (payload) VALUES {values}", chunk)
+        seconds = time.perf_counter() - started
+    commits = window.stop()
+    return measure.enqueue(n, seconds, commits, batch)
 
 
 def notify_latency(url: str, samples: int) -> dict[str, Any]:
@@ -106,19 +168,30 @@ def notify_latency(url: str, samples: int) -> dict[str, Any]:
     return percentiles(latencies)
 
 
-def run_all(url: str, n: int, slots: int, samples: int, log) -> dict[str, Any]:
+def drains(slots: int) -> list[tuple[str, int, int, bool]]:
+    """(name, connections, claim batch, finish batched) of the reference drains."""
+    return [
+        ("claim1_1conn", 1, 1, False),
+        (f"claim1_{slots}conn", slots, 1, False),
+        (f"claim10_{slots}conn", slots, 10, False),
+        (f"claim10_finish10_{slots}conn", slots, 10, True),
+    ]
+
+
+def run_all(url: str, profile: Profile, log) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(DDL)
     out: dict[str, Any] = {}
-    for label, conns, batch, batched in (
-        ("claim1_1conn", 1, 1, False),
-        (f"claim1_{slots}conn", slots, 1, False),
-        ("claim10_1conn", 1, 10, False),
-        (f"claim10_{slots}conn", slots, 10, False),
-        (f"claim10_finish10_{slots}conn", slots, 10, True),
-    ):
-        log(f"raw psycopg: {label}")
-        out[label] = drain(url, n, conns, batch, batched)
+    window = measure.CommitWindow(url)
+    try:
+        window.calibrate()
+        for name, conns, batch, batched in drains(profile.slots):
+            log(f"raw psycopg: {name}")
+            out[name] = drain(url, window, profile.drain_runs, conns, batch, batched)
+        log("raw psycopg: multi-row INSERT")
+        out["enqueue"] = enqueue(url, window, profile.bulk_runs, profile.bulk_batch)
+    finally:
+        window.close()
     log("raw psycopg: LISTEN/NOTIFY latency")
-    out["notify_latency"] = notify_latency(url, samples)
+    out["notify_latency"] = notify_latency(url, profile.latency_samples)
     return out

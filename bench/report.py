@@ -1,131 +1,172 @@
-"""The printed table: runqueue's figures, each peer's, and the ratio to runqueue."""
+"""The printed report: the server's commit cost, every system's drains and
+enqueues side by side (runs/s, ratio to runqueue, commits per run, CPU per
+run), pickup latency, runqueue-only figures, and issue #11's targets."""
 
 from __future__ import annotations
 
 from typing import Any
 
-PEERS = ("raw", "procrastinate", "pgqueuer", "celery")
+from bench import targets
+from bench.targets import get
+
+CPU_NOTE = {
+    "utime+stime of the runworker processes (/proc/<pid>/stat)": "proc",
+    "thread CPU (time.thread_time) of the worker threads, summed": "thread",
+}
 
 
-def _get(data: dict[str, Any], path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
+LEGEND = (
+    "x runqueue: runs/s over runqueue's in the same block (8 slots: its 1-process drain;"
+    " enqueue: submit_many)",
+    "commits/run: pg_stat_database.xact_commit of the system's database over the drain or"
+    " enqueue, less the bench's own",
+    "CPU us/run: proc = the runworker processes' utime+stime from idle to the last finish;"
+    " thread = the worker threads' CPU;",
+    "  process = this process's CPU from the first handler start to the last finish"
+    " (peers run in this process); * = did not finish in time",
+)
 
 
-def _cell(value: Any, base: Any) -> str:
-    if value is None:
+def _rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str | None]]:
+    """(group, system, configuration, path, runqueue path to compare with)."""
+    w, p = result["slots"], result.get("processes", 2)
+    batch = f"{result.get('bulk_batch', 1000):,}"
+    one, multi, bulk = "drain_1slot", "drain_1proc", "submit_many"
+    return [
+        ("drain, 1 slot", "runqueue", "runworker --slots async=1", "drain_1slot", None),
+        ("drain, 1 slot", "raw", "claim-1, 1 connection", "claim1_1conn", one),
+        ("drain, 1 slot", "pgqueuer", "batch_size=1", "drain_batch1", one),
+        ("drain, 1 slot", "procrastinate", "concurrency=1", "drain_1", one),
+        (f"drain, {w} slots", "runqueue", f"runworker async={w}, 1 process", multi, None),
+        (
+            f"drain, {w} slots",
+            "runqueue",
+            f"{p} runworker x async={w // p}",
+            "drain_nproc",
+            multi,
+        ),
+        (f"drain, {w} slots", "raw", f"claim-1, {w} connections", f"claim1_{w}conn", multi),
+        (f"drain, {w} slots", "raw", f"claim-10, {w} connections", f"claim10_{w}conn", multi),
+        (
+            f"drain, {w} slots",
+            "raw",
+            f"claim-10 + finish-10, {w} conns",
+            f"claim10_finish10_{w}conn",
+            multi,
+        ),
+        (f"drain, {w} slots", "pgqueuer", "default batching", "drain", multi),
+        (f"drain, {w} slots", "pgqueuer", "batch 4, max 8 tasks", "drain_capped", multi),
+        (f"drain, {w} slots", "procrastinate", f"concurrency={w}", "drain", multi),
+        (f"drain, {w} slots", "celery", f"prefork -c {w}, Redis", "drain", multi),
+        (f"drain, {w} slots", "runqueue", f"async={w} in this process", "drain_inproc", multi),
+        ("enqueue", "runqueue", "submit() one by one", "submit", None),
+        ("enqueue", "runqueue", f"submit_many, {batch} a call", bulk, None),
+        ("enqueue", "raw", f"multi-row INSERT, {batch} a statement", "enqueue", bulk),
+        ("enqueue", "pgqueuer", f"enqueue(lists), {batch} a call", "enqueue", bulk),
+        ("enqueue", "procrastinate", f"batch_defer, {batch} a call", "enqueue", bulk),
+    ]
+
+
+def _n(value: Any, digits: int = 1) -> str:
+    if not isinstance(value, int | float):
         return "-"
-    if isinstance(base, int | float) and base and isinstance(value, int | float):
-        return f"{value:,.1f} ({value / base:.2f}x)"
-    return f"{value:,.1f}" if isinstance(value, int | float) else str(value)
+    return f"{value:,.{digits}f}"
 
 
-#: (label, runqueue path, {peer: path}); ratios are peer / runqueue.
-ROWS: list[tuple[str, str, dict[str, str]]] = [
-    (
-        "drain runs/s, 1 process",
-        "drain_1proc.runs_per_s",
-        {
-            "raw": "claim1_{slots}conn.runs_per_s",
-            "procrastinate": "drain.runs_per_s",
-            "pgqueuer": "drain.runs_per_s",
-            "celery": "drain.runs_per_s",
-        },
-    ),
-    (
-        "drain runs/s, batched peers",
-        "drain_1proc.runs_per_s",
-        {"raw": "claim10_{slots}conn.runs_per_s", "pgqueuer": "drain_capped.runs_per_s"},
-    ),
-    (
-        "drain runs/s, 1 connection/slot",
-        "drain_1slot.runs_per_s",
-        {"raw": "claim1_1conn.runs_per_s"},
-    ),
-    (
-        "drain runs/s, N processes",
-        "drain_nproc.runs_per_s",
-        {"procrastinate": "drain_nproc.runs_per_s", "celery": "drain_nproc.runs_per_s"},
-    ),
-    (
-        "pickup p50 ms (idle)",
-        "pickup.p50_ms",
-        {
-            "raw": "notify_latency.p50_ms",
-            "procrastinate": "pickup.p50_ms",
-            "pgqueuer": "pickup.p50_ms",
-            "celery": "pickup.p50_ms",
-        },
-    ),
-    (
-        "pickup p99 ms (idle)",
-        "pickup.p99_ms",
-        {
-            "raw": "notify_latency.p99_ms",
-            "procrastinate": "pickup.p99_ms",
-            "pgqueuer": "pickup.p99_ms",
-            "celery": "pickup.p99_ms",
-        },
-    ),
-    (
-        "bytes per finished run",
-        "churn.total_bytes_per_run",
-        {"procrastinate": "bytes_per_job", "pgqueuer": "bytes_per_job"},
-    ),
-]
+def _table(rows: list[list[str]]) -> list[str]:
+    """Text columns left, figures (from the fourth column on) right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = zip(row, widths, strict=True)
+        out.append(
+            "  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(cells))
+        )
+    return [line.rstrip() for line in out]
 
 
-def table(result: dict[str, Any]) -> str:
+def figures_table(result: dict[str, Any]) -> list[str]:
     systems = result["systems"]
     rq = systems.get("runqueue", {})
-    slots = None
-    lines = [
-        f"runqueue benchmarks ({result['profile']}, {result['date']}, "
-        f"PostgreSQL {result['machine']['postgresql']}, {result['machine']['cpus']} cpus)",
-        "caveat: " + result["caveat"],
-        "",
-    ]
-    header = ["metric", "runqueue", *PEERS]
+    header = ["", "system", "configuration", "runs/s", "x runqueue", "commits/run", "CPU us/run"]
     rows = [header]
-    for label, rq_path, peer_paths in ROWS:
-        base = _get(rq, rq_path)
-        row = [label, _cell(base, None)]
-        for peer in PEERS:
-            path = peer_paths.get(peer)
-            if path and slots is None:
-                slots = _slots(result)
-            value = _get(systems.get(peer, {}), path.format(slots=slots)) if path else None
-            row.append(_cell(value, base))
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    lines.append("")
-    lines.extend(_runqueue_only(rq))
-    lines.append("")
-    lines.append("targets (issue 8):")
-    lines.extend("  " + line for line in targets(result))
-    for peer in PEERS:
-        if "error" in systems.get(peer, {}):
-            lines.append(f"{peer}: NOT RUN: {systems[peer]['error']}")
-    return "\n".join(lines)
+    group = None
+    for name, system, label, path, base_path in _rows(result):
+        data = systems.get(system)
+        figure = get(data, path) if data else None
+        if system == "runqueue" and path == "drain_inproc" and figure is None:
+            continue  # an extra part, only when asked for
+        first = name if name != group else ""
+        group = name
+        if data is None:
+            rows.append([first, system, label, "skipped", "", "", ""])
+            continue
+        if "error" in data or figure is None or "not_run" in (figure or {}):
+            rows.append([first, system, label, "NOT RUN", "", "", ""])
+            continue
+        base = get(rq, f"{base_path}.runs_per_s") if base_path else None
+        value = figure.get("runs_per_s")
+        ratio = f"{value / base:.2f}x" if base and isinstance(value, int | float) else ""
+        cpu = _n(figure.get("cpu_us_per_run"), 0)
+        if "cpu_source" in figure:
+            cpu += f" ({CPU_NOTE.get(figure['cpu_source'], 'process')})"
+        rows.append(
+            [
+                first,
+                system,
+                label,
+                _n(value) + ("*" if figure.get("incomplete") else ""),
+                ratio,
+                _n(figure.get("commits_per_run"), 3),
+                cpu,
+            ]
+        )
+    pickup = [["", "system", "", "p50 ms", "p99 ms"]]
+    for system, path in (
+        ("runqueue", "pickup"),
+        ("raw", "notify_latency"),
+        ("procrastinate", "pickup"),
+        ("pgqueuer", "pickup"),
+        ("celery", "pickup"),
+    ):
+        figure = get(systems.get(system), path)
+        if figure:
+            label = "LISTEN/NOTIFY alone" if system == "raw" else "idle worker"
+            first = "pickup" if len(pickup) == 1 else ""
+            p50, p99 = _n(figure.get("p50_ms"), 2), _n(figure.get("p99_ms"), 2)
+            pickup.append([first, system, label, p50, p99])
+    return _table(rows) + list(LEGEND) + [""] + (_table(pickup) if len(pickup) > 1 else [])
 
 
-def _slots(result: dict[str, Any]) -> int:
-    return result["slots"]
+def _server(result: dict[str, Any]) -> list[str]:
+    out = []
+    for when in ("commit_cost", "commit_cost_after"):
+        cc = get(result, f"server.{when}")
+        if cc:
+            settings = ", ".join(f"{k}={v}" for k, v in sorted(cc.get("settings", {}).items()))
+            out.append(
+                f"server commit cost ({'start' if when == 'commit_cost' else 'end'} of the run): "
+                f"{cc['ms_per_commit']} ms per INSERT+COMMIT, {_n(cc['commits_per_s'])} commits/s"
+                f" (one client; p50 {cc['p50_ms']} ms, p99 {cc['p99_ms']} ms; {settings})"
+            )
+    return out
 
 
 def _runqueue_only(rq: dict[str, Any]) -> list[str]:
     out = []
+    for name in ("drain_1slot", "drain_1proc", "drain_nproc"):
+        idle = get(rq, f"{name}.idle_before_load")
+        if idle:
+            out.append(
+                f"runworker idle before the load ({name}): about {idle['commits_per_s']}"
+                f" commits/s, {idle['cpu_percent']}% CPU (over {idle['seconds']} s)"
+            )
     rc = rq.get("reserved_capacity")
     if rc:
         out.append(
             f"interactive pickup p99: empty queue {rc['empty_queue'].get('p99_ms')} ms, "
             f"async saturated + {rc['backlog']:,} queued {rc['async_saturated'].get('p99_ms')} ms "
-            f"(ratio {rc['p99_ratio']}, target <= 2)"
+            f"(ratio {rc['p99_ratio']})"
         )
     cc = rq.get("claim_cost")
     if cc:
@@ -137,7 +178,7 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
         out.append(
             "claim cost: "
             + "; ".join(parts)
-            + f" -> ratio {cc['p50_ratio_largest_to_smallest']} (target <= 1.5)"
+            + f" -> ratio {cc['p50_ratio_largest_to_smallest']} (largest : smallest queue)"
         )
     hb = rq.get("heartbeat_hot")
     if hb:
@@ -153,58 +194,27 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
     return out
 
 
-def targets(result: dict[str, Any]) -> list[str]:
-    """Issue 8's targets, each with the figures it compares and met / NOT met."""
-    s = result["systems"]
-    rq = s.get("runqueue", {})
-    slots = _slots(result)
-    out = []
-
-    def check(label: str, ok: bool | None, detail: str) -> None:
-        verdict = "n/a" if ok is None else ("met" if ok else "NOT met")
-        out.append(f"[{verdict}] {label}: {detail}")
-
-    best_rq = max(_get(rq, "drain_1proc.runs_per_s") or 0, _get(rq, "drain_nproc.runs_per_s") or 0)
-    pgq = [_get(s.get("pgqueuer", {}), p) for p in ("drain.runs_per_s", "drain_capped.runs_per_s")]
-    pgq_best = max((v for v in pgq if v), default=None)
-    check(
-        "drain >= PgQueuer's best configuration",
-        None if pgq_best is None else best_rq >= pgq_best,
-        f"runqueue {best_rq:,.0f}/s (best of 1 and N processes) "
-        f"vs PgQueuer {pgq_best or 0:,.0f}/s",
-    )
-    raw10 = _get(s.get("raw", {}), f"claim10_{slots}conn.runs_per_s")
-    rq1 = _get(rq, "drain_1proc.runs_per_s")
-    check(
-        "drain >= half the raw reference with the same batching",
-        None if not (raw10 and rq1) else rq1 >= raw10 / 2,
-        f"runqueue {rq1 or 0:,.0f}/s vs raw claim-10 on {slots} connections {raw10 or 0:,.0f}/s",
-    )
-    peers = {
-        p: _get(s.get(p, {}), "pickup.p99_ms") for p in ("procrastinate", "pgqueuer", "celery")
-    }
-    peers = {p: v for p, v in peers.items() if v is not None}
-    p99 = _get(rq, "pickup.p99_ms")
-    if peers and p99 is not None:
-        best = min(peers, key=peers.get)
-        check(
-            "pickup p99 <= the best peer's",
-            p99 <= peers[best],
-            f"runqueue {p99} ms vs {best} {peers[best]} ms (raw LISTEN/NOTIFY "
-            f"{_get(s.get('raw', {}), 'notify_latency.p99_ms')} ms)",
-        )
-    ratio = _get(rq, "reserved_capacity.p99_ratio")
-    check(
-        "interactive p99, async saturated + backlog, within 2x of empty",
-        None if ratio is None else ratio <= 2,
-        f"ratio {ratio}",
-    )
-    cc = _get(rq, "claim_cost.p50_ratio_largest_to_smallest")
-    check(
-        "claim cost at the largest queue within 1.5x of 1k",
-        None if cc is None else cc <= 1.5,
-        f"ratio {cc}",
-    )
-    hot = _get(rq, "heartbeat_hot.hot_ratio")
-    check("heartbeat updates HOT", None if hot is None else hot >= 0.99, f"HOT ratio {hot}")
-    return out
+def table(result: dict[str, Any]) -> str:
+    machine = result["machine"]
+    source = result.get("runqueue_src", {})
+    lines = [
+        f"runqueue benchmarks ({result['profile']}, {result['date']}, "
+        f"PostgreSQL {machine['postgresql']}, {machine['cpus']} cpus)",
+        f"runqueue from {source.get('path', '?')} at {source.get('commit', '?')}",
+        "caveat: " + result["caveat"],
+        *_server(result),
+        f"drains: {result['drain_runs']:,} no-op runs each (runqueue: bulk-loaded into idle"
+        " runworker processes; raw, PgQueuer, Procrastinate: queued, then drained in this"
+        " process; Celery: a prefork worker started on the loaded queue)",
+        "",
+        *figures_table(result),
+        "",
+        *_runqueue_only(result["systems"].get("runqueue", {})),
+        "",
+        f"targets (issue #{targets.ISSUE}):",
+        *("  " + line for line in targets.lines(result.get("targets", []))),
+    ]
+    for system, data in result["systems"].items():
+        if "error" in data:
+            lines.append(f"{system}: NOT RUN: {data['error']}")
+    return "\n".join(lines)

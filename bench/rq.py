@@ -1,22 +1,17 @@
-"""runqueue's figures: drain, pickup latency, reserved capacity, claim cost,
-size and HOT updates after churn. Runs inside a Django process set up by
-``rq_db.setup_django``."""
+"""runqueue's figures: the runworker drains (``rq_drain``), the enqueue rates
+(``rq_enqueue``), and in this process: pickup latency, reserved capacity,
+claim cost, size and HOT updates after churn, and an in-process drain. Runs
+inside a Django process set up by ``rq_db.setup_django``."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
+from contextlib import ExitStack
 from typing import Any
 
-from bench import handlers, rq_db
+from bench import handlers, measure, rq_db, rq_drain, rq_enqueue
 from bench.common import Profile, idle_gap, percentiles
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _pool(shape: list[str], *, burst: bool = False):
@@ -50,7 +45,8 @@ def _stop(pool) -> None:
 
 
 def drain_in_process(n: int, slots: int) -> dict[str, Any]:
-    """N no-op runs queued at once, drained by ``slots`` slots in this process."""
+    """N no-op runs queued at once, drained by ``slots`` slots in this process
+    (an extra figure: the headline drains are ``rq_drain``'s)."""
     rq_db.reset()
     pool = _started_pool([f"async={slots}"])
     try:
@@ -59,70 +55,7 @@ def drain_in_process(n: int, slots: int) -> dict[str, Any]:
     finally:
         _stop(pool)
     done, seconds = rq_db.drain_window()
-    return {"runs": done, "seconds": round(seconds, 3), "runs_per_s": _rate(done, seconds, ok)}
-
-
-def drain_processes(n: int, processes: int, slots: int, url: str) -> dict[str, Any]:
-    """The same drain by ``processes`` runworker processes of ``slots`` slots each."""
-    rq_db.reset()
-    env = dict(os.environ) | {"DATABASE_URL": url, "RUNQUEUE_LOG_LEVEL": "WARNING"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "runworker",
-                "--slots",
-                f"async={slots}",
-                "--worker-id",
-                f"bench-p{i}",
-            ],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for i in range(processes)
-    ]
-    try:
-        if not _wait_workers(processes, 60):
-            raise RuntimeError("bench runworker processes did not start")
-        time.sleep(1.0)  # their LISTEN connections are up and the slots idle
-        rq_db.bulk_load(n)
-        ok = rq_db.wait_for("succeeded", n, timeout=max(60, n / 50))
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    done, seconds = rq_db.drain_window()
-    return {
-        "runs": done,
-        "seconds": round(seconds, 3),
-        "runs_per_s": _rate(done, seconds, ok),
-        "processes": processes,
-        "slots_per_process": slots,
-    }
-
-
-def _wait_workers(n: int, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with rq_db.cursor() as cur:
-            cur.execute("SELECT count(*) FROM runqueue_worker WHERE stopped_at IS NULL")
-            if cur.fetchone()[0] >= n:
-                return True
-        time.sleep(0.1)
-    return False
-
-
-def _rate(done: int, seconds: float, ok: bool) -> float:
-    return round(done / seconds, 1) if ok and seconds > 0 else 0.0
+    return measure.figures(done, seconds, complete=ok)
 
 
 def _pickup_samples(samples: int, priority: int) -> list[float]:
@@ -288,35 +221,67 @@ def _ratio(stats: dict[str, int]) -> float | None:
     return round(stats["n_tup_hot_upd"] / stats["n_tup_upd"], 3) if stats["n_tup_upd"] else None
 
 
-PARTS = ("drain", "pickup", "reserved", "claim", "hot", "churn")
+PARTS = ("drain", "enqueue", "pickup", "reserved", "claim", "hot", "churn")
+#: Taken only when asked for (``--parts``).
+EXTRA_PARTS = ("inproc",)
+
+
+def drain_shapes(profile: Profile) -> dict[str, tuple[int, int]]:
+    """name: (processes, slots per process) of the headline drains."""
+    return {
+        "drain_1slot": (1, 1),
+        "drain_1proc": (1, profile.slots),
+        "drain_nproc": (profile.processes, profile.slots // profile.processes),
+    }
 
 
 def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """Every runqueue figure of one profile (or the ``parts`` asked for)."""
+    """Every runqueue figure of one profile (or the ``parts`` asked for). The
+    drains' workers start first and settle, paused, while the other figures
+    are taken (``rq_drain``)."""
     out: dict[str, Any] = {}
-    if "drain" in parts:
-        log("runqueue: drain, one process")
-        out["drain_1proc"] = drain_in_process(profile.drain_runs, profile.slots)
-        log("runqueue: drain, one slot")
-        out["drain_1slot"] = drain_in_process(profile.drain_runs // 2, 1)
-        log("runqueue: drain, several processes")
-        out["drain_nproc"] = drain_processes(
-            profile.drain_runs, profile.processes, profile.slots, url
-        )
-    if "pickup" in parts:
-        log("runqueue: pickup latency (idle pool)")
-        out["pickup"] = pickup_latency(profile.latency_samples)
-    if "reserved" in parts:
-        log("runqueue: interactive pickup with async saturated")
-        out["reserved_capacity"] = reserved_capacity(profile.latency_samples, profile.backlog)
-    if "claim" in parts:
-        log("runqueue: claim cost")
-        out["claim_cost"] = claim_cost(profile.claim_sizes, profile.claim_samples)
-    if "hot" in parts:
-        log("runqueue: heartbeat HOT ratio")
-        out["heartbeat_hot"] = heartbeat_hot()
-    if "churn" in parts:
-        log(f"runqueue: churn {profile.churn_runs} runs")
-        out["churn"] = churn(profile.churn_runs, profile.slots)
+    with ExitStack() as stack:
+        drains = None
+        if "drain" in parts:
+            log("runqueue: starting the drains' runworker processes (paused until their turn)")
+            drains = stack.enter_context(rq_drain.Drains(url, drain_shapes(profile)))
+        if "enqueue" in parts:
+            out |= enqueue(profile, url, log)
+        if "inproc" in parts:
+            log("runqueue: drain in this process (extra)")
+            out["drain_inproc"] = drain_in_process(profile.drain_runs, profile.slots)
+        if "pickup" in parts:
+            log("runqueue: pickup latency (idle pool)")
+            out["pickup"] = pickup_latency(profile.latency_samples)
+        if "reserved" in parts:
+            log("runqueue: interactive pickup with async saturated")
+            out["reserved_capacity"] = reserved_capacity(profile.latency_samples, profile.backlog)
+        if "claim" in parts:
+            log("runqueue: claim cost")
+            out["claim_cost"] = claim_cost(profile.claim_sizes, profile.claim_samples)
+        if "hot" in parts:
+            log("runqueue: heartbeat HOT ratio")
+            out["heartbeat_hot"] = heartbeat_hot(profile.heartbeat_runs)
+        if "churn" in parts:
+            log(f"runqueue: churn {profile.churn_runs} runs")
+            out["churn"] = churn(profile.churn_runs, profile.slots)
+        if drains is not None:
+            out |= drains.run(profile.drain_runs, log)
     rq_db.reset()
     return out
+
+
+def enqueue(profile: Profile, url: str, log) -> dict[str, Any]:
+    from django.db import connections
+
+    connections.close_all()  # the database's only backends are the ones measured
+    window = measure.CommitWindow(url)
+    try:
+        window.calibrate()
+        log("runqueue: submit() one by one")
+        submit = rq_enqueue.submit_one_by_one(window, profile.submit_runs)
+        log("runqueue: submit_many()")
+        many = rq_enqueue.submit_many(window, profile.bulk_runs, profile.bulk_batch)
+    finally:
+        window.close()
+    return {"submit": submit, "submit_many": many}

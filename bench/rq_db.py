@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from bench import src
 from bench.common import url_for
 
 RUN_COLUMNS = (
@@ -14,7 +15,10 @@ RUN_COLUMNS = (
 
 
 def setup_django(url: str) -> None:
-    """Point the project's settings at the bench database and migrate it."""
+    """Point the project's settings at the bench database and migrate it
+    (runqueue and ``config`` from ``BENCH_RUNQUEUE_SRC`` if set: ``bench.src``)."""
+    src.apply()
+    src.verify()
     os.environ["DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     os.environ["RUNQUEUE_HANDLER_MODULES"] = "bench.handlers"
@@ -32,20 +36,26 @@ def cursor():
     return connection.cursor()
 
 
+#: Queue runs with one INSERT ... SELECT generate_series (no submit()): params
+#: kind, priority, n, n.
+LOAD = f"""
+    INSERT INTO runqueue_run ({RUN_COLUMNS})
+    SELECT gen_random_uuid(), 'bench', '', %s, '{{}}'::jsonb, 'queued', %s, 0, 3, 0, '',
+           now() - make_interval(secs => (%s - g) / 1e6)
+      FROM generate_series(1, %s) g
+"""
+#: Wake idle workers as a submit would.
+WAKE = "SELECT pg_notify('runqueue', '')"
+
+
 def bulk_load(
     n: int, *, kind: str = "bench.noop", priority: int = 10, notify: bool = True
 ) -> None:
-    """Queue ``n`` runs with one INSERT ... SELECT generate_series (no submit())."""
-    sql = f"""
-        INSERT INTO runqueue_run ({RUN_COLUMNS})
-        SELECT gen_random_uuid(), 'bench', '', %s, '{{}}'::jsonb, 'queued', %s, 0, 3, 0, '',
-               now() - make_interval(secs => (%s - g) / 1e6)
-          FROM generate_series(1, %s) g
-    """
+    """Queue ``n`` runs through Django's connection (see ``LOAD``)."""
     with cursor() as cur:
-        cur.execute(sql, [kind, priority, n, n])
+        cur.execute(LOAD, [kind, priority, n, n])
         if notify:
-            cur.execute("SELECT pg_notify('runqueue', '')")
+            cur.execute(WAKE)
 
 
 def reset() -> None:
@@ -53,9 +63,13 @@ def reset() -> None:
         cur.execute("TRUNCATE runqueue_run, runqueue_worker CASCADE")
 
 
-def count(status: str) -> int:
+def count(status: str, kind: str | None = None) -> int:
+    """Runs in ``status`` (of ``kind`` if given: workers queue maintenance runs)."""
     with cursor() as cur:
-        cur.execute("SELECT count(*) FROM runqueue_run WHERE status = %s", [status])
+        cur.execute(
+            "SELECT count(*) FROM runqueue_run WHERE status = %s AND kind = coalesce(%s, kind)",
+            [status, kind],
+        )
         return cur.fetchone()[0]
 
 
@@ -68,15 +82,18 @@ def wait_for(status: str, n: int, timeout: float) -> bool:
     return False
 
 
+#: (finished runs, seconds from the first claim to the last finish) of a drain.
+WINDOW = (
+    "SELECT count(*), coalesce(extract(epoch FROM max(finished_at) - min(started_at)), 0)"
+    " FROM runqueue_run WHERE status = 'succeeded' AND kind = 'bench.noop'"
+)
+
+
 def drain_window() -> tuple[int, float]:
-    """(finished runs, seconds from the first claim to the last finish)."""
     with cursor() as cur:
-        cur.execute(
-            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
-            " FROM runqueue_run WHERE status = 'succeeded'"
-        )
+        cur.execute(WINDOW)
         n, seconds = cur.fetchone()
-    return n, float(seconds or 0)
+    return n, float(seconds)
 
 
 def table_stats(table: str) -> dict[str, int]:

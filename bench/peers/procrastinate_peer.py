@@ -1,4 +1,5 @@
-"""Procrastinate: async no-op task, ``run_worker_async`` with ``concurrency=W``."""
+"""Procrastinate: async no-op task, ``run_worker_async`` in this process with
+``concurrency`` 1 and W, and its bulk enqueue ``batch_defer_async``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+from bench import measure
 from bench.common import Profile, Window
 from bench.peers._async import database_bytes, pickup
 
@@ -26,17 +28,44 @@ def _app(url: str, window: Window | None, started: dict[int, float] | None):
     return app, noop
 
 
-async def _drain(url: str, n: int, slots: int) -> dict[str, Any]:
-    window = Window()
-    app, noop = _app(url, window, None)
+async def _batch_defer(noop, kwargs: list[dict[str, int]], batch: int) -> None:
+    for start in range(0, len(kwargs), batch):
+        await noop.batch_defer_async(*kwargs[start : start + batch])
+
+
+async def _drain(
+    url: str, window: measure.CommitWindow, n: int, concurrency: int
+) -> dict[str, Any]:
+    app, noop = _app(url, None, None)
     async with app.open_async():
-        for start in range(0, n, 1000):
-            await noop.batch_defer_async(*({} for _ in range(min(1000, n - start))))
+        await _batch_defer(noop, [{} for _ in range(n)], 1000)
+    window.stats.wait_gone()
+    drained = Window()
+    app, _ = _app(url, drained, None)
+    window.start()
+    async with app.open_async():
         await app.run_worker_async(
-            concurrency=slots, wait=False, listen_notify=False, install_signal_handlers=False
+            concurrency=concurrency,
+            wait=False,
+            listen_notify=False,
+            install_signal_handlers=False,
         )
-        window.close()
-    return window.rates()
+        drained.close()
+    commits = window.stop()
+    return measure.in_process(drained, commits) | {"concurrency": concurrency}
+
+
+async def _enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[str, Any]:
+    kwargs = [{"seq": i} for i in range(n)]
+    window.stats.wait_gone()
+    app, noop = _app(url, None, None)
+    window.start()
+    async with app.open_async():
+        started = time.perf_counter()
+        await _batch_defer(noop, kwargs, batch)
+        seconds = time.perf_counter() - started
+    commits = window.stop()
+    return measure.enqueue(n, seconds, commits, batch)
 
 
 async def _pickup(url: str, samples: int) -> dict[str, Any]:
@@ -67,10 +96,20 @@ def run_all(url: str, profile: Profile, log) -> dict[str, Any]:
     import procrastinate
 
     asyncio.run(_install(url))
-    log("procrastinate: drain")
     out: dict[str, Any] = {"version": procrastinate.__version__}
-    out["drain"] = asyncio.run(_drain(url, profile.drain_runs, profile.slots))
-    out["bytes_per_job"] = round(database_bytes(url) / profile.drain_runs, 1)
-    log("procrastinate: pickup latency")
-    out["pickup"] = asyncio.run(_pickup(url, profile.latency_samples))
+    window = measure.CommitWindow(url)
+    try:
+        window.calibrate()
+        for name, concurrency in (("drain", profile.slots), ("drain_1", 1)):
+            log(f"procrastinate: drain, concurrency {concurrency}")
+            out[name] = asyncio.run(_drain(url, window, profile.drain_runs, concurrency))
+            if name == "drain":
+                out["bytes_per_job"] = round(database_bytes(url) / profile.drain_runs, 1)
+        log("procrastinate: pickup latency")
+        out["pickup"] = asyncio.run(_pickup(url, profile.latency_samples))
+        # Last: the jobs it queues stay queued.
+        log("procrastinate: batch_defer")
+        out["enqueue"] = asyncio.run(_enqueue(url, window, profile.bulk_runs, profile.bulk_batch))
+    finally:
+        window.close()
     return out
