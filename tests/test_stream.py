@@ -91,9 +91,9 @@ def test_a_fenced_event_waits_for_the_runs_writer(hooks) -> None:
     writer = Worker(lambda: leases.append_event(new, "progress", {"n": 1}), "writer")
     writer.start()
     assert inside.wait(30)
-    from runqueue.leases.fence import _record_fenced
+    from runqueue.leases.fence import record_fenced
 
-    fenced = Worker(lambda: _record_fenced(old, "heartbeat"), "fenced")
+    fenced = Worker(lambda: record_fenced(old, "heartbeat"), "fenced")
     fenced.start()
     fenced.started_fn.wait(30)
     wait_until(lambda: is_blocked(fenced.backend_pid), what="the fenced event to wait")
