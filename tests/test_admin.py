@@ -13,6 +13,7 @@ import runqueue
 from runqueue import leases
 from runqueue.models import Run, RunEvent, ToolInvocation
 from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
+from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -134,6 +135,30 @@ def test_requeue_confirms_then_requeues_with_both_audit_records() -> None:
     assert entry.action_flag == CHANGE
     assert entry.change_message == "Requeued by staff:ann: provider fixed"
     assert entry.content_type.model_class() is Run
+
+
+def test_requeue_confirmation_shows_the_failure_and_warns_when_it_is_permanent() -> None:
+    run = dead_lettered(message="card declined")
+    client = login("ann", "view_run", "requeue_run")
+    page = action(client, DEAD, "requeue_runs", [run]).content.decode()
+    assert "ValueError: card declined" in page
+    assert "<code>permanent</code>" in page
+    assert '<td class="rq-attempts">1 of 3</td>' in page
+    assert "1 of these run(s) failed permanently." in page
+    assert "runs the same handler code on the same input" in page
+
+
+def test_requeue_confirmation_does_not_warn_for_a_lease_expiry() -> None:
+    run = runqueue.submit(kind="test.echo", max_attempts=1).run
+    assert leases.claim_one("w-lost").run_id == run.id
+    expire_lease(run.id)
+    leases.sweep()
+    assert Run.objects.get(id=run.id).failure["classification"] == "lease_expired"
+    client = login("ann", "view_run", "requeue_run")
+    page = action(client, DEAD, "requeue_runs", [run]).content.decode()
+    assert "LeaseExpired: lease expired on attempt 1 of 1" in page
+    assert "stopped renewing the lease" in page
+    assert "failed permanently" not in page and "rq-requeue-warning" not in page
 
 
 def test_requeue_when_the_session_has_an_active_run_says_so() -> None:
