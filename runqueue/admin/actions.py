@@ -68,10 +68,9 @@ def explain(exc: RunqueueError, verb: str, run_id: Any) -> str:
 #: What a requeue will do, by how the run failed (docs/decisions.md).
 REQUEUE_NOTES = {
     PERMANENT: (
-        "It failed permanently. Requeueing runs the same handler code on the same input "
-        "(payload, delivered input, last checkpoint), and tool calls already recorded are "
-        "replayed, not made again: unless the handler or what it depends on has changed, "
-        "it will fail the same way."
+        "Failed permanently: a requeue runs the same handler code on the same input "
+        "(payload, delivered input, last checkpoint) and replays the tool calls already "
+        "recorded."
     ),
     TRANSIENT: (
         "It failed with a transient error on every attempt. Requeueing gives it a fresh "

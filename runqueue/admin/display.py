@@ -39,6 +39,31 @@ def status_badge(status: str, label: str) -> SafeString:
     )
 
 
+def short(value: str | None, limit: int) -> SafeString | str:
+    """A long value cut to ``limit`` characters, the whole of it in a title
+    (hover) so a long session id or kind does not push columns off screen."""
+    if value is None or value == "":
+        return "-"
+    if len(value) <= limit:
+        return value
+    return format_html('<span class="rq-short" title="{}">{}…</span>', value, value[: limit - 1])
+
+
+def uncertain_marker(count: int | None = None) -> SafeString:
+    """The sign that a run has tool calls nobody knows happened (unresolved)."""
+    what = (
+        f"{count} tool invocation(s) may or may not have happened"
+        if count
+        else "a tool invocation may or may not have happened"
+    )
+    return format_html(
+        '<span class="rq-uncertain-marker" title="{}: resolve it in Uncertain runs" '
+        'style="color:#8e6c00;background:#fff3cd;font-weight:bold;padding:0 4px;'
+        'white-space:nowrap">⚠ uncertain</span>',
+        what,
+    )
+
+
 def age(since: dt.datetime | None, now: dt.datetime | None = None) -> str:
     """A short human age: '3 minutes', '2 days'."""
     if since is None:
