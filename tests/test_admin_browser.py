@@ -215,3 +215,18 @@ def test_uncertain_runs_are_marked_in_the_list_and_on_their_page(page, tmp_path)
     )
     no_horizontal_scroll(page, "fieldset .readonly:has(.rq-tools)")
     screenshot(page, "uncertain-run-page", tmp_path)
+
+
+def test_admin_pages_load_without_a_404(page) -> None:
+    """Every request a page makes answers, and the favicon a browser asks
+    for (headless chromium does not ask on its own) is there."""
+    failed: list[str] = []
+    page.on(
+        "response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    )
+    for name in ("admin:index", "admin:runqueue_run_changelist", "admin:runqueue_run_dashboard"):
+        page.goto(reverse(name))
+        page.wait_for_load_state("networkidle")
+    assert failed == []
+    response = page.request.get("/favicon.ico")
+    assert response.status == 200 and response.headers["content-type"] == "image/x-icon"
