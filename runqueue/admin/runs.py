@@ -38,7 +38,7 @@ from runqueue.models import (
 TIMELINE_LIMIT = 200
 #: Characters of a list cell before it is shortened (the rest in its title),
 #: so Status and the columns after it fit a 1366 px screen.
-KIND_WIDTH = 24
+KIND_WIDTH = 28
 SESSION_WIDTH = 16
 TENANT_WIDTH = 14
 FAILURE_WIDTH = 60

@@ -25,7 +25,7 @@ from runqueue import PriorityClass
 SCENARIOS = ["ok"] * 6 + ["ask", "decline", "flaky", "timeout"]
 
 #: How long the showcase's running research job runs (a worker holds it).
-RUNNING_SECONDS = 600
+RUNNING_SECONDS = 300
 #: When the showcase's queued digest is due: a newcomer finds it waiting.
 QUEUED_DELAY = dt.timedelta(hours=12)
 
