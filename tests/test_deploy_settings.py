@@ -9,6 +9,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -40,9 +41,13 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def database_url() -> str:
     """The test server, as a deployment would name its database."""
     params = connection.settings_dict
-    return "postgres://{}@/{}?host={}&port={}".format(
-        params["USER"], params["NAME"], params["HOST"], params["PORT"]
-    )
+    user = quote(params["USER"] or "", safe="")
+    if params["PASSWORD"]:
+        user += ":" + quote(params["PASSWORD"], safe="")
+    host, port = params["HOST"] or "localhost", params["PORT"] or "5432"
+    if host.startswith("/"):  # a socket folder goes in the query string
+        return f"postgres://{user}@/{params['NAME']}?host={quote(host)}&port={port}"
+    return f"postgres://{user}@{host}:{port}/{params['NAME']}"
 
 
 def test_no_secret_key_with_debug_off_refuses_to_start() -> None:
