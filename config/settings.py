@@ -1,12 +1,17 @@
 """Settings of the deployable runqueue project, read from the environment.
 
-Environment variables (an optional ``.env`` file beside manage.py is read too):
-``DATABASE_URL``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
-``RUNQUEUE_PGDATA`` (embedded server's data folder when DATABASE_URL is unset),
-``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``), ``RUNQUEUE_STREAMS_PER_PROCESS``,
-``RUNQUEUE_METRICS_TOKEN``.
+Environment variables (a ``.env`` file beside manage.py is read too, without
+overriding the environment; ``RUNQUEUE_ENV_FILE`` names another file, or
+none when empty): ``DATABASE_URL``, ``SECRET_KEY`` (required unless DEBUG),
+``DEBUG``, ``ALLOWED_HOSTS``, ``HTTPS_ONLY`` (default on unless DEBUG),
+``SECURE_HSTS_SECONDS``, ``RUNQUEUE_PGDATA`` (embedded server's data folder
+when DATABASE_URL is unset), ``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``),
+``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_METRICS_TOKEN``.
+``./scripts/run.sh`` writes a local ``.env`` (a generated key, HTTPS_ONLY=off)
+the first time.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -20,13 +25,34 @@ env = environ.Env(
     DEBUG=(bool, False),
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]"]),
 )
-if (BASE_DIR / ".env").is_file():
-    environ.Env.read_env(BASE_DIR / ".env")
+ENV_FILE = os.environ.get("RUNQUEUE_ENV_FILE", str(BASE_DIR / ".env"))
+if ENV_FILE and Path(ENV_FILE).is_file():
+    environ.Env.read_env(ENV_FILE)
 
 DEBUG = env("DEBUG")
-# The fallback key is only for a local checkout; a deployment sets SECRET_KEY.
-SECRET_KEY = env("SECRET_KEY", default="insecure-local-only-set-SECRET_KEY-in-deployment")
+SECRET_KEY = env("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        # A key everyone can read signs sessions and password resets: refuse.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set the SECRET_KEY environment variable (or put "
+            "SECRET_KEY=... in .env; ./scripts/run.sh writes a local one there), e.g. "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+        )
+    SECRET_KEY = "django-insecure-debug-only-key"  # noqa: S105 - DEBUG on, never deployed
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+# Served only over HTTPS (directly, or behind a proxy gunicorn trusts for
+# X-Forwarded-Proto): redirect plain HTTP, secure-only cookies, HSTS. A local
+# checkout on http://127.0.0.1 sets HTTPS_ONLY=off (run.sh's .env does).
+HTTPS_ONLY = env.bool("HTTPS_ONLY", default=not DEBUG)
+if HTTPS_ONLY:
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

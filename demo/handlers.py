@@ -46,18 +46,27 @@ def agent_turn(ctx: RunContext) -> Any:
         ctx.checkpoint({"asked": True})
         return ctx.ask_user({"question": f"Shall I refund order {order_id}?"})
 
-    order = ctx.invoke_tool(
-        "lookup_order",
-        lookup_order,
-        args={"order_id": order_id},
-        idempotency=Idempotency.IDEMPOTENT,
-    )
-    ctx.checkpoint({"order": order.value})
+    # Resume from the checkpoint: tool numbering continues after it, so the
+    # lookup it holds must not be made again (a requeued run would otherwise
+    # call lookup_order where charge_card was recorded, and fail on order).
+    state = ctx.state or {}
+    if "order" not in state:
+        lookup = ctx.invoke_tool(
+            "lookup_order",
+            lookup_order,
+            args={"order_id": order_id},
+            idempotency=Idempotency.IDEMPOTENT,
+        )
+        if not lookup.ok:
+            raise runqueue.TransientError(f"order lookup ended {lookup.status}")
+        state = {**state, "order": lookup.value}
+        ctx.checkpoint(state)
+    order = state["order"]
     ctx.emit("progress", {"step": "order found", "order_id": order_id})  # to the run's stream
     charge = ctx.invoke_tool(
         "charge_card",
         charge_card,
-        args={"amount_cents": order.value["amount_cents"], "scenario": scenario},
+        args={"amount_cents": order["amount_cents"], "scenario": scenario},
     )
     if charge.status == "failed" and scenario == "decline":
         raise runqueue.PermanentError(charge.error["message"])
@@ -68,7 +77,7 @@ def agent_turn(ctx: RunContext) -> Any:
         idempotency=Idempotency.IDEMPOTENT,
     )
     return {
-        "order": order.value,
+        "order": order,
         "charge": charge.status,
         "email": email.value,
         "answer": ctx.input,
@@ -79,8 +88,11 @@ def agent_turn(ctx: RunContext) -> Any:
 def research(ctx: RunContext) -> dict:
     """A longer async job: steps with checkpoints, resumable from the last."""
     state = ctx.state or {"step": 0, "notes": []}
+    step_seconds = ctx.payload.get("step_seconds")
     while state["step"] < ctx.payload.get("steps", 4):
-        time.sleep(random.uniform(0.3, 1.0))  # noqa: S311 - simulated work
+        # simulated work; a fixed step_seconds makes a long job (the demo's
+        # "running" run)
+        time.sleep(step_seconds or random.uniform(0.3, 1.0))  # noqa: S311
         state = {"step": state["step"] + 1, "notes": [*state["notes"], f"finding {state['step']}"]}
         if not ctx.checkpoint(state):
             return {"stopped": "lease lost"}

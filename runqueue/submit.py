@@ -45,6 +45,7 @@ from runqueue.models import (
     SubmitOutcome,
 )
 from runqueue.sql import execute, prepared
+from runqueue.validation import as_utc, json_text_problem, text_problem
 
 Outcome = Literal["created", "replayed", "input_delivered"]
 
@@ -490,8 +491,8 @@ def _text(field: str, value: Any, *, allow_empty: bool = False) -> str:
         raise InvalidSubmission(field, "must not be empty")
     if len(value) > 255:
         raise InvalidSubmission(field, f"must be at most 255 characters, got {len(value)}")
-    if "\x00" in value:
-        raise InvalidSubmission(field, "must not contain NUL characters")
+    if (problem := text_problem(value)) is not None:
+        raise InvalidSubmission(field, problem)
     return value
 
 
@@ -534,24 +535,25 @@ def _validate(
     if scheduled_for is not None:
         if not isinstance(scheduled_for, dt.datetime):
             raise InvalidSubmission("scheduled_for", f"must be a datetime, got {scheduled_for!r}")
-        if timezone.is_naive(scheduled_for):
-            raise InvalidSubmission("scheduled_for", "must be timezone-aware")
-        # In UTC: PostgreSQL refuses offsets beyond +-15:59 that Python allows.
-        scheduled_for = scheduled_for.astimezone(dt.UTC)
+        try:
+            scheduled_for = as_utc(scheduled_for)
+        except ValueError as exc:
+            raise InvalidSubmission("scheduled_for", str(exc)) from exc
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidSubmission("payload", f"must be JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
-        raise InvalidSubmission("payload", "must not contain NUL characters")
     limit = get_settings().MAX_PAYLOAD_BYTES
     if len(text.encode()) > limit:
         raise InvalidSubmission(
             "payload", f"is {len(text.encode())} bytes as JSON, over the {limit}-byte limit"
         )
+    payload = json.loads(text)
+    if (problem := json_text_problem(payload)) is not None:
+        raise InvalidSubmission("payload", problem)
     return _Request(
         kind=kind,
-        payload=json.loads(text),
+        payload=payload,
         session_id=session_id,
         tenant=tenant,
         principal=principal,

@@ -46,3 +46,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
+
+# The project refuses to start without SECRET_KEY (DEBUG is off): keep a
+# generated local one in .env, with HTTPS_ONLY=off for plain HTTP on
+# 127.0.0.1. Written once; RUNQUEUE_ENV_FILE="" opts out.
+if [ "${RUNQUEUE_ENV_FILE-.env}" != "" ]; then
+    .venv/bin/python scripts/local_env.py "${RUNQUEUE_ENV_FILE:-.env}"
+fi

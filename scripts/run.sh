@@ -2,7 +2,8 @@
 # Run runqueue locally: set-up, migrate, an admin login, demo runs, a worker,
 # and gunicorn serving the admin. Without DATABASE_URL it uses the embedded
 # PostgreSQL in .pgdata/. HOST and PORT choose the address (default
-# 127.0.0.1:8000); RUNQUEUE_DEMO=0 skips the demo runs.
+# 127.0.0.1:8000); RUNQUEUE_DEMO=0 skips the demo runs. The first start
+# writes .env: a generated SECRET_KEY and HTTPS_ONLY=off (see bootstrap.sh).
 source "$(dirname "$0")/bootstrap.sh"
 
 HOST="${HOST:-127.0.0.1}"

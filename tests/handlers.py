@@ -145,4 +145,10 @@ def pay(ctx: RunContext) -> Any:
     outcome = ctx.invoke_tool(
         "charge_card", charge, args={"cents": 1299}, idempotency=Idempotency.NON_IDEMPOTENT
     )
+    if ctx.payload.get("then_fail"):
+        raise runqueue.PermanentError("order service refused the refund")
     return {"charge": outcome.status}
+
+
+# A kind with a long name, for the admin's layout at 1366 px.
+runqueue.handler("test.customer-support.refund-negotiation-with-escalation")(_echo)

@@ -13,6 +13,7 @@ import runqueue
 from runqueue import leases
 from runqueue.models import Run, RunEvent, ToolInvocation
 from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
+from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -134,6 +135,30 @@ def test_requeue_confirms_then_requeues_with_both_audit_records() -> None:
     assert entry.action_flag == CHANGE
     assert entry.change_message == "Requeued by staff:ann: provider fixed"
     assert entry.content_type.model_class() is Run
+
+
+def test_requeue_confirmation_shows_the_failure_and_warns_when_it_is_permanent() -> None:
+    run = dead_lettered(message="card declined")
+    client = login("ann", "view_run", "requeue_run")
+    page = action(client, DEAD, "requeue_runs", [run]).content.decode()
+    assert "ValueError: card declined" in page
+    assert "<code>permanent</code>" in page
+    assert '<td class="rq-attempts">1 of 3</td>' in page
+    assert "1 of these run(s) failed permanently." in page
+    assert "runs the same handler code on the same input" in page
+
+
+def test_requeue_confirmation_does_not_warn_for_a_lease_expiry() -> None:
+    run = runqueue.submit(kind="test.echo", max_attempts=1).run
+    assert leases.claim_one("w-lost").run_id == run.id
+    expire_lease(run.id)
+    leases.sweep()
+    assert Run.objects.get(id=run.id).failure["classification"] == "lease_expired"
+    client = login("ann", "view_run", "requeue_run")
+    page = action(client, DEAD, "requeue_runs", [run]).content.decode()
+    assert "LeaseExpired: lease expired on attempt 1 of 1" in page
+    assert "stopped renewing the lease" in page
+    assert "failed permanently" not in page and "rq-requeue-warning" not in page
 
 
 def test_requeue_when_the_session_has_an_active_run_says_so() -> None:
@@ -345,3 +370,69 @@ def test_the_count_is_capped_and_the_page_says_so(monkeypatch) -> None:
     client = login("hal", "view_run")
     html = client.get(RUNS).content.decode()
     assert "more than 3 runs (narrow the filters to see the rest)" in html
+
+
+# -- uncertain runs are marked everywhere ---------------------------------------
+
+
+def row_of(page: str, run: Run) -> str:
+    """The changelist row (its <tr>) that lists this run."""
+    rows = [row for row in page.split("<tr") if f'value="{run.id}"' in row]
+    assert len(rows) == 1, run.id
+    return rows[0]
+
+
+def test_uncertain_runs_are_marked_in_every_list() -> None:
+    succeeded, _ = uncertain()
+    failed, _ = uncertain(payload={"then_fail": True})
+    plain_failed = dead_lettered()
+    plain = runqueue.submit(kind="test.echo").run
+    assert (succeeded.status, failed.status) == ("succeeded", "failed")
+    client = login("ann", "view_run", "requeue_run", "cancel_run")
+    for url, marked, unmarked in (
+        (RUNS, [succeeded, failed], [plain_failed, plain]),
+        (DEAD, [failed], [plain_failed]),
+        (UNCERTAIN, [succeeded, failed], []),
+    ):
+        page = client.get(url).content.decode()
+        for run in marked:
+            assert "rq-uncertain-marker" in row_of(page, run), (url, run.status)
+        for run in unmarked:
+            assert "rq-uncertain-marker" not in row_of(page, run), (url, run.status)
+    # Resolved: the marker goes.
+    tool = succeeded.tool_invocations.get()
+    leases.resolve_uncertain(tool.id, happened=False, note="not in the ledger", actor="staff:ann")
+    assert "rq-uncertain-marker" not in row_of(client.get(RUNS).content.decode(), succeeded)
+
+
+def test_the_run_page_header_marks_uncertain_and_the_tool_table_shows_arguments_and_error() -> (
+    None
+):
+    run, _tool = uncertain()
+    client = login("ann", "view_run")
+    page = client.get(reverse("admin:runqueue_run_change", args=[run.id])).content.decode()
+    header = page.split('class="rq-run-header"', 1)[1].split("</div>", 1)[0]
+    assert "rq-uncertain-marker" in header
+    assert "1 tool invocation(s) of this run may or may not have happened" in header
+    tools = page.split('class="rq-tools"', 1)[1].split("</table>", 1)[0]
+    assert "&quot;cents&quot;: 1299" in tools
+    assert "timed out after the request was sent" in tools
+
+    plain = dead_lettered()
+    page = client.get(reverse("admin:runqueue_run_change", args=[plain.id])).content.decode()
+    assert 'class="rq-run-header"' in page
+    assert "rq-uncertain-marker" not in page and "rq-uncertain-banner" not in page
+
+
+def test_long_values_are_shortened_with_the_whole_value_in_a_title() -> None:
+    session = "conversation-" + "x" * 60
+    tenant = "acme-corporation-europe-middle-east-africa"
+    kind = "test.customer-support.refund-negotiation-with-escalation"
+    run = runqueue.submit(kind=kind, session_id=session, tenant=tenant).run
+    client = login("ann", "view_run", "cancel_run")
+    row = row_of(client.get(RUNS).content.decode(), run)
+    for value in (session, tenant, kind):
+        assert f'title="{value}"' in row
+        assert f">{value}<" not in row
+    cells = row.split("<td")  # [checkbox, ...] with the id in a <th> before the status
+    assert "field-short_id" in cells[1] and "field-status_display" in cells[2]

@@ -1,6 +1,7 @@
 """The admin console in a real browser: Debian's chromium, headless, driven
-by Playwright against a live server. Screenshots are saved as artifacts in
-``test-artifacts/`` (and the test's tmp folder)."""
+by Playwright against a live server, at 1366x900 (a support agent's laptop).
+Screenshots are saved as artifacts in ``test-artifacts/`` (and the test's tmp
+folder)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from django.urls import reverse
 import runqueue
 from runqueue.models import Run, RunEvent, ToolInvocation
 from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
+
+#: The screen the console must fit without a horizontal scroll.
+VIEWPORT = {"width": 1366, "height": 900}
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -53,9 +57,7 @@ def browser(django_db_setup: None) -> Iterator[object]:
 def page(browser, live_server) -> Iterator[object]:
     """A page logged in as support staff holding every runqueue permission."""
     staff("support", *ALL_PERMS)
-    context = browser.new_context(
-        base_url=live_server.url, viewport={"width": 1280, "height": 900}
-    )
+    context = browser.new_context(base_url=live_server.url, viewport=VIEWPORT)
     page = context.new_page()
     page.goto(reverse("admin:login"))
     page.fill("#id_username", "support")
@@ -84,12 +86,21 @@ def test_requeue_a_dead_lettered_run(page, tmp_path) -> None:
     page.select_option("select[name=action]", "requeue_runs")
     page.click("button[name=index]")
     playwright.expect(page.locator("h1")).to_contain_text("Requeue 1 run(s)?")
+    # The failure, and what a requeue of a permanent failure will do.
+    playwright.expect(page.locator("td.rq-failure")).to_contain_text(
+        "ValueError: payment provider returned 500"
+    )
+    playwright.expect(page.locator("td.rq-attempts")).to_have_text("1 of 3")
+    playwright.expect(page.locator(".rq-requeue-warning")).to_contain_text(
+        "runs the same handler code on the same input"
+    )
+    screenshot(page, "requeue-confirm", tmp_path)
     page.fill("#id_reason", "provider is back")
     page.click("input[type=submit][value='Yes, requeue']")
     playwright.expect(page.locator(".messagelist")).to_contain_text("Requeued 1 run(s).")
 
     page.goto(reverse("admin:runqueue_run_change", args=[run.id]))
-    playwright.expect(page.locator("span.rq-status")).to_have_text("Queued")
+    playwright.expect(page.locator(".rq-run-header span.rq-status")).to_have_text("Queued")
     playwright.expect(page.locator(".rq-timeline")).to_contain_text("run.operator_requeued")
     screenshot(page, "run-after-requeue", tmp_path)
     assert Run.objects.get(id=run.id).status == "queued"
@@ -137,3 +148,85 @@ def test_open_the_dashboard(page, tmp_path) -> None:
     playwright.expect(page.locator("#rq-uncertain .n")).to_have_text("1")
     path = screenshot(page, "dashboard", tmp_path)
     assert path.stat().st_size > 10_000
+
+
+def no_horizontal_scroll(page, *scrollers: str) -> None:
+    """Neither the page nor these scrolling boxes scroll sideways."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= VIEWPORT["width"], f"the page is {width} px wide"
+    for selector in scrollers:
+        box = page.locator(selector).first
+        scroll, client = box.evaluate("e => [e.scrollWidth, e.clientWidth]")
+        assert scroll <= client, f"{selector} scrolls: {scroll} px in {client} px"
+
+
+def inside_viewport(locator) -> None:
+    box = locator.bounding_box()
+    assert box is not None
+    assert 0 <= box["x"] and box["x"] + box["width"] <= VIEWPORT["width"], box
+
+
+def test_the_runs_list_fits_1366_px_with_status_after_the_id(page, tmp_path) -> None:
+    session = "conversation-" + "7f3a" * 15
+    tenant = "acme-corporation-europe-middle-east-africa"
+    kind = "test.customer-support.refund-negotiation-with-escalation"
+    dead_lettered(message="the order service answered 503 " + "and a long explanation " * 8)
+    uncertain()
+    long_run = runqueue.submit(kind=kind, session_id=session, tenant=tenant).run
+    for url, first in (
+        ("admin:runqueue_run_changelist", "status"),
+        ("admin:runqueue_deadletteredrun_changelist", "failure"),
+        ("admin:runqueue_uncertainrun_changelist", "status"),
+    ):
+        page.goto(reverse(url))
+        headers = page.locator("#result_list thead th")
+        texts = [t.strip().lower() for t in headers.all_inner_texts()]
+        assert texts[1:3] == ["run", first], texts
+        no_horizontal_scroll(page, "#changelist-form .results")
+        for header in headers.all():  # Status, Class, Attempts, Age, Tenant...: all on screen
+            inside_viewport(header)
+    page.goto(reverse("admin:runqueue_run_changelist"))
+    row = page.locator("#result_list tr", has_text=str(long_run.id)[:8])
+    shortened = row.locator("td.field-session_display span.rq-short")
+    playwright.expect(shortened).to_have_attribute("title", session)
+    assert len(shortened.inner_text()) <= 20
+    inside_viewport(row.locator("td.field-tenant_display"))
+    screenshot(page, "runs-list-1366", tmp_path)
+
+
+def test_uncertain_runs_are_marked_in_the_list_and_on_their_page(page, tmp_path) -> None:
+    run, _tool = uncertain()
+    runqueue.submit(kind="test.echo")
+    page.goto(reverse("admin:runqueue_run_changelist"))
+    row = page.locator("#result_list tr", has_text=str(run.id)[:8])
+    playwright.expect(row.locator("td.field-status_display")).to_contain_text("Succeeded")
+    playwright.expect(row.locator(".rq-uncertain-marker")).to_be_visible()
+    playwright.expect(page.locator(".rq-uncertain-marker")).to_have_count(1)
+
+    row.locator("th.field-short_id a").click()
+    header = page.locator(".rq-run-header")
+    playwright.expect(header.locator(".rq-uncertain-marker")).to_be_visible()
+    playwright.expect(header).to_contain_text("may or may not have happened")
+    inside_viewport(header.locator(".rq-uncertain-marker"))
+    tool = page.locator("tr.rq-tool")
+    playwright.expect(tool.locator("td.rq-tool-arguments")).to_contain_text('"cents": 1299')
+    playwright.expect(tool.locator("td.rq-tool-error")).to_contain_text(
+        "timed out after the request was sent"
+    )
+    no_horizontal_scroll(page, "fieldset .readonly:has(.rq-tools)")
+    screenshot(page, "uncertain-run-page", tmp_path)
+
+
+def test_admin_pages_load_without_a_404(page) -> None:
+    """Every request a page makes answers, and the favicon a browser asks
+    for (headless chromium does not ask on its own) is there."""
+    failed: list[str] = []
+    page.on(
+        "response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None
+    )
+    for name in ("admin:index", "admin:runqueue_run_changelist", "admin:runqueue_run_dashboard"):
+        page.goto(reverse(name))
+        page.wait_for_load_state("networkidle")
+    assert failed == []
+    response = page.request.get("/favicon.ico")
+    assert response.status == 200 and response.headers["content-type"] == "image/x-icon"

@@ -219,7 +219,7 @@ def test_quoted_sf_string_key_is_the_same_key_as_bare(client, alice) -> None:
         ),
         (
             {"kind": "test.echo", "payload": {"text": "a\u0000b"}},
-            [{"pointer": "/payload", "detail": "must not contain NUL characters"}],
+            [{"pointer": "/payload", "detail": "must not contain NUL characters, at '/text'"}],
         ),
     ],
 )

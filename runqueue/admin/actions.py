@@ -9,6 +9,7 @@ event naming ``staff:<username>``, and a LogEntry goes to the admin history.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
@@ -20,8 +21,16 @@ from django.template.response import TemplateResponse
 
 import runqueue
 from runqueue import leases
-from runqueue.errors import ActiveRunConflict, InvalidTransition, RunNotFound, RunqueueError
-from runqueue.models import Run
+from runqueue.errors import (
+    LEASE_EXPIRED,
+    PERMANENT,
+    TRANSIENT,
+    ActiveRunConflict,
+    InvalidTransition,
+    RunNotFound,
+    RunqueueError,
+)
+from runqueue.models import Run, RunStatus
 
 #: Past tense of each action's verb, for messages and the audit.
 PAST = {"requeue": "requeued", "cancel": "cancelled"}
@@ -54,6 +63,55 @@ def explain(exc: RunqueueError, verb: str, run_id: Any) -> str:
     if isinstance(exc, RunNotFound):
         return f"Run {run_id} was not {PAST[verb]}: it no longer exists."
     return f"Run {run_id} was not {PAST[verb]}: {exc}"
+
+
+#: What a requeue will do, by how the run failed (docs/decisions.md).
+REQUEUE_NOTES = {
+    PERMANENT: (
+        "Failed permanently: a requeue runs the same handler code on the same input "
+        "(payload, delivered input, last checkpoint) and replays the tool calls already "
+        "recorded."
+    ),
+    TRANSIENT: (
+        "It failed with a transient error on every attempt. Requeueing gives it a fresh "
+        "attempt budget: check that the cause (a provider outage, a rate limit) has cleared."
+    ),
+    LEASE_EXPIRED: (
+        "Its worker stopped renewing the lease (a crash, a kill, a freeze) on every attempt. "
+        "Requeueing runs it again from its last checkpoint."
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmRow:
+    """A run on an action's confirmation page, with its failure for a requeue."""
+
+    run: Run
+    failure: str
+    classification: str
+    attempts: str
+    note: str
+    warn: bool
+
+
+def confirm_row(run: Run) -> ConfirmRow:
+    """The failure (type, message, attempts) and what requeueing it will do."""
+    failure = run.failure or {}
+    classification = failure.get("classification") or ""
+    attempt = failure.get("attempt") or run.attempts
+    return ConfirmRow(
+        run=run,
+        failure=(
+            f"{failure.get('error_type') or 'error'}: {failure.get('message') or ''}"
+            if failure
+            else ""
+        ),
+        classification=classification,
+        attempts=f"{attempt} of {run.max_attempts}",
+        note=REQUEUE_NOTES.get(classification, "") if run.status == RunStatus.FAILED else "",
+        warn=run.status == RunStatus.FAILED and classification == PERMANENT,
+    )
 
 
 def _apply(
@@ -100,13 +158,16 @@ def _confirm_page(
     reason_required: bool,
 ) -> TemplateResponse:
     opts = modeladmin.model._meta
+    runs = Run.objects.filter(pk__in=run_ids).order_by("-created_at")
+    rows = [confirm_row(run) for run in runs]
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": f"{verb.capitalize()} {len(run_ids)} run(s)?",
         "opts": opts,
         "verb": verb,
         "action": request.POST.get("action", ""),
-        "runs": Run.objects.filter(pk__in=run_ids).order_by("-created_at"),
+        "rows": rows,
+        "permanent": sum(row.warn for row in rows),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "reason_required": reason_required,
         "missing_reason": request.POST.get("confirm") == "yes",

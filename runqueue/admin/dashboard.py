@@ -4,7 +4,9 @@ Every number is one indexed read: queue depth and the oldest due run read
 the partial claim index (active runs only), throughput reads the
 finished_at index over the last hour, claim latency reads ``run.claimed``
 events by (type, created_at), uncertain invocations their partial index.
-No query scans every run.
+No query scans every run. Claim latency and the oldest due run's wait both
+count from when the run last became due (``due_since``), never from its
+creation alone, so a requeued old run does not read as a slow claim.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, Least, Now, TruncMinute
+from django.db.models.functions import Cast, Coalesce, Greatest, Least, Now, TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -88,6 +90,13 @@ def class_index(priority: Any) -> Case:
     )
 
 
+def due_since() -> Greatest:
+    """When a queued run last became due: the claim's ``wait_ms`` counts from
+    the same instant (created, or ``scheduled_for``, which a requeue, an
+    input delivery, a shutdown release or a retry's backoff set)."""
+    return Greatest("created_at", Coalesce("scheduled_for", "created_at"))
+
+
 @dataclass(slots=True)
 class ClassStats:
     """One priority class's row on the dashboard."""
@@ -119,7 +128,7 @@ def class_stats() -> list[ClassStats]:
         .values("ci")
         .annotate(
             oldest=ExpressionWrapper(
-                Now() - Min(Coalesce("scheduled_for", "created_at")),
+                Now() - Min(due_since()),
                 output_field=DurationField(),
             )
         )

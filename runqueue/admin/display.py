@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 #: Characters of JSON shown before truncation: rendering a multi-megabyte
@@ -36,6 +37,43 @@ def status_badge(status: str, label: str) -> SafeString:
         status,
         colour,
         label,
+    )
+
+
+#: Where a dotted or dashed name may wrap in a narrow column: after these.
+_BREAKS = re.compile(r"(?<=[.:_/-])")
+
+
+def wrappable(text: str) -> SafeString:
+    """``text`` escaped, with a line-break opportunity (<wbr>) after each
+    . : _ / -, so 'demo.agent_turn' wraps as 'demo.' 'agent_turn', not mid-word."""
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in _BREAKS.split(text)))
+
+
+def short(value: str | None, limit: int) -> SafeString | str:
+    """A long value cut to ``limit`` characters, the whole of it in a title
+    (hover) so a long session id or kind does not push columns off screen."""
+    if value is None or value == "":
+        return "-"
+    if len(value) <= limit:
+        return format_html('<span class="rq-short">{}</span>', wrappable(value))
+    return format_html(
+        '<span class="rq-short" title="{}">{}…</span>', value, wrappable(value[: limit - 1])
+    )
+
+
+def uncertain_marker(count: int | None = None) -> SafeString:
+    """The sign that a run has tool calls nobody knows happened (unresolved)."""
+    what = (
+        f"{count} tool invocation(s) may or may not have happened"
+        if count
+        else "a tool invocation may or may not have happened"
+    )
+    return format_html(
+        '<span class="rq-uncertain-marker" title="{}: resolve it in Uncertain runs" '
+        'style="color:#8e6c00;background:#fff3cd;font-weight:bold;padding:0 4px;'
+        'white-space:nowrap">⚠ uncertain</span>',
+        what,
     )
 
 

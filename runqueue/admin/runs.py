@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import ActionLocation
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
@@ -38,6 +38,24 @@ from runqueue.models import (
 
 #: Events shown on a run's page, newest first; a looping run can log many.
 TIMELINE_LIMIT = 200
+#: Characters of a list cell before it is shortened (the rest in its title),
+#: so Status and the columns after it fit a 1366 px screen.
+KIND_WIDTH = 28
+SESSION_WIDTH = 16
+TENANT_WIDTH = 14
+FAILURE_WIDTH = 60
+#: Characters of a tool call's arguments or error on the run page.
+TOOL_JSON_LIMIT = 1500
+
+
+def unresolved_uncertain() -> Exists:
+    """Whether the run has an uncertain tool call nobody has resolved: one
+    probe of the partial index runqueue_tool_unresolved_idx per listed run."""
+    return Exists(
+        ToolInvocation.objects.filter(
+            run=OuterRef("pk"), status=ToolStatus.UNCERTAIN, resolution__isnull=True
+        )
+    )
 
 
 class RunPermissionsMixin:
@@ -72,15 +90,16 @@ class RunPermissionsMixin:
 class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
     list_display = [
         "short_id",
-        "session_id",
-        "kind",
         "status_display",
-        "class_display",
+        "kind_display",
+        "session_display",
+        "class_short",
         "attempts_display",
         "age_display",
-        "tenant",
+        "tenant_display",
     ]
     list_display_links = ["short_id"]
+    change_form_template = "admin/runqueue/run/change_form.html"
     list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter, "created_at"]
     search_fields = ["=id", "=session_id", "=tenant", "=principal"]
     search_help_text = "Exact run id, session id, tenant or principal."
@@ -129,6 +148,10 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
         ("Checkpoints", {"fields": ["checkpoints_display"]}),
         ("Data", {"fields": ["payload_display", "input_display", "result_display"]}),
     ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        """Every list and the run page know which runs are uncertain."""
+        return super().get_queryset(request).annotate(has_uncertain=unresolved_uncertain())
 
     def get_actions(
         self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST
@@ -190,21 +213,58 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
             return None
         # Display methods see the run, not the request: carry the answer.
         run.can_resolve = self.has_resolve_permission(request)
+        run.unresolved_tools = [
+            t
+            for t in run.tool_invocations.all()
+            if t.status == ToolStatus.UNCERTAIN and t.resolution is None
+        ]
+        run.header = render_to_string(
+            "admin/runqueue/run/header.html",
+            {
+                "run": run,
+                "status": display.status_badge(run.status, run.get_status_display()),
+                "marker": display.uncertain_marker(len(run.unresolved_tools))
+                if run.unresolved_tools
+                else "",
+            },
+        )
         return run
 
     # -- list columns -------------------------------------------------------
 
     @admin.display(description="run", ordering="id")
-    def short_id(self, run: Run) -> str:
-        return str(run.id)[:8]
+    def short_id(self, run: Run) -> SafeString:
+        return format_html('<span title="{}">{}</span>', run.id, str(run.id)[:8])
 
     @admin.display(description="status", ordering="status")
     def status_display(self, run: Run) -> SafeString:
-        return display.status_badge(run.status, run.get_status_display())
+        badge = display.status_badge(run.status, run.get_status_display())
+        if not getattr(run, "has_uncertain", False):
+            return badge
+        return format_html("{} {}", badge, display.uncertain_marker())
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, run: Run) -> SafeString | str:
+        return display.short(run.kind, KIND_WIDTH)
+
+    @admin.display(description="session", ordering="session_id")
+    def session_display(self, run: Run) -> SafeString | str:
+        return display.short(run.session_id, SESSION_WIDTH)
+
+    @admin.display(description="tenant", ordering="tenant")
+    def tenant_display(self, run: Run) -> SafeString | str:
+        return display.short(run.tenant, TENANT_WIDTH)
 
     @admin.display(description="class", ordering="priority")
     def class_display(self, run: Run) -> str:
         return f"{run.priority_class.label} ({run.priority})"
+
+    @admin.display(description="class", ordering="priority")
+    def class_short(self, run: Run) -> SafeString:
+        """The class in a list, its priority in the title (narrower)."""
+        return format_html(
+            '<span title="priority {}">{}</span>', run.priority, run.priority_class.label
+        )
 
     @admin.display(description="attempts")
     def attempts_display(self, run: Run) -> str:
@@ -237,6 +297,8 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
         for tool in tools:
             tool.unresolved = tool.status == ToolStatus.UNCERTAIN and tool.resolution is None
             tool.resolve_url = reverse("admin:runqueue_run_resolve", args=[tool.pk])
+            tool.arguments_html = display.pretty_json(tool.arguments, TOOL_JSON_LIMIT)
+            tool.error_html = display.pretty_json(tool.error, TOOL_JSON_LIMIT)
         return render_to_string(
             "admin/runqueue/run/tools.html",
             {"tools": tools, "can_resolve": getattr(run, "can_resolve", False)},
@@ -279,13 +341,12 @@ class DeadLetteredRunAdmin(RunAdmin):
 
     list_display = [
         "short_id",
-        "session_id",
-        "kind",
-        "class_display",
-        "attempts_display",
         "failure_summary",
+        "kind_display",
+        "session_display",
+        "attempts_display",
         "failed_ago",
-        "tenant",
+        "tenant_display",
     ]
     list_filter = [FailureFilter, PriorityClassFilter, KindFilter, TenantFilter, "finished_at"]
     ordering = ["-finished_at"]
@@ -296,10 +357,15 @@ class DeadLetteredRunAdmin(RunAdmin):
         return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
 
     @admin.display(description="failure")
-    def failure_summary(self, run: Run) -> str:
+    def failure_summary(self, run: Run) -> SafeString | str:
         failure = run.failure or {}
-        text = f"{failure.get('error_type', '?')}: {failure.get('message', '')}"
-        return text if len(text) <= 120 else text[:119] + "…"
+        text = display.short(
+            f"{failure.get('error_type', '?')}: {failure.get('message', '')}", FAILURE_WIDTH
+        )
+        if not getattr(run, "has_uncertain", False):
+            return text
+        # Every run here is failed: the marker goes with the failure.
+        return format_html("{} {}", display.uncertain_marker(), text)
 
     @admin.display(description="failed", ordering="finished_at")
     def failed_ago(self, run: Run) -> str:
@@ -312,12 +378,12 @@ class UncertainRunAdmin(RunAdmin):
 
     list_display = [
         "short_id",
-        "session_id",
-        "kind",
         "status_display",
         "resolve_links",
+        "kind_display",
+        "session_display",
         "age_display",
-        "tenant",
+        "tenant_display",
     ]
     list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter]
     actions = [cancel_runs]
@@ -346,12 +412,12 @@ class UncertainRunAdmin(RunAdmin):
             "uncertain_tools" if name == "resolve_links" else name for name in self.list_display
         ]
 
-    @admin.display(description="uncertain tool invocations")
+    @admin.display(description="uncertain calls")
     def uncertain_tools(self, run: Run) -> SafeString:
         tools = getattr(run, "unresolved_tools", [])
         return format_html_join(", ", "{} #{}", ((t.tool, t.seq) for t in tools))
 
-    @admin.display(description="uncertain tool invocations")
+    @admin.display(description="uncertain calls")
     def resolve_links(self, run: Run) -> SafeString:
         tools = getattr(run, "unresolved_tools", [])
         return format_html_join(

@@ -74,7 +74,10 @@ def _schemas() -> dict[str, Any]:
             "required": ["kind"],
             "properties": {
                 "kind": {"type": "string", "enum": kinds, "description": "the handler's name"},
-                "payload": {"description": "any JSON (strings without NUL characters)"},
+                "payload": {
+                    "description": "any JSON; its strings must be valid Unicode (no unpaired "
+                    "surrogate escapes) without NUL characters"
+                },
                 "session_id": {
                     "type": ["string", "null"],
                     "minLength": 1,
@@ -88,7 +91,11 @@ def _schemas() -> dict[str, Any]:
                     ],
                     "description": "0-9 interactive, 10-19 async, 20+ maintenance",
                 },
-                "scheduled_for": nullable_time,
+                "scheduled_for": {
+                    **nullable_time,
+                    "description": "an RFC 3339 time with an offset, between 0001-01-01 and "
+                    "9999-12-31 once in UTC",
+                },
             },
         },
         "CancelRun": {

@@ -19,6 +19,7 @@ from django.urls import reverse
 from runqueue.api.errors import ApiError, FieldError, validation_failed
 from runqueue.conf import get_settings
 from runqueue.models import PriorityClass
+from runqueue.validation import as_utc, json_text_problem, text_problem
 
 #: RFC 8941 sf-string: printable ASCII, with \" and \\ the only escapes.
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
@@ -151,6 +152,8 @@ def submit_args(body: Any) -> SubmitArgs:
         errors.append({"pointer": "/kind", "detail": detail})
     elif kind.startswith(RESERVED_KIND_PREFIXES):
         errors.append({"pointer": "/kind", "detail": f"kind {kind!r} is reserved"})
+    if (detail := json_text_problem(body.get("payload"))) is not None:
+        errors.append({"pointer": "/payload", "detail": detail})
     session_id = body.get("session_id")
     if session_id is not None and (detail := _text_problem(session_id)) is not None:
         errors.append({"pointer": "/session_id", "detail": detail})
@@ -180,10 +183,12 @@ def cancel_reason(body: Any) -> str:
             [{"pointer": "", "detail": 'the body must be {"reason": "<text>"} or empty'}]
         )
     reason = body.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > MAX_REASON or "\x00" in reason:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise validation_failed(
             [{"pointer": "/reason", "detail": f"must be a string of at most {MAX_REASON}"}]
         )
+    if (detail := text_problem(reason)) is not None:
+        raise validation_failed([{"pointer": "/reason", "detail": detail}])
     return reason
 
 
@@ -197,9 +202,7 @@ def _text_problem(value: Any) -> str | None:
         return f"must be a string, got {_json_type(value)}"
     if not 1 <= len(value) <= 255:
         return "must be 1-255 characters"
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    return None
+    return text_problem(value)
 
 
 def _priority(value: Any) -> tuple[int, str | None]:
@@ -226,7 +229,10 @@ def _datetime(value: Any) -> tuple[dt.datetime | None, str | None]:
         return None, problem
     if parsed.tzinfo is None or "T" not in value.upper():
         return None, problem
-    return parsed, None
+    try:
+        return as_utc(parsed), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def _json_type(value: Any) -> str:

@@ -155,11 +155,12 @@ RETURNING id, status, lease_epoch, attempts, scheduled_for;
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown: due at once, the attempt
 -- handed back, the epoch bumped so the handler still running is fenced.
+-- scheduled_for = now(): the claim's wait counts from when it became due.
 UPDATE runqueue_run
    SET status = 'queued',
        lease_epoch = lease_epoch + 1,
        attempts = greatest(attempts - 1, 0),
-       scheduled_for = NULL,
+       scheduled_for = now(),
        lease_owner = '',
        lease_expires_at = NULL
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
@@ -235,12 +236,13 @@ RETURNING id, lease_epoch;
 
 -- name: operator_requeue --
 -- An operator sends a dead-lettered run back to the queue: a fresh attempt
--- budget, due at once, a new epoch. The failure moves to the event.
+-- budget, due at once (scheduled_for = now(): the claim's wait counts from
+-- here, not from creation), a new epoch. The failure moves to the event.
 UPDATE runqueue_run
    SET status = 'queued',
        lease_epoch = lease_epoch + 1,
        attempts = 0,
-       scheduled_for = NULL,
+       scheduled_for = now(),
        finished_at = NULL,
        failure = NULL
  WHERE id = %(run_id)s AND status = 'failed'
@@ -248,13 +250,14 @@ RETURNING id, lease_epoch, priority;
 
 -- name: deliver_input --
 -- Resume a run waiting for the user, in place: queued again with the input
--- attached, a fresh attempt budget for the new turn, and a new epoch.
+-- attached, a fresh attempt budget for the new turn, and a new epoch; due
+-- now (scheduled_for = now(): the claim's wait counts from the delivery).
 UPDATE runqueue_run
    SET status = 'queued',
        input = %(input)s,
        lease_epoch = lease_epoch + 1,
        attempts = 0,
-       scheduled_for = NULL
+       scheduled_for = now()
  WHERE id = %(run_id)s AND status = 'waiting_for_user'
 RETURNING id, lease_epoch;
 

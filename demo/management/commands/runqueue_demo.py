@@ -1,5 +1,12 @@
 """``manage.py runqueue_demo``: submit a realistic mix of runs over the three
-classes, spread over a while, so the admin shows a live system."""
+classes, spread over a while, so the admin shows a live system.
+
+Every start also submits a showcase: one run bound for each state a
+newcomer should find in the console once a worker runs (succeeded,
+dead-lettered, uncertain, waiting for the user, running, queued), so no view
+is empty by chance. ``--seed`` makes the mix repeatable (kinds, scenarios,
+payloads, principals, schedule); run and session ids stay unique.
+"""
 
 from __future__ import annotations
 
@@ -17,59 +24,130 @@ from runqueue import PriorityClass, schedules
 
 SCENARIOS = ["ok"] * 6 + ["ask", "decline", "flaky", "timeout"]
 
+#: How long the showcase's running research job runs (a worker holds it).
+RUNNING_SECONDS = 300
+#: When the showcase's queued digest is due: a newcomer finds it waiting.
+QUEUED_DELAY = dt.timedelta(hours=12)
+
+
+def agent_turn(scenario: str, order_id: str, principal: str, when: dt.datetime) -> dict:
+    return {
+        "kind": "demo.agent_turn",
+        "payload": {"scenario": scenario, "order_id": order_id},
+        "session_id": f"demo-{uuid.uuid4().hex[:8]}",
+        "principal": principal,
+        "priority": PriorityClass.INTERACTIVE,
+        "scheduled_for": when,
+        "max_attempts": 3,
+    }
+
+
+def showcase(now: dt.datetime) -> list[tuple[str, dict]]:
+    """One run for each state: (the state it reaches, submit arguments)."""
+    return [
+        ("succeeded", agent_turn("ok", "A-001", "user:1", now)),
+        ("dead-lettered", agent_turn("decline", "A-002", "user:2", now)),
+        ("uncertain", agent_turn("timeout", "A-003", "user:3", now)),
+        ("waiting for user", agent_turn("ask", "A-004", "user:4", now)),
+        (
+            "running",
+            {
+                "kind": "demo.research",
+                "payload": {
+                    "topic": "quarterly churn deep dive",
+                    "steps": RUNNING_SECONDS // 2,
+                    "step_seconds": 2,
+                },
+                "priority": PriorityClass.ASYNC,
+                "scheduled_for": now,
+            },
+        ),
+        (
+            "queued",
+            {
+                "kind": "demo.digest",
+                "payload": {"day": str((now + QUEUED_DELAY).date())},
+                "priority": PriorityClass.MAINTENANCE,
+                "scheduled_for": now + QUEUED_DELAY,
+            },
+        ),
+    ]
+
+
+def mix(rng: random.Random, runs: int, spread: float, now: dt.datetime) -> list[tuple[str, dict]]:
+    """The random mix: (label, submit arguments), decided by ``rng`` alone."""
+    planned = []
+    for i in range(runs):
+        when = now + dt.timedelta(seconds=rng.uniform(0, spread))
+        roll = rng.random()
+        if roll < 0.6:
+            scenario = rng.choice(SCENARIOS)
+            principal = f"user:{rng.randint(1, 9)}"
+            planned.append(
+                (f"agent_turn/{scenario}", agent_turn(scenario, f"A-{100 + i}", principal, when))
+            )
+        elif roll < 0.9:
+            payload = {"topic": f"topic {i}", "steps": rng.randint(2, 5)}
+            planned.append(
+                (
+                    "research",
+                    {
+                        "kind": "demo.research",
+                        "payload": payload,
+                        "priority": PriorityClass.ASYNC,
+                        "scheduled_for": when,
+                    },
+                )
+            )
+        else:
+            planned.append(
+                (
+                    "digest",
+                    {
+                        "kind": "demo.digest",
+                        "payload": {"day": str(now.date())},
+                        "priority": PriorityClass.MAINTENANCE,
+                        "scheduled_for": when,
+                    },
+                )
+            )
+    return planned
+
 
 class Command(BaseCommand):
     help = (
-        "Submit demo runs: agent turns (some ask, fail, retry or end uncertain), "
-        "research and digests; define the demo-digest schedule (every five minutes)."
+        "Submit demo runs: one bound for each state (succeeded, dead-lettered, uncertain, "
+        "waiting for user, running, queued), then a random mix of agent turns (some ask, "
+        "fail, retry or end uncertain), research and digests; define the demo-digest "
+        "schedule (every five minutes)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--runs", type=int, default=40, help="how many runs (default 40)")
+        parser.add_argument("--runs", type=int, default=40, help="random runs (default 40)")
         parser.add_argument(
             "--spread-seconds",
             type=float,
             default=120,
             help="schedule runs over this many seconds from now (default 120)",
         )
-        parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument(
+            "--seed", type=int, default=None, help="repeat the same mix (default: random)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        rng = random.Random(options["seed"])  # noqa: S311 - demo data
+        seed = options["seed"]
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31)
+        rng = random.Random(seed)  # noqa: S311 - demo data
         now = timezone.now()
         counts: Counter[str] = Counter()
-        for i in range(options["runs"]):
-            when = now + dt.timedelta(seconds=rng.uniform(0, options["spread_seconds"]))
-            roll = rng.random()
-            if roll < 0.6:
-                scenario = rng.choice(SCENARIOS)
-                sub = runqueue.submit(
-                    kind="demo.agent_turn",
-                    payload={"scenario": scenario, "order_id": f"A-{100 + i}"},
-                    session_id=f"demo-{uuid.uuid4().hex[:8]}",
-                    principal=f"user:{rng.randint(1, 9)}",
-                    priority=PriorityClass.INTERACTIVE,
-                    scheduled_for=when,
-                    max_attempts=3,
-                )
-                counts[f"agent_turn/{scenario}"] += 1
-            elif roll < 0.9:
-                sub = runqueue.submit(
-                    kind="demo.research",
-                    payload={"topic": f"topic {i}", "steps": rng.randint(2, 5)},
-                    priority=PriorityClass.ASYNC,
-                    scheduled_for=when,
-                )
-                counts["research"] += 1
-            else:
-                sub = runqueue.submit(
-                    kind="demo.digest",
-                    payload={"day": str(now.date())},
-                    priority=PriorityClass.MAINTENANCE,
-                    scheduled_for=when,
-                )
-                counts["digest"] += 1
-            del sub
+        for label, arguments in showcase(now):
+            runqueue.submit(**arguments)
+            counts[f"showcase:{label}"] += 1
+        # The random mix in one call (a fan-out, as an agent would submit it).
+        mixed = list(mix(rng, options["runs"], options["spread_seconds"], now))
+        runqueue.submit_many([runqueue.SubmitRequest(**arguments) for _, arguments in mixed])
+        counts.update(label for label, _ in mixed)
         # The demo's one schedule: a digest every five minutes, Paris time.
         schedules.define(
             "demo-digest",
@@ -80,8 +158,10 @@ class Command(BaseCommand):
             priority=PriorityClass.MAINTENANCE,
         )
         self.stdout.write(
-            "Submitted {} demo runs over {:.0f}s: {}".format(
-                options["runs"],
+            "Submitted {} demo runs (seed {}; --seed {} repeats the mix) over {:.0f}s: {}".format(
+                sum(counts.values()),
+                seed,
+                seed,
                 options["spread_seconds"],
                 ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
             )

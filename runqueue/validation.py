@@ -1,0 +1,84 @@
+"""What PostgreSQL can store: checked before a write, not discovered by it.
+
+``submit()`` and the HTTP API both call these, so a value one refuses the
+other refuses too, with the same words. PostgreSQL stores text as UTF-8 and
+refuses NUL in ``text`` and ``jsonb``; a Python ``str`` may hold an unpaired
+surrogate (a JSON body may escape one: ``"\\ud800"``), which is not Unicode
+text and has no UTF-8 form. A ``datetime`` is stored in UTC, and Python
+cannot convert one whose UTC instant falls outside years 1-9999 (PostgreSQL's
+own range, 4713 BC to 294276 AD, is wider).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+NUL = "must not contain NUL characters"
+SURROGATE = "must be valid Unicode text (it holds an unpaired surrogate such as \\ud800)"
+TIME_RANGE = "must fall between 0001-01-01 and 9999-12-31 in UTC"
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL cannot store this string, or None if it can."""
+    if "\x00" in value:
+        return NUL
+    if not _utf8(value):
+        return SURROGATE
+    return None
+
+
+def json_text_problem(value: Any) -> str | None:
+    """The first unstorable string (member name or value) in a JSON value.
+
+    Iterative, so nesting depth is no concern; says where, as a JSON Pointer.
+    """
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        pointer, item = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return f"{problem}, at '{_short(pointer)}'" if pointer else problem
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                step = f"{pointer}/{_escape(key)}" if isinstance(key, str) else pointer
+                if isinstance(key, str) and (problem := text_problem(key)) is not None:
+                    return f"{problem}, in a member name at '{_short(pointer) or '/'}'"
+                stack.append((step, child))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{pointer}/{i}", child) for i, child in enumerate(item))
+    return None
+
+
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """An aware datetime converted to UTC; ValueError (with the rule) if
+    it is naive or its UTC instant is outside Python's years 1-9999."""
+    try:
+        offset = value.utcoffset()
+    except (ValueError, TypeError) as exc:  # a tzinfo that misbehaves
+        raise ValueError(f"has an unusable time zone: {exc}") from exc
+    if offset is None:
+        raise ValueError("must be timezone-aware")
+    try:
+        # In UTC: PostgreSQL also refuses offsets beyond +-15:59 that Python allows.
+        return value.astimezone(dt.UTC)
+    except OverflowError as exc:
+        raise ValueError(TIME_RANGE) from exc
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escape(key: str) -> str:
+    """A JSON Pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _short(pointer: str, limit: int = 200) -> str:
+    return pointer if len(pointer) <= limit else pointer[: limit - 1] + "…"
