@@ -35,7 +35,7 @@ from runqueue.errors import (
     RunqueueError,
     UnknownKind,
 )
-from runqueue.leases import notify, notify_payload, run_from_row
+from runqueue.leases import notify, notify_payload
 from runqueue.models import (
     ACTIVE_STATUSES,
     IdempotencyKey,
@@ -98,6 +98,8 @@ class _Request:
     scheduled_for: dt.datetime | None
     max_attempts: int
     key: str | None
+    #: ``payload`` as the JSON text the run stores (made once, by ``_validate``).
+    payload_text: str = dataclasses.field(default="", compare=False)
 
     def hash(self) -> str:
         """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
@@ -410,17 +412,18 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         if not r.scheduled_for or r.scheduled_for <= now
     }
     ids = [uuid.uuid4() for _ in requests]
+    traceparent = tracing.current_traceparent()
     params = {
         "ids": ids,
         "tenants": [r.tenant for r in requests],
         "principals": [r.principal for r in requests],
         "session_ids": [r.session_id for r in requests],
         "kinds": [r.kind for r in requests],
-        "payloads": [json.dumps(r.payload) for r in requests],
+        "payloads": [r.payload_text or json.dumps(r.payload) for r in requests],
         "priorities": [r.priority for r in requests],
         "max_attempts": [r.max_attempts for r in requests],
         "scheduled_for": [r.scheduled_for for r in requests],
-        "traceparents": [tracing.current_traceparent()] * len(requests),
+        "traceparents": [traceparent] * len(requests),
         "keys": [r.key for r in requests],
         "hashes": [h or None for h in hashes],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
@@ -431,10 +434,40 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         else None,
     }
     with prepared("create_runs", params) as cursor:
-        rows = cursor.fetchall()
-        names = [column.name for column in cursor.description]
-    by_id = {run.id: run for run in (run_from_row(names, row) for row in rows)}
-    return [by_id[run_id] for run_id in ids]
+        created_at = dict(cursor.fetchall())
+    # The rows hold what was sent, and the defaults below; only created_at
+    # comes from the server. (Hydrating RETURNING * cost more than the insert.)
+    return [
+        _inserted(r, run_id, created_at[run_id], traceparent)
+        for r, run_id in zip(requests, ids, strict=True)
+    ]
+
+
+def _inserted(request: _Request, run_id: uuid.UUID, created_at: dt.datetime, tp: str) -> Run:
+    """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
+    values = {
+        "id": run_id,
+        "tenant": request.tenant,
+        "principal": request.principal,
+        "session_id": request.session_id,
+        "kind": request.kind,
+        "payload": request.payload,
+        "priority": request.priority,
+        "max_attempts": request.max_attempts,
+        "scheduled_for": request.scheduled_for,
+        "traceparent": tp,
+        "created_at": created_at,
+    }
+    return Run.from_db(
+        connection.alias,
+        _RUN_FIELDS,
+        [values[name] if name in values else default for name, default in _RUN_DEFAULTS],
+    )
+
+
+#: Every other column of a new run: its model default (status queued, epoch 0, ...).
+_RUN_DEFAULTS = [(f.attname, f.get_default()) for f in Run._meta.concrete_fields]
+_RUN_FIELDS = [name for name, _ in _RUN_DEFAULTS]
 
 
 def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) -> None:
@@ -561,4 +594,5 @@ def _validate(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=key,
+        payload_text=text,
     )

@@ -291,7 +291,8 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 -- statement: in autocommit, one round trip and one commit. A key or a
 -- session already taken makes the whole statement fail with its unique
 -- violation, writing nothing; submit then takes the routing path.
--- JSON travels as text; ids are made by the caller, so it knows each row.
+-- JSON travels as text; ids are made by the caller, so it knows each row;
+-- the caller builds the Run from what it sent and the returned created_at.
 WITH input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(principals)s::text[],
@@ -327,9 +328,10 @@ WITH input AS (
       JOIN created c ON c.id = i.id
      WHERE i.key IS NOT NULL
 )
-SELECT (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) AS notified,
-       c.*
-  FROM created c;
+SELECT c.id, c.created_at
+  FROM created c
+ -- The NOTIFYs, once (an InitPlan), before the rows are returned.
+ WHERE (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) >= 0;
 
 -- name: clock --
 -- The database clock: schedules are evaluated against now(), like leases,
