@@ -28,10 +28,10 @@ from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
 
-CLAIM_BATCH = 10
+CLAIM_BATCH = 32
 #: Leases a slot group may claim beyond its idle slots while its runs are
 #: short (docs/performance.md: chosen by measurement).
-CLAIM_AHEAD = 4
+CLAIM_AHEAD = 16
 
 
 def default_worker_id() -> str:
