@@ -22,6 +22,9 @@ Defaults (every key optional)::
         "API_MAX_BODY_BYTES": 262144,  # HTTP API: larger request bodies get 413
         "API_SESSION_TENANT": "default",  # HTTP API: tenant of session-authenticated users
         "API_EVENTS_PAGE_SIZE": 100,  # HTTP API: default page of GET .../events/ (max 1000)
+        "API_KINDS": [],              # HTTP API: the kinds it may submit (others: 422)
+        "API_SESSION_MAX_PRIORITY_CLASS": "async",  # HTTP API: browser sessions' ceiling
+        "CONCURRENCY": {},            # class -> runs of one concurrency key running at once
     }
 """
 
@@ -58,6 +61,20 @@ class Settings:
     API_MAX_BODY_BYTES: int = 262144
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
+    API_KINDS: tuple[str, ...] = ()
+    #: The class index (0 interactive, 1 async, 2 maintenance).
+    API_SESSION_MAX_PRIORITY_CLASS: int = 1
+    #: The default cap per class index (None: no cap), from a dict by class name.
+    CONCURRENCY: tuple[int | None, int | None, int | None] = (None, None, None)
+
+    @property
+    def caps_configured(self) -> bool:
+        """A default cap is set for some class."""
+        return any(cap is not None for cap in self.CONCURRENCY)
+
+
+#: Class names as settings spell them, by class index.
+CLASS_NAMES = ("interactive", "async", "maintenance")
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -99,6 +116,39 @@ def _strings(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _class_name(name: str, value: Any) -> int:
+    if value not in CLASS_NAMES:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be one of {', '.join(CLASS_NAMES)}, got {value!r}"
+        )
+    return CLASS_NAMES.index(value)
+
+
+def _concurrency(value: Any) -> tuple[int | None, int | None, int | None]:
+    """``{"interactive": 2, "async": None}`` -> caps by class index."""
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            "RUNQUEUE['CONCURRENCY'] must be a dict from class name "
+            f"({', '.join(CLASS_NAMES)}) to a cap or None, got {value!r}"
+        )
+    unknown = sorted(map(repr, set(value) - set(CLASS_NAMES)))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['CONCURRENCY'] has unknown class(es) {', '.join(unknown)}; "
+            f"the classes are {', '.join(CLASS_NAMES)}"
+        )
+    caps: list[int | None] = []
+    for name in CLASS_NAMES:
+        cap = value.get(name)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ImproperlyConfigured(
+                f"RUNQUEUE['CONCURRENCY'][{name!r}] must be None (no cap) or an integer "
+                f">= 0 (0 pauses every key without an override), got {cap!r}"
+            )
+        caps.append(cap)
+    return caps[0], caps[1], caps[2]
+
+
 def parse(raw: Any) -> Settings:
     """Validate a RUNQUEUE dict; raise ImproperlyConfigured naming the bad key."""
     if not isinstance(raw, dict):
@@ -114,6 +164,12 @@ def parse(raw: Any) -> Settings:
     for name, value in raw.items():
         if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
             values[name] = _strings(name, value)
+        elif name == "API_KINDS":
+            values[name] = _api_kinds(value)
+        elif name == "API_SESSION_MAX_PRIORITY_CLASS":
+            values[name] = _class_name(name, value)
+        elif name == "CONCURRENCY":
+            values[name] = _concurrency(value)
         elif name == "NOTIFY_CHANNEL":
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(
@@ -147,6 +203,22 @@ def parse(raw: Any) -> Settings:
             f"RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most {MAX_EVENTS_PAGE_SIZE}"
         )
     return settings
+
+
+#: Kinds the HTTP API never submits: runqueue's own jobs and django.tasks runs,
+#: whose payload names code to import; those are submitted from Python only.
+RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")
+
+
+def _api_kinds(value: Any) -> tuple[str, ...]:
+    kinds = _strings("API_KINDS", value)
+    reserved = [k for k in kinds if k.startswith(RESERVED_KIND_PREFIXES)]
+    if reserved:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['API_KINDS'] lists reserved kind(s) {', '.join(map(repr, reserved))}: "
+            "kinds starting with 'runqueue.' or 'django.tasks' are submitted from Python only"
+        )
+    return kinds
 
 
 @cache

@@ -79,6 +79,7 @@ class SubmitRequest:
     idempotency_key: str | None = None
     scheduled_for: dt.datetime | None = None
     max_attempts: int | None = None
+    concurrency_key: str | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -96,6 +97,7 @@ class _Request:
     scheduled_for: dt.datetime | None
     max_attempts: int
     key: str | None
+    concurrency_key: str
 
     def hash(self) -> str:
         """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
@@ -108,6 +110,9 @@ class _Request:
             if self.scheduled_for
             else None,
         }
+        if self.concurrency_key != self.tenant:
+            # Only when it is not the default, so keys stored before it existed still match.
+            canonical["concurrency_key"] = self.concurrency_key
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -123,8 +128,12 @@ def submit(
     idempotency_key: str | None = None,
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
+
+    ``concurrency_key`` (default: the tenant) names the runs that share a
+    concurrency cap per class (``runqueue.concurrency``).
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
@@ -139,6 +148,7 @@ def submit(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=idempotency_key,
+        concurrency_key=concurrency_key,
     )
     return _submit(request, durable=True)
 
@@ -153,6 +163,7 @@ def submit_in_transaction(
     priority: int = PriorityClass.INTERACTIVE,
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -171,6 +182,7 @@ def submit_in_transaction(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=None,
+        concurrency_key=concurrency_key,
     )
     return _submit(request, durable=False)
 
@@ -328,6 +340,7 @@ def _create_run(request: _Request) -> Run:
                 priority=request.priority,
                 scheduled_for=request.scheduled_for,
                 max_attempts=request.max_attempts,
+                concurrency_key=request.concurrency_key,
             )
     except IntegrityError as exc:
         if _constraint(exc) != _SESSION_CONSTRAINT:
@@ -371,6 +384,7 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                     scheduled_for=item.scheduled_for,
                     max_attempts=item.max_attempts,
                     key=item.idempotency_key,
+                    concurrency_key=item.concurrency_key,
                 )
             )
     out: list[Submission] = []
@@ -437,6 +451,7 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         "scheduled_for": [r.scheduled_for for r in requests],
         "keys": [r.key for r in requests],
         "hashes": [h or None for h in hashes],
+        "concurrency_keys": [r.concurrency_key for r in requests],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -521,6 +536,7 @@ def _validate(
     scheduled_for: Any,
     max_attempts: Any,
     key: Any,
+    concurrency_key: Any = None,
 ) -> _Request:
     """Check every argument (None meaning the default) before anything is written."""
     payload = {} if payload is None else payload
@@ -532,6 +548,8 @@ def _validate(
     _text("principal", principal, allow_empty=True)
     if session_id is not None:
         _text("session_id", session_id)
+    concurrency_key = tenant if concurrency_key is None else concurrency_key
+    _text("concurrency_key", concurrency_key)
     if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
         raise InvalidSubmission(
             "idempotency_key", "must be 1-255 printable ASCII characters without spaces"
@@ -574,4 +592,5 @@ def _validate(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=key,
+        concurrency_key=concurrency_key,
     )

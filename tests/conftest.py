@@ -12,6 +12,17 @@ import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from tests.workers import start_worker  # noqa: F401 - fixture
 
 
+@pytest.fixture(autouse=True)
+def _fresh_limits_cache() -> Iterator[None]:
+    """Each test reads whether concurrency limits exist afresh: flushing the
+    database between tests deletes them without a signal."""
+    from runqueue import concurrency
+
+    concurrency.invalidate()
+    yield
+    concurrency.invalidate()
+
+
 @pytest.fixture
 def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection]]:
     """Open extra real connections to the test database (closed afterwards)."""
