@@ -189,16 +189,21 @@ class Run(models.Model):
                 condition=Q(status__in=[RunStatus.RUNNING, RunStatus.WAITING_FOR_USER]),
                 name="runqueue_run_leased_idx",
             ),
-            # The capped claim counts the running runs of a (key, class) here:
-            # running runs only, so it holds no more entries than leases. The
+            # The capped claim's index: per key and status, in claim order. It
+            # counts a (key, class)'s running runs, and finds each key's next
+            # queued runs, so a claim steps over a key's long backlog at its
+            # cap in one probe instead of walking it. Queued and running runs
+            # only; a heartbeat changes none of its columns (still HOT). The
             # key's IS NOT NULL (always true) keeps the predicate from being
             # implied by a fence's "status = 'running'": with statistics taken
             # while runs were queued, the planner would otherwise send fences
-            # through this index and walk every running run.
+            # through this index.
             models.Index(
-                fields=["concurrency_key", "priority"],
-                condition=Q(status=RunStatus.RUNNING, concurrency_key__isnull=False),
-                name="runqueue_run_running_key_idx",
+                fields=["concurrency_key", "status", "priority", "created_at"],
+                condition=Q(
+                    status__in=[RunStatus.QUEUED, RunStatus.RUNNING], concurrency_key__isnull=False
+                ),
+                name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             models.Index(

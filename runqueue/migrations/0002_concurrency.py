@@ -16,9 +16,13 @@ BACKFILL = "UPDATE runqueue_run SET concurrency_key = tenant"
 # run into running, and every capped claim of a (key, class) holds its lock
 # from the count to its commit: the count plus what it claims never exceeds
 # the cap. A (key, class) whose lock another claimer holds is stepped over
-# (no waiting, no head-of-line blocking), as is one at its cap; the walk then
-# goes on past it from where it stood. Rows are locked one at a time, only
-# when chosen, so walking past a capped backlog writes nothing.
+# (no waiting), as is one at its cap. The walk reads the claim index in claim
+# order, 64 runs at a time; once it steps over a (key, class) with 64 or more
+# runs queued ahead, or has stepped over 256 runs in all, it goes key by key
+# instead (each key's next runs from runqueue_run_key_idx, merged in claim
+# order), so a long backlog at its cap costs one index probe per key with
+# queued runs, not one row per run. Runs are locked one at a
+# time, only when chosen: stepping over writes nothing.
 CLAIM_CAPPED = r"""
 CREATE FUNCTION runqueue_claim_capped(
     p_limit integer,
@@ -29,23 +33,32 @@ CREATE FUNCTION runqueue_claim_capped(
     p_finishing_ids uuid[],
     p_finishing_epochs bigint[]
 ) RETURNS uuid[]
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+-- Plan the candidate cursors for all their rows (they are LIMITed), not for
+-- a fast first tenth: that picks a walk of the claim index per key.
+SET cursor_tuple_fraction = 1
+AS $fn$
 DECLARE
     chosen uuid[] := '{}';
-    -- Room left per 'class:key' in this call (0: at its cap, paused, or
-    -- locked by another claimer).
+    -- Runs tried (chosen, or locked by another claimer): never fetched again.
+    tried uuid[] := '{}';
+    -- Room left per 'class:key' in this call; 0: at its cap, paused, or
+    -- being claimed by another claimer (then listed in blocked<class>).
     room jsonb := '{}';
     blocked0 text[] := '{}';
     blocked1 text[] := '{}';
     blocked2 text[] := '{}';
     at_priority integer := -1;
     at_created timestamptz := '-infinity';
-    again boolean;
+    by_key boolean := false;
+    switch boolean;
+    skipped integer := 0;
+    fetched integer;
+    candidates refcursor;
     cand record;
     pair text;
     cap integer;
     free integer;
-    got uuid;
 BEGIN
     IF p_limit < 1 THEN
         RETURN chosen;
@@ -56,24 +69,91 @@ BEGIN
             USING ERRCODE = 'feature_not_supported';
     END IF;
     LOOP
-        again := false;
-        FOR cand IN
-            SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key,
-                   least(q.priority / 10, 2) AS cls
-              FROM runqueue_run q
-             WHERE q.status = 'queued'
-               AND q.priority BETWEEN p_min_priority AND p_max_priority
-               AND least(q.priority / 10, 2) = ANY(p_class_indexes)
-               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-               AND q.attempts < q.max_attempts
-               AND (q.priority, q.created_at) >= (at_priority, at_created)
-               AND q.id <> ALL(chosen)
-               AND q.concurrency_key <> ALL(CASE least(q.priority / 10, 2)
-                                            WHEN 0 THEN blocked0
-                                            WHEN 1 THEN blocked1
-                                            ELSE blocked2 END)
-             ORDER BY q.priority, q.created_at
+        fetched := 0;
+        switch := false;
+        IF NOT by_key THEN
+            -- The claim's own order from where the walk stands (the runs
+            -- before it were all tried or stepped over), 64 at a time.
+            OPEN candidates FOR
+                SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key,
+                       least(q.priority / 10, 2) AS cls
+                  FROM runqueue_run q
+                 WHERE q.status = 'queued'
+                   AND q.priority BETWEEN p_min_priority AND p_max_priority
+                   AND least(q.priority / 10, 2) = ANY(p_class_indexes)
+                   AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                   AND q.attempts < q.max_attempts
+                   AND (q.priority, q.created_at) >= (at_priority, at_created)
+                   AND q.id <> ALL(tried)
+                 ORDER BY q.priority, q.created_at
+                 LIMIT 64;
+        ELSE
+            -- Key by key: the next runs of each (key, class) not stepped
+            -- over, merged in claim order, p_limit at a time. Each key's
+            -- runs must come from runqueue_run_key_idx, never from a walk of
+            -- the claim index filtered by key (the backlog this mode is for):
+            -- the key is a range of one, not an equality, so the ORDER BY
+            -- keeps it and only that index gives the order without a sort.
+            OPEN candidates FOR
+                WITH RECURSIVE keys(key) AS (
+                    (SELECT q.concurrency_key
+                       FROM runqueue_run q
+                      WHERE q.status = 'queued' AND q.concurrency_key >= ''
+                        AND q.priority BETWEEN p_min_priority AND p_max_priority
+                      ORDER BY q.concurrency_key
+                      LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT q.concurrency_key
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued' AND q.concurrency_key > keys.key
+                               AND q.priority BETWEEN p_min_priority AND p_max_priority
+                             ORDER BY q.concurrency_key
+                             LIMIT 1)
+                      FROM keys
+                     WHERE keys.key IS NOT NULL
+                )
+                SELECT h.id, h.priority, h.created_at, h.key, h.cls
+                  FROM keys
+                 CROSS JOIN unnest(p_class_indexes) AS c(cls)
+                 CROSS JOIN LATERAL (
+                     SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key, c.cls
+                       FROM runqueue_run q
+                      WHERE q.status = 'queued'
+                        AND q.concurrency_key >= keys.key AND q.concurrency_key <= keys.key
+                        AND q.priority BETWEEN greatest(c.cls * 10, p_min_priority)
+                                           AND least(CASE c.cls WHEN 2 THEN 32767
+                                                                ELSE c.cls * 10 + 9 END,
+                                                     p_max_priority)
+                        AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                        AND q.attempts < q.max_attempts
+                        AND (q.priority, q.created_at) >= (at_priority, at_created)
+                        AND q.id <> ALL(tried)
+                      ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
+                      LIMIT p_limit) AS h
+                 WHERE keys.key IS NOT NULL
+                   AND keys.key <> ALL(CASE c.cls WHEN 0 THEN blocked0
+                                                 WHEN 1 THEN blocked1
+                                                 ELSE blocked2 END)
+                 ORDER BY h.priority, h.created_at
+                 LIMIT p_limit;
+        END IF;
         LOOP
+            FETCH candidates INTO cand;
+            EXIT WHEN NOT FOUND;
+            fetched := fetched + 1;
+            at_priority := cand.priority;
+            at_created := cand.created_at;
+            IF cand.key = ANY(CASE cand.cls WHEN 0 THEN blocked0
+                                           WHEN 1 THEN blocked1
+                                           ELSE blocked2 END) THEN
+                skipped := skipped + 1;
+                IF NOT by_key AND skipped > 256 THEN
+                    by_key := true;
+                    switch := true;
+                    EXIT;
+                END IF;
+                CONTINUE;
+            END IF;
             pair := cand.cls || ':' || cand.key;
             free := (room ->> pair)::integer;
             IF free IS NULL THEN
@@ -93,7 +173,7 @@ BEGIN
                     -- A fresh snapshot, taken with the lock held. The runs
                     -- this statement finishes are not counted: they leave
                     -- running in the same commit, and no other claim of this
-                    -- key can move a run into running before it.
+                    -- (key, class) can move a run into running before it.
                     SELECT cap - count(*) INTO free
                       FROM runqueue_run r
                      WHERE r.status = 'running'
@@ -102,14 +182,14 @@ BEGIN
                                           AND CASE cand.cls WHEN 2 THEN 32767
                                                             ELSE cand.cls * 10 + 9 END
                        AND NOT EXISTS (
-                           SELECT 1 FROM unnest(p_finishing_ids, p_finishing_epochs) AS f(id, epoch)
+                           SELECT 1
+                             FROM unnest(p_finishing_ids, p_finishing_epochs) AS f(id, epoch)
                             WHERE f.id = r.id AND f.epoch = r.lease_epoch);
                 END IF;
                 room := room || jsonb_build_object(pair, free);
             END IF;
             IF free <= 0 THEN
-                -- Step over the rest of this key in this class, in SQL,
-                -- from where the walk stands.
+                -- Step over this (key, class) from here on.
                 IF cand.cls = 0 THEN
                     blocked0 := blocked0 || cand.key;
                 ELSIF cand.cls = 1 THEN
@@ -117,29 +197,49 @@ BEGIN
                 ELSE
                     blocked2 := blocked2 || cand.key;
                 END IF;
-                at_priority := cand.priority;
-                at_created := cand.created_at;
-                again := true;
-                EXIT;
+                skipped := skipped + 1;
+                -- A long backlog of it ahead: go key by key from here on.
+                IF NOT by_key THEN
+                    SELECT count(*) >= 64 INTO by_key
+                      FROM (SELECT 1
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued'
+                               AND q.concurrency_key = cand.key
+                               AND q.priority BETWEEN cand.cls * 10
+                                                  AND CASE cand.cls WHEN 2 THEN 32767
+                                                                    ELSE cand.cls * 10 + 9 END
+                               AND (q.priority, q.created_at) >= (cand.priority, cand.created_at)
+                             LIMIT 64) AS backlog;
+                    IF by_key THEN
+                        switch := true;
+                        EXIT;
+                    END IF;
+                END IF;
+                CONTINUE;
             END IF;
-            -- Lock the chosen row, re-checked on its latest version; a row
+            -- Lock the chosen run, re-checked on its latest version; one
             -- another claimer holds is stepped over.
-            SELECT q.id INTO got
-              FROM runqueue_run q
-             WHERE q.id = cand.id
-               AND q.status = 'queued'
-               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-               AND q.attempts < q.max_attempts
-               FOR NO KEY UPDATE SKIP LOCKED;
+            tried := tried || cand.id;
+            PERFORM 1
+               FROM runqueue_run q
+              WHERE q.id = cand.id
+                AND q.status = 'queued'
+                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                AND q.attempts < q.max_attempts
+                FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND THEN
-                chosen := chosen || got;
+                chosen := chosen || cand.id;
                 room := room || jsonb_build_object(pair, free - 1);
                 IF cardinality(chosen) >= p_limit THEN
+                    CLOSE candidates;
                     RETURN chosen;
                 END IF;
             END IF;
         END LOOP;
-        EXIT WHEN NOT again;
+        CLOSE candidates;
+        -- Go on while the last batch was full (a walk window) or gave
+        -- anything (key by key: what it gave is tried or stepped over now).
+        EXIT WHEN NOT (switch OR (by_key AND fetched > 0) OR fetched = 64);
     END LOOP;
     RETURN chosen;
 END;
@@ -258,9 +358,11 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="run",
             index=models.Index(
-                condition=models.Q(("concurrency_key__isnull", False), ("status", "running")),
-                fields=["concurrency_key", "priority"],
-                name="runqueue_run_running_key_idx",
+                condition=models.Q(
+                    ("concurrency_key__isnull", False), ("status__in", ["queued", "running"])
+                ),
+                fields=["concurrency_key", "status", "priority", "created_at"],
+                name="runqueue_run_key_idx",
             ),
         ),
         migrations.AddConstraint(
