@@ -331,3 +331,55 @@ def test_threads_claiming_and_finishing_one_capped_key_never_exceed_it() -> None
     assert not errors, errors
     assert peak <= 2
     assert Run.objects.filter(status=RunStatus.SUCCEEDED).count() == 60
+
+
+def _previous_migration() -> str:
+    """The runqueue migration before the one that added concurrency keys."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connection)
+    (name,) = [n for app, n in loader.disk_migrations if app == "runqueue" and "concurrency" in n]
+    (previous,) = [
+        n
+        for app, n in loader.disk_migrations[("runqueue", name)].dependencies
+        if app == "runqueue"
+    ]
+    return previous
+
+
+def _plain_plans() -> list[str]:
+    plans = []
+    for classes in ([PriorityClass.INTERACTIVE], list(PriorityClass)):
+        spec = leases.claim_spec("w", classes, limit=10, lease_seconds=30)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE runqueue_run")
+            cursor.execute(
+                "EXPLAIN (COSTS OFF) " + queries()["finish_and_claim"],
+                claim_module.statement_params((), spec),
+            )
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+    return plans
+
+
+def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
+    """The same runs, planned without and with migration 0002's column and
+    index: an uncapped deployment's claim is planned exactly as before."""
+    from django.core.management import call_command
+
+    call_command("migrate", "runqueue", _previous_migration(), verbosity=0)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
+                " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
+                " SELECT gen_random_uuid(), 't' || (g % 7), '', 'k', '{}',"
+                " CASE WHEN g % 3 = 1 THEN 'succeeded' ELSE 'queued' END, (g % 3) * 10, 0, 3, 0,"
+                " '', now() - make_interval(secs => g),"
+                " CASE WHEN g % 3 = 1 THEN now() END FROM generate_series(1, 5000) g"
+            )
+        before = _plain_plans()
+    finally:
+        call_command("migrate", "runqueue", verbosity=0)
+    after = _plain_plans()
+    assert Run.objects.filter(concurrency_key="t3").count() > 0  # backfilled from the tenant
+    assert after == before
