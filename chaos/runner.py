@@ -117,6 +117,7 @@ class ChaosRun:
                 {"BACKOFF_BASE_SECONDS": 0.2, "BACKOFF_MAX_SECONDS": 2}
             ),
             "RUNQUEUE_LOG_LEVEL": "WARNING",
+            "RUNQUEUE_CHAOS": "1",
         }
         slot.generation += 1
         log = (self.log_dir / f"{slot.worker_id}.log").open("wb")

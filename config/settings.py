@@ -2,7 +2,10 @@
 
 Environment variables (an optional ``.env`` file beside manage.py is read too):
 ``DATABASE_URL``, ``SECRET_KEY``, ``DEBUG``, ``ALLOWED_HOSTS``,
-``RUNQUEUE_PGDATA`` (embedded server's data folder when DATABASE_URL is unset).
+``RUNQUEUE_PGDATA`` (embedded server's data folder when DATABASE_URL is unset),
+``RUNQUEUE_DEMO`` (default on: the demo app, and its kinds in the HTTP API),
+``RUNQUEUE_CHAOS`` (default off: the chaos runner's app and its ``chaos.turn``
+kind; ``manage.py runqueue_chaos`` turns it on for itself and its workers).
 """
 
 from pathlib import Path
@@ -16,9 +19,15 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env(
     DEBUG=(bool, False),
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]"]),
+    RUNQUEUE_DEMO=(bool, True),
+    RUNQUEUE_CHAOS=(bool, False),
 )
 if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env")
+
+#: The demo's kinds: the only ones the deployable project's API accepts, and
+#: only while the demo is on.
+DEMO_KINDS = ["demo.agent_turn", "demo.research", "demo.digest"]
 
 DEBUG = env("DEBUG")
 # The fallback key is only for a local checkout; a deployment sets SECRET_KEY.
@@ -35,9 +44,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_extensions",
     "runqueue",
-    "demo",
-    "chaos",
 ]
+if env("RUNQUEUE_DEMO"):
+    INSTALLED_APPS.append("demo")
+# The chaos runner's handler sleeps as long as its payload says: never in a
+# deployment, only when the chaos command asks for it (manage.py sets it).
+if env("RUNQUEUE_CHAOS"):
+    INSTALLED_APPS.append("chaos")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -103,6 +116,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # RUNQUEUE_SETTINGS: a JSON object merged into RUNQUEUE, e.g. '{"LEASE_SECONDS": 60}'.
 RUNQUEUE: dict = env.json("RUNQUEUE_SETTINGS", default={})
+if env("RUNQUEUE_DEMO"):
+    RUNQUEUE.setdefault("API_KINDS", DEMO_KINDS)
 # Extra handler modules for the worker, e.g. RUNQUEUE_HANDLER_MODULES=myapp.agents
 if env("RUNQUEUE_HANDLER_MODULES", default=""):
     RUNQUEUE["HANDLER_MODULES"] = env.list("RUNQUEUE_HANDLER_MODULES")

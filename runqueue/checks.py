@@ -61,7 +61,7 @@ def check_concurrency_and_api_kinds(app_configs: Any = None, **kwargs: Any) -> l
     except ImproperlyConfigured:
         return []  # reported as runqueue.E002
     messages: list[CheckMessage] = []
-    isolation = settings.DATABASES.get("default", {}).get("OPTIONS", {}).get("isolation_level")
+    isolation = default_isolation_level()
     if conf.caps_configured and isolation not in (None, _read_committed()):
         messages.append(
             Error(
@@ -84,6 +84,13 @@ def check_concurrency_and_api_kinds(app_configs: Any = None, **kwargs: Any) -> l
             )
         )
     return messages
+
+
+def default_isolation_level() -> Any:
+    """The isolation level the default database's OPTIONS ask for (None: the server's)."""
+    from django.conf import settings
+
+    return settings.DATABASES.get("default", {}).get("OPTIONS", {}).get("isolation_level")
 
 
 def _read_committed() -> Any:

@@ -69,7 +69,7 @@ def test_session_post_without_csrf_token_is_refused(settings) -> None:
 
 
 def test_session_post_with_csrf_token_acts_in_the_session_tenant(settings) -> None:
-    settings.RUNQUEUE = {"API_SESSION_TENANT": "staff-tenant"}
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "API_SESSION_TENANT": "staff-tenant"}
     client, user = _session_client()
     client.cookies["csrftoken"] = "a" * 32
     response = client.post(
