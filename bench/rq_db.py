@@ -8,8 +8,8 @@ import time
 from bench.common import url_for
 
 RUN_COLUMNS = (
-    "id, tenant, principal, kind, payload, status, priority, attempts, max_attempts,"
-    " lease_epoch, lease_owner, created_at"
+    "id, tenant, concurrency_key, principal, kind, payload, status, priority, attempts,"
+    " max_attempts, lease_epoch, lease_owner, created_at"
 )
 
 
@@ -33,24 +33,30 @@ def cursor():
 
 
 def bulk_load(
-    n: int, *, kind: str = "bench.noop", priority: int = 10, notify: bool = True
+    n: int,
+    *,
+    kind: str = "bench.noop",
+    priority: int = 10,
+    notify: bool = True,
+    tenant: str = "bench",
+    payload: str = "{}",
 ) -> None:
     """Queue ``n`` runs with one INSERT ... SELECT generate_series (no submit())."""
     sql = f"""
         INSERT INTO runqueue_run ({RUN_COLUMNS})
-        SELECT gen_random_uuid(), 'bench', '', %s, '{{}}'::jsonb, 'queued', %s, 0, 3, 0, '',
+        SELECT gen_random_uuid(), %s, %s, '', %s, %s::jsonb, 'queued', %s, 0, 3, 0, '',
                now() - make_interval(secs => (%s - g) / 1e6)
           FROM generate_series(1, %s) g
     """
     with cursor() as cur:
-        cur.execute(sql, [kind, priority, n, n])
+        cur.execute(sql, [tenant, tenant, kind, payload, priority, n, n])
         if notify:
             cur.execute("SELECT pg_notify('runqueue', '')")
 
 
 def reset() -> None:
     with cursor() as cur:
-        cur.execute("TRUNCATE runqueue_run, runqueue_worker CASCADE")
+        cur.execute("TRUNCATE runqueue_run, runqueue_worker, runqueue_concurrency_limit CASCADE")
 
 
 def count(status: str) -> int:
