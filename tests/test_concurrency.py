@@ -75,6 +75,29 @@ def test_the_key_is_the_tenant_unless_given() -> None:
         runqueue.submit(kind="k", concurrency_key="x" * 256)
 
 
+def test_the_key_is_part_of_the_request_an_idempotency_key_stands_for() -> None:
+    first = runqueue.submit(kind="k", tenant="acme", idempotency_key="i1")
+    # The tenant, spelt out, is the same request as no key.
+    again = runqueue.submit(kind="k", tenant="acme", idempotency_key="i1", concurrency_key="acme")
+    assert (again.outcome, again.run.id) == ("replayed", first.run.id)
+    with pytest.raises(runqueue.IdempotencyConflict):
+        runqueue.submit(kind="k", tenant="acme", idempotency_key="i1", concurrency_key="other")
+
+
+def test_submit_many_and_submit_in_transaction_take_a_key() -> None:
+    from django.db import transaction
+
+    from runqueue.submit import submit_in_transaction
+
+    subs = runqueue.submit_many(
+        [runqueue.SubmitRequest(kind="k", tenant="t"), _requests("x", 1)[0]]
+    )
+    assert [s.run.concurrency_key for s in subs] == ["t", "x"]
+    with transaction.atomic():
+        run = submit_in_transaction(kind="k", concurrency_key="y").run
+    assert Run.objects.get(id=run.id).concurrency_key == "y"
+
+
 def test_a_key_at_its_cap_is_stepped_over_and_claimed_again_when_a_run_ends() -> None:
     _limit("a", INTER, 1)
     a1, a2, a3 = (_submit("a") for _ in range(3))
