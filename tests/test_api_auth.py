@@ -97,7 +97,14 @@ def test_bearer_requests_need_no_csrf_token() -> None:
 def test_admin_add_shows_the_raw_token_once(admin_client, admin_user) -> None:
     response = admin_client.post(
         "/admin/runqueue/apitoken/add/",
-        {"name": "ci", "user": admin_user.pk, "tenant": "acme"},
+        {
+            "name": "ci",
+            "user": admin_user.pk,
+            "tenant": "acme",
+            "max_priority_class": 10,
+            "submit_quota": 60,
+            "submit_window_seconds": 60,
+        },
     )
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
