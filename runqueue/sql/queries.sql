@@ -90,8 +90,9 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
 -- after checking, on its latest version, that the run is queued and due, and
 -- the lock holds until this statement commits; so the UPDATE needs no status
 -- predicate, and must not have one: "status = 'queued'" lets the planner
--- walk the whole claim index with the ids as a filter instead of the key. The runs this
--- statement finishes (ids, epochs) free their places for its own claim.
+-- walk the whole claim index with the ids as a filter instead of the key.
+-- The runs this statement finishes (ids, epochs) free their places for its
+-- own claim.
 WITH input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
