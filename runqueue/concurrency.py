@@ -18,11 +18,9 @@ processes) and on every sweeper tick.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -99,46 +97,12 @@ def cap_for(key: str, priority_class: PriorityClass) -> int | None:
     return limit if limit is not None else default_cap(priority_class)
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Running runs of a key in a class, against its cap (None: no cap)."""
-
-    key: str
-    priority_class: PriorityClass
-    running: int
-    cap: int | None
-
-
 def running(key: str, priority_class: PriorityClass) -> int:
     """Runs of the key running (or waiting for an expired lease) in the class."""
     low, high = priority_class.bounds
     return Run.objects.filter(
         status=RunStatus.RUNNING, concurrency_key=key, priority__gte=low, priority__lte=high
     ).count()
-
-
-def usage() -> list[Usage]:
-    """Every (key, class) with running runs or a limit: for the admin."""
-    counts: dict[tuple[str, PriorityClass], int] = {}
-    rows = (
-        Run.objects.filter(status=RunStatus.RUNNING)
-        .values_list("concurrency_key", "priority")
-        .annotate(n=Count("id"))
-    )
-    for key, priority, n in rows:
-        pair = (key, PriorityClass.of(priority))
-        counts[pair] = counts.get(pair, 0) + n
-    limits = {
-        (key, PriorityClass(cls)): cap
-        for key, cls, cap in ConcurrencyLimit.objects.values_list(
-            "key", "priority_class", "max_running"
-        )
-    }
-    pairs = sorted(set(counts) | set(limits), key=lambda p: (p[0], int(p[1])))
-    return [
-        Usage(key, cls, counts.get((key, cls), 0), limits.get((key, cls), default_cap(cls)))
-        for key, cls in pairs
-    ]
 
 
 @receiver(post_save, sender=ConcurrencyLimit)
