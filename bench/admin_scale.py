@@ -39,7 +39,7 @@ DB = "runqueue_admin_bench"
 LOAD_RUNS = """
 INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status, priority,
     attempts, max_attempts, lease_epoch, lease_owner, lease_expires_at, failure, created_at,
-    started_at, finished_at)
+    started_at, finished_at, concurrency_key)
 SELECT gen_random_uuid(), 'tenant-' || (i %% 20), 'user:' || (i %% 5000), 'conv-' || i,
        (ARRAY['chat.turn','research.job','digest.build','agent.turn'])[1 + i %% 4],
        jsonb_build_object('n', i), s.status, (i * 7) %% 30,
@@ -53,7 +53,8 @@ SELECT gen_random_uuid(), 'tenant-' || (i %% 20), 'user:' || (i %% 5000), 'conv-
        s.created_at,
        CASE WHEN s.status <> 'queued' THEN s.created_at + interval '1 second' END,
        CASE WHEN s.status IN ('succeeded', 'failed', 'cancelled')
-            THEN s.created_at + interval '2 seconds' END
+            THEN s.created_at + interval '2 seconds' END,
+       'tenant-' || (i %% 20)
   FROM generate_series(1, %(runs)s) AS i,
        LATERAL (SELECT
            CASE WHEN i %% 100 < 90 THEN 'succeeded' WHEN i %% 100 < 93 THEN 'failed'

@@ -9,8 +9,8 @@ from bench import src
 from bench.common import url_for
 
 RUN_COLUMNS = (
-    "id, tenant, principal, kind, payload, status, priority, attempts, max_attempts,"
-    " lease_epoch, lease_owner, created_at"
+    "id, tenant, concurrency_key, principal, kind, payload, status, priority, attempts,"
+    " max_attempts, lease_epoch, lease_owner, created_at"
 )
 
 
@@ -37,10 +37,10 @@ def cursor():
 
 
 #: Queue runs with one INSERT ... SELECT generate_series (no submit()): params
-#: kind, priority, n, n.
+#: tenant, concurrency key, kind, payload (JSON text), priority, n, n.
 LOAD = f"""
     INSERT INTO runqueue_run ({RUN_COLUMNS})
-    SELECT gen_random_uuid(), 'bench', '', %s, '{{}}'::jsonb, 'queued', %s, 0, 3, 0, '',
+    SELECT gen_random_uuid(), %s, %s, '', %s, %s::jsonb, 'queued', %s, 0, 3, 0, '',
            now() - make_interval(secs => (%s - g) / 1e6)
       FROM generate_series(1, %s) g
 """
@@ -49,18 +49,24 @@ WAKE = "SELECT pg_notify('runqueue', '')"
 
 
 def bulk_load(
-    n: int, *, kind: str = "bench.noop", priority: int = 10, notify: bool = True
+    n: int,
+    *,
+    kind: str = "bench.noop",
+    priority: int = 10,
+    notify: bool = True,
+    tenant: str = "bench",
+    payload: str = "{}",
 ) -> None:
     """Queue ``n`` runs through Django's connection (see ``LOAD``)."""
     with cursor() as cur:
-        cur.execute(LOAD, [kind, priority, n, n])
+        cur.execute(LOAD, [tenant, tenant, kind, payload, priority, n, n])
         if notify:
             cur.execute(WAKE)
 
 
 def reset() -> None:
     with cursor() as cur:
-        cur.execute("TRUNCATE runqueue_run, runqueue_worker CASCADE")
+        cur.execute("TRUNCATE runqueue_run, runqueue_worker, runqueue_concurrency_limit CASCADE")
 
 
 def count(status: str, kind: str | None = None) -> int:

@@ -11,6 +11,16 @@ from runqueue import Idempotency, RunContext
 from runqueue.registry import handler
 
 KIND = "chaos.turn"
+#: What a payload may ask for, whoever submitted it: a turn of at most
+#: MAX_STEPS steps of at most MAX_WORK_MS per tool call.
+MAX_WORK_MS = 2000
+MAX_STEPS = 8
+
+
+def _bounded(value: Any, default: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(0, min(value, high))
 
 
 def _tool(name: str, idempotency: str):  # noqa: ANN202 - a tool function
@@ -32,9 +42,13 @@ def turn(ctx: RunContext) -> Any:
     state = ctx.state or {"step": 0}
     if payload.get("ask") and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
-    args = {"run_id": str(ctx.run.id), "work_ms": payload.get("work_ms", 100)}
+    args = {
+        "run_id": str(ctx.run.id),
+        "work_ms": _bounded(payload.get("work_ms"), 100, MAX_WORK_MS),
+    }
     statuses = []
-    while state["step"] < payload.get("steps", 2):
+    steps = _bounded(payload.get("steps"), 2, MAX_STEPS)
+    while state["step"] < steps:
         for name, fn, idem in (
             ("fetch", fetch, Idempotency.IDEMPOTENT),
             ("pay", pay, Idempotency.NON_IDEMPOTENT),

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection
 import runqueue
 from chaos.handlers import KIND
 from chaos.verify import figures
-from runqueue.models import PriorityClass, Run
+from runqueue.models import ConcurrencyLimit, PriorityClass, Run
 
 logger = logging.getLogger("chaos")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -37,6 +37,24 @@ class Profile:
     drain_seconds: float
     lease_seconds: float = 2.0
     fault_every: tuple[float, float] = (1.0, 3.0)
+
+
+#: Some chaos runs share a capped concurrency key (every fifth run, two
+#: keys): the soak counts claims that took a key past its cap from the event
+#: log (``cap_violations``, must be 0).
+CAPPED_KEYS = ("chaos-capped-a", "chaos-capped-b")
+CAPS = {
+    ("chaos-capped-a", PriorityClass.INTERACTIVE): 1,
+    ("chaos-capped-a", PriorityClass.ASYNC): 1,
+    ("chaos-capped-b", PriorityClass.INTERACTIVE): 2,
+    ("chaos-capped-b", PriorityClass.ASYNC): 2,
+    ("chaos-capped-b", PriorityClass.MAINTENANCE): 1,
+}
+
+
+def capped_key(i: int) -> str | None:
+    """The concurrency key of the i-th chaos run (None: its tenant's)."""
+    return CAPPED_KEYS[(i // 5) % 2] if i % 5 == 0 else None
 
 
 PROFILES = {
@@ -117,6 +135,7 @@ class ChaosRun:
                 {"BACKOFF_BASE_SECONDS": 0.2, "BACKOFF_MAX_SECONDS": 2}
             ),
             "RUNQUEUE_LOG_LEVEL": "WARNING",
+            "RUNQUEUE_CHAOS": "1",
         }
         slot.generation += 1
         log = (self.log_dir / f"{slot.worker_id}.log").open("wb")
@@ -254,6 +273,7 @@ class ChaosRun:
                 session_id=f"chaos-{i}",
                 priority=classes[i % 3],
                 idempotency_key=f"chaos-{i}",
+                concurrency_key=capped_key(i),
             ).run.id
 
         while len(self.submitted) < total:
@@ -273,6 +293,8 @@ class ChaosRun:
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
+        for (key, cls), cap in CAPS.items():
+            ConcurrencyLimit.objects.create(key=key, priority_class=cls, max_running=cap)
         self.submit_until(self.profile.runs // 10)
         self.supervise()
         faults = [self.kill, self.kill, self.freeze, self.term, self.terminate_backends]
@@ -329,6 +351,7 @@ class ChaosRun:
             "worker_restarts": c.worker_restarts,
             "inputs_delivered": c.inputs_delivered,
             "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),
+            "runs_with_a_capped_key": Run.objects.filter(concurrency_key__in=CAPPED_KEYS).count(),
             "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,
         }
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.db import connection
 
-from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, ToolInvocation
+from runqueue import events
+from runqueue.models import TERMINAL_STATUSES, PriorityClass, Run, RunEvent, ToolInvocation
 
 TERMINAL_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 
@@ -17,6 +18,7 @@ MUST_BE_ZERO = (
     "runs_with_several_terminal_events",
     "writes_by_fenced_epochs",
     "non_idempotent_effects_repeated",
+    "cap_violations",
 )
 
 
@@ -42,6 +44,48 @@ def writes_by_fenced_epochs() -> int:
     return bad
 
 
+def cap_violations(cap: Any) -> tuple[int, dict[str, int]]:
+    """Claims that took a (key, class) past its cap, replayed from the event
+    log alone (no trigger, no counter): each run.claimed puts its run among
+    the running runs of its key and class, any other event that moves a
+    status takes it out. Events are replayed in id order; a transition's
+    event is written in its own transaction, before its commit, so a claim
+    made possible by a run ending always comes after that run's event.
+
+    ``cap(key, priority_class)`` is the cap in force (None: no cap). Returns
+    the number of violating claims and the highest count seen per
+    "key/class" that has a cap.
+    """
+    running: dict[tuple[str, PriorityClass], set[Any]] = {}
+    where: dict[Any, tuple[str, PriorityClass]] = {}
+    caps: dict[tuple[str, PriorityClass], int | None] = {}
+    violations = 0
+    peak: dict[str, int] = {}
+    rows = (
+        RunEvent.objects.filter(type__in=list(events.STATUS_OF))
+        .order_by("id")
+        .values_list("run_id", "type", "run__concurrency_key", "run__priority")
+    )
+    for run_id, type_, key, priority in rows.iterator(chunk_size=5000):
+        previous = where.pop(run_id, None)
+        if previous is not None:
+            running[previous].discard(run_id)
+        if type_ != events.CLAIMED:
+            continue
+        pair = (key, PriorityClass.of(priority))
+        if pair not in caps:
+            caps[pair] = cap(*pair)
+        where[run_id] = pair
+        members = running.setdefault(pair, set())
+        members.add(run_id)
+        if caps[pair] is not None:
+            label = f"{key}/{pair[1].name.lower()}"
+            peak[label] = max(peak.get(label, 0), len(members))
+            if len(members) > caps[pair]:
+                violations += 1
+    return violations, peak
+
+
 def figures(submitted: set[Any]) -> dict[str, Any]:
     runs = dict(Run.objects.values_list("id", "status"))
     terminal_events = Counter(
@@ -59,6 +103,9 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
     )
     attempts = Counter(Run.objects.filter(id__in=submitted).values_list("attempts", flat=True))
     statuses = Counter(runs[r] for r in submitted if r in runs)
+    from runqueue import concurrency
+
+    violations, peaks = cap_violations(concurrency.cap_for)
     return {
         "runs_submitted": len(submitted),
         "runs_terminal": sum(1 for r in submitted if runs.get(r) in TERMINAL_STATUSES),
@@ -74,6 +121,8 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
         "tool_invocations_uncertain": ToolInvocation.objects.filter(status="uncertain").count(),
         "idempotent_tool_reruns": int(idempotent_repeats),
         "attempts_distribution": {str(k): v for k, v in sorted(attempts.items())},
+        "cap_violations": violations,
+        "peak_running_per_capped_key": peaks,
         "dead_lettered": statuses.get("failed", 0),
         "dead_lettered_by_cause": dict(
             Counter(

@@ -6,7 +6,10 @@ none when empty): ``DATABASE_URL``, ``SECRET_KEY`` (required unless DEBUG),
 ``DEBUG``, ``ALLOWED_HOSTS``, ``HTTPS_ONLY`` (default on unless DEBUG),
 ``SECURE_HSTS_SECONDS``, ``RUNQUEUE_PGDATA`` (embedded server's data folder
 when DATABASE_URL is unset), ``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``),
-``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_METRICS_TOKEN``.
+``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_METRICS_TOKEN``,
+``RUNQUEUE_DEMO`` (default on: the demo app, and its kinds in the HTTP API),
+``RUNQUEUE_CHAOS`` (default off: the chaos runner's app and its ``chaos.turn``
+kind; ``manage.py runqueue_chaos`` turns it on for itself and its workers).
 ``./scripts/run.sh`` writes a local ``.env`` (a generated key, HTTPS_ONLY=off)
 the first time.
 """
@@ -24,10 +27,16 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env(
     DEBUG=(bool, False),
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1", "[::1]"]),
+    RUNQUEUE_DEMO=(bool, True),
+    RUNQUEUE_CHAOS=(bool, False),
 )
 ENV_FILE = os.environ.get("RUNQUEUE_ENV_FILE", str(BASE_DIR / ".env"))
 if ENV_FILE and Path(ENV_FILE).is_file():
     environ.Env.read_env(ENV_FILE)
+
+#: The demo's kinds: the only ones the deployable project's API accepts, and
+#: only while the demo is on.
+DEMO_KINDS = ["demo.agent_turn", "demo.research", "demo.digest"]
 
 DEBUG = env("DEBUG")
 SECRET_KEY = env("SECRET_KEY", default="")
@@ -64,9 +73,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_extensions",
     "runqueue",
-    "demo",
-    "chaos",
 ]
+if env("RUNQUEUE_DEMO"):
+    INSTALLED_APPS.append("demo")
+# The chaos runner's handler sleeps as long as its payload says: never in a
+# deployment, only when the chaos command asks for it (manage.py sets it).
+if env("RUNQUEUE_CHAOS"):
+    INSTALLED_APPS.append("chaos")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -132,6 +145,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # RUNQUEUE_SETTINGS: a JSON object merged into RUNQUEUE, e.g. '{"LEASE_SECONDS": 60}'.
 RUNQUEUE: dict = env.json("RUNQUEUE_SETTINGS", default={})
+if env("RUNQUEUE_DEMO"):
+    RUNQUEUE.setdefault("API_KINDS", DEMO_KINDS)
 # Extra handler modules for the worker, e.g. RUNQUEUE_HANDLER_MODULES=myapp.agents
 if env("RUNQUEUE_HANDLER_MODULES", default=""):
     RUNQUEUE["HANDLER_MODULES"] = env.list("RUNQUEUE_HANDLER_MODULES")

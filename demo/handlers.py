@@ -16,6 +16,19 @@ from typing import Any
 import runqueue
 from runqueue import Idempotency, RunContext
 
+#: The demo's handlers cap what a payload may ask of them: its kinds are
+#: open to API tokens while the demo is on.
+MAX_RESEARCH_STEPS = 8
+MAX_ORDER_ID = 64
+SCENARIOS = ("ok", "ask", "decline", "flaky", "timeout")
+
+
+def bounded(value: Any, default: int, high: int) -> int:
+    """An integer payload field, within 0..high (the default if it is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(0, min(value, high))
+
 
 def lookup_order(order_id: str) -> dict:
     time.sleep(random.uniform(0.05, 0.3))  # noqa: S311 - simulated latency
@@ -39,7 +52,8 @@ def charge_card(amount_cents: int, scenario: str) -> dict:
 @runqueue.handler("demo.agent_turn")
 def agent_turn(ctx: RunContext) -> Any:
     scenario = ctx.payload.get("scenario", "ok")
-    order_id = ctx.payload.get("order_id", "A-100")
+    scenario = scenario if scenario in SCENARIOS else "ok"
+    order_id = str(ctx.payload.get("order_id", "A-100"))[:MAX_ORDER_ID]
     if scenario == "flaky" and ctx.attempt < 3:
         raise runqueue.TransientError("model provider rate-limited the request")
     if scenario == "ask" and ctx.input is None:
@@ -89,18 +103,20 @@ def research(ctx: RunContext) -> dict:
     """A longer async job: steps with checkpoints, resumable from the last."""
     state = ctx.state or {"step": 0, "notes": []}
     step_seconds = ctx.payload.get("step_seconds")
-    while state["step"] < ctx.payload.get("steps", 4):
+    steps = bounded(ctx.payload.get("steps"), 4, MAX_RESEARCH_STEPS)
+    while state["step"] < steps:
         # simulated work; a fixed step_seconds makes a long job (the demo's
         # "running" run)
         time.sleep(step_seconds or random.uniform(0.3, 1.0))  # noqa: S311
         state = {"step": state["step"] + 1, "notes": [*state["notes"], f"finding {state['step']}"]}
         if not ctx.checkpoint(state):
             return {"stopped": "lease lost"}
-    return {"summary": f"{len(state['notes'])} findings", "topic": ctx.payload.get("topic")}
+    topic = ctx.payload.get("topic")
+    return {"summary": f"{len(state['notes'])} findings", "topic": str(topic)[:200]}
 
 
 @runqueue.handler("demo.digest")
 def digest(ctx: RunContext) -> dict:
     """A maintenance job: quick, low priority."""
     time.sleep(random.uniform(0.05, 0.2))  # noqa: S311
-    return {"digested": ctx.payload.get("day")}
+    return {"digested": str(ctx.payload.get("day"))[:32]}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.checks import Error, Tags, Warning, register  # noqa: A004
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
@@ -48,7 +49,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
-def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """A settings schedule naming a kind no handler is registered for would
     log an error at every tick instead of firing."""
     from django.conf import settings
@@ -61,7 +62,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     except ImproperlyConfigured:
         return []  # reported by check_settings
     return [
-        Warning(
+        CheckWarning(
             f"RUNQUEUE['SCHEDULES'][{spec.name!r}] submits kind {spec.kind!r}, "
             "which no handler is registered for.",
             hint="Register it with @runqueue.handler, or list its module in "
@@ -71,3 +72,54 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
         for spec in specs
         if not registry.is_registered(spec.kind)
     ]
+
+
+@register()
+def check_concurrency_and_api_kinds(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Caps need READ COMMITTED claims; API_KINDS should name handled kinds."""
+    from django.conf import settings
+
+    from runqueue import registry
+    from runqueue.conf import parse
+
+    try:
+        conf = parse(getattr(settings, "RUNQUEUE", {}))
+    except ImproperlyConfigured:
+        return []  # reported as runqueue.E002
+    messages: list[CheckMessage] = []
+    isolation = default_isolation_level()
+    if conf.caps_configured and isolation not in (None, _read_committed()):
+        messages.append(
+            Error(
+                "RUNQUEUE['CONCURRENCY'] sets caps, but the default database runs at "
+                f"isolation level {isolation!r}: a capped claim counts running runs "
+                "with a fresh snapshot, which only READ COMMITTED gives.",
+                hint="Leave DATABASES['default']['OPTIONS']['isolation_level'] unset "
+                "(READ COMMITTED) for the processes that run workers.",
+                id="runqueue.E003",
+            )
+        )
+    unknown = [kind for kind in conf.API_KINDS if not registry.is_registered(kind)]
+    if unknown:
+        messages.append(
+            CheckWarning(
+                f"RUNQUEUE['API_KINDS'] lists kind(s) with no handler: {', '.join(unknown)}.",
+                hint="Register a handler with @runqueue.handler, or remove the kind; "
+                "the API answers 422 validation-failed for it meanwhile.",
+                id="runqueue.W003",
+            )
+        )
+    return messages
+
+
+def default_isolation_level() -> Any:
+    """The isolation level the default database's OPTIONS ask for (None: the server's)."""
+    from django.conf import settings
+
+    return settings.DATABASES.get("default", {}).get("OPTIONS", {}).get("isolation_level")
+
+
+def _read_committed() -> Any:
+    from psycopg import IsolationLevel
+
+    return IsolationLevel.READ_COMMITTED

@@ -29,6 +29,9 @@ Defaults (every key optional)::
         "STREAM_MAX_SECONDS": 3600,   # close a stream after this long (clients resume)
         "EMIT_MAX_BYTES": 16384,      # ctx.emit's data size limit, as JSON
         "METRICS_TOKEN": None,        # bearer token the metrics view requires (None: open)
+        "API_KINDS": [],              # HTTP API: the kinds it may submit (others: 422)
+        "API_SESSION_MAX_PRIORITY_CLASS": "async",  # HTTP API: browser sessions' ceiling
+        "CONCURRENCY": {},            # class -> runs of one concurrency key running at once
     }
 """
 
@@ -72,6 +75,20 @@ class Settings:
     STREAM_MAX_SECONDS: float = 3600
     EMIT_MAX_BYTES: int = 16384
     METRICS_TOKEN: str | None = None
+    API_KINDS: tuple[str, ...] = ()
+    #: The class index (0 interactive, 1 async, 2 maintenance).
+    API_SESSION_MAX_PRIORITY_CLASS: int = 1
+    #: The default cap per class index (None: no cap), from a dict by class name.
+    CONCURRENCY: tuple[int | None, int | None, int | None] = (None, None, None)
+
+    @property
+    def caps_configured(self) -> bool:
+        """A default cap is set for some class."""
+        return any(cap is not None for cap in self.CONCURRENCY)
+
+
+#: Class names as settings spell them, by class index.
+CLASS_NAMES = ("interactive", "async", "maintenance")
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -118,6 +135,39 @@ def _strings(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _class_name(name: str, value: Any) -> int:
+    if value not in CLASS_NAMES:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be one of {', '.join(CLASS_NAMES)}, got {value!r}"
+        )
+    return CLASS_NAMES.index(value)
+
+
+def _concurrency(value: Any) -> tuple[int | None, int | None, int | None]:
+    """``{"interactive": 2, "async": None}`` -> caps by class index."""
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            "RUNQUEUE['CONCURRENCY'] must be a dict from class name "
+            f"({', '.join(CLASS_NAMES)}) to a cap or None, got {value!r}"
+        )
+    unknown = sorted(map(repr, set(value) - set(CLASS_NAMES)))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['CONCURRENCY'] has unknown class(es) {', '.join(unknown)}; "
+            f"the classes are {', '.join(CLASS_NAMES)}"
+        )
+    caps: list[int | None] = []
+    for name in CLASS_NAMES:
+        cap = value.get(name)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ImproperlyConfigured(
+                f"RUNQUEUE['CONCURRENCY'][{name!r}] must be None (no cap) or an integer "
+                f">= 0 (0 pauses every key without an override), got {cap!r}"
+            )
+        caps.append(cap)
+    return caps[0], caps[1], caps[2]
+
+
 def parse(raw: Any) -> Settings:
     """Validate a RUNQUEUE dict; raise ImproperlyConfigured naming the bad key."""
     if not isinstance(raw, dict):
@@ -133,6 +183,12 @@ def parse(raw: Any) -> Settings:
     for name, value in raw.items():
         if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
             values[name] = _strings(name, value)
+        elif name == "API_KINDS":
+            values[name] = _api_kinds(value)
+        elif name == "API_SESSION_MAX_PRIORITY_CLASS":
+            values[name] = _class_name(name, value)
+        elif name == "CONCURRENCY":
+            values[name] = _concurrency(value)
         elif name == "NOTIFY_CHANNEL":
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(
@@ -178,6 +234,22 @@ def parse(raw: Any) -> Settings:
             f"RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most {MAX_EVENTS_PAGE_SIZE}"
         )
     return settings
+
+
+#: Kinds the HTTP API never submits: runqueue's own jobs and django.tasks runs,
+#: whose payload names code to import; those are submitted from Python only.
+RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")
+
+
+def _api_kinds(value: Any) -> tuple[str, ...]:
+    kinds = _strings("API_KINDS", value)
+    reserved = [k for k in kinds if k.startswith(RESERVED_KIND_PREFIXES)]
+    if reserved:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['API_KINDS'] lists reserved kind(s) {', '.join(map(repr, reserved))}: "
+            "kinds starting with 'runqueue.' or 'django.tasks' are submitted from Python only"
+        )
+    return kinds
 
 
 @cache

@@ -108,6 +108,10 @@ class Run(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.CharField(max_length=255, default="default")
+    #: Runs with the same key share a concurrency cap per class
+    #: (``ConcurrencyLimit``, ``RUNQUEUE["CONCURRENCY"]``); submit makes it the
+    #: tenant unless told otherwise.
+    concurrency_key = models.CharField(max_length=255)
     principal = models.CharField(max_length=255, blank=True, default="")
     # NULL, not "": runs outside a session never collide in the unique index.
     session_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
@@ -188,6 +192,22 @@ class Run(models.Model):
                 fields=["status", "id"],
                 condition=Q(status__in=[RunStatus.RUNNING, RunStatus.WAITING_FOR_USER]),
                 name="runqueue_run_leased_idx",
+            ),
+            # The capped claim's index: per key and status, in claim order. It
+            # counts a (key, class)'s running runs, and finds each key's next
+            # queued runs, so a claim steps over a key's long backlog at its
+            # cap in one probe instead of walking it. Queued and running runs
+            # only; a heartbeat changes none of its columns (still HOT). The
+            # key's IS NOT NULL (always true) keeps the predicate from being
+            # implied by a fence's "status = 'running'": with statistics taken
+            # while runs were queued, the planner would otherwise send fences
+            # through this index.
+            models.Index(
+                fields=["concurrency_key", "status", "priority", "created_at"],
+                condition=Q(
+                    status__in=[RunStatus.QUEUED, RunStatus.RUNNING], concurrency_key__isnull=False
+                ),
+                name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             models.Index(
@@ -386,9 +406,45 @@ class Checkpoint(models.Model):
         return f"checkpoint #{self.seq} of {self.run_id}"
 
 
+class ConcurrencyLimit(models.Model):
+    """How many runs with one concurrency key may run at once in one class;
+    overrides ``RUNQUEUE["CONCURRENCY"]`` for that key. 0 pauses the key."""
+
+    key = models.CharField(
+        max_length=255, help_text="A run's concurrency key (by default its tenant)."
+    )
+    priority_class = models.SmallIntegerField(choices=PriorityClass.choices)
+    max_running = models.PositiveIntegerField(
+        help_text="Runs of this key that may run (or wait for an expired lease) at once "
+        "in this class; 0 pauses the key."
+    )
+    note = models.CharField(max_length=255, blank=True, default="", help_text="Why this limit.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "runqueue_concurrency_limit"
+        ordering = ["key", "priority_class"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "priority_class"], name="runqueue_concurrency_limit_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority_class__in=PriorityClass.values),
+                name="runqueue_concurrency_limit_class_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(key=""), name="runqueue_concurrency_limit_key_not_empty"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} / {self.get_priority_class_display()}: {self.max_running}"
+
+
 class ApiToken(models.Model):
     """A bearer token for the HTTP API: bound to a user (the principal) and a
-    tenant. Only a hash is stored; ``prefix`` finds the row."""
+    tenant. Only a hash is stored; ``prefix`` finds the row. It may submit at
+    most ``max_priority_class`` and ``submit_quota`` runs per window."""
 
     name = models.CharField(max_length=255, blank=True, default="")
     user = models.ForeignKey(
@@ -400,13 +456,55 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    max_priority_class = models.SmallIntegerField(
+        choices=PriorityClass.choices,
+        default=PriorityClass.ASYNC,
+        verbose_name="highest priority class",
+        help_text="The most urgent class this token may submit to.",
+    )
+    submit_quota = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=60,
+        help_text="Submits allowed per window; empty for no quota.",
+    )
+    submit_window_seconds = models.PositiveIntegerField(
+        default=60, help_text="The quota's window, in seconds."
+    )
 
     class Meta:
         db_table = "runqueue_api_token"
         verbose_name = "API token"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_priority_class__in=PriorityClass.values),
+                name="runqueue_api_token_class_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(submit_window_seconds__gte=1),
+                name="runqueue_api_token_window_gte_1",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name or self.prefix} ({self.tenant})"
+
+
+class ApiTokenQuota(models.Model):
+    """A token's submit quota state: the theoretical arrival time of the
+    next submit (GCRA), so "N per window" holds over any window."""
+
+    token = models.OneToOneField(
+        ApiToken, on_delete=models.CASCADE, primary_key=True, related_name="quota_state"
+    )
+    tat = models.DateTimeField()
+    admitted = models.BooleanField(default=True)
+
+    class Meta:
+        db_table = "runqueue_api_token_quota"
+
+    def __str__(self) -> str:
+        return f"quota of {self.token_id}"
 
 
 class Worker(models.Model):

@@ -81,6 +81,7 @@ class SubmitRequest:
     idempotency_key: str | None = None
     scheduled_for: dt.datetime | None = None
     max_attempts: int | None = None
+    concurrency_key: str | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -98,6 +99,7 @@ class _Request:
     scheduled_for: dt.datetime | None
     max_attempts: int
     key: str | None
+    concurrency_key: str
     #: ``payload`` as the JSON text the run stores (made once, by ``_validate``).
     payload_text: str = dataclasses.field(default="", compare=False)
 
@@ -112,6 +114,9 @@ class _Request:
             if self.scheduled_for
             else None,
         }
+        if self.concurrency_key != self.tenant:
+            # Only when it is not the default, so keys stored before it existed still match.
+            canonical["concurrency_key"] = self.concurrency_key
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -127,8 +132,12 @@ def submit(
     idempotency_key: str | None = None,
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
+
+    ``concurrency_key`` (default: the tenant) names the runs that share a
+    concurrency cap per class (``runqueue.concurrency``).
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
@@ -143,6 +152,7 @@ def submit(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=idempotency_key,
+        concurrency_key=concurrency_key,
     )
     return _submit(request, durable=True)
 
@@ -157,6 +167,7 @@ def submit_in_transaction(
     priority: int = PriorityClass.INTERACTIVE,
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -175,6 +186,7 @@ def submit_in_transaction(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=None,
+        concurrency_key=concurrency_key,
     )
     return _submit(request, durable=False)
 
@@ -426,6 +438,7 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         "traceparents": [traceparent] * len(requests),
         "keys": [r.key for r in requests],
         "hashes": [h or None for h in hashes],
+        "concurrency_keys": [r.concurrency_key for r in requests],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -456,6 +469,7 @@ def _inserted(request: _Request, run_id: uuid.UUID, created_at: dt.datetime, tp:
         "max_attempts": request.max_attempts,
         "scheduled_for": request.scheduled_for,
         "traceparent": tp,
+        "concurrency_key": request.concurrency_key,
         "created_at": created_at,
     }
     return Run.from_db(
@@ -540,6 +554,7 @@ def _validate(
     scheduled_for: Any,
     max_attempts: Any,
     key: Any,
+    concurrency_key: Any = None,
 ) -> _Request:
     """Check every argument (None meaning the default) before anything is written."""
     payload = {} if payload is None else payload
@@ -551,6 +566,8 @@ def _validate(
     _text("principal", principal, allow_empty=True)
     if session_id is not None:
         _text("session_id", session_id)
+    concurrency_key = tenant if concurrency_key is None else concurrency_key
+    _text("concurrency_key", concurrency_key)
     if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
         raise InvalidSubmission(
             "idempotency_key", "must be 1-255 printable ASCII characters without spaces"
@@ -594,5 +611,6 @@ def _validate(
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
         key=key,
+        concurrency_key=concurrency_key,
         payload_text=text,
     )

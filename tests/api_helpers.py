@@ -35,9 +35,13 @@ class ApiCaller:
         return headers
 
 
-def make_caller(username: str, tenant: str) -> ApiCaller:
+def make_caller(username: str, tenant: str, **limits: Any) -> ApiCaller:
+    """A user and a token; unless ``limits`` say otherwise the token may
+    submit interactive runs and has no quota (tests/test_api_admission.py
+    tests the defaults)."""
     user = get_user_model().objects.create_user(username=username, password="pw-" + username)
-    _token, raw = tokens.issue(user=user, tenant=tenant, name=f"{username} token")
+    limits = {"max_priority_class": 0, "submit_quota": None} | limits
+    _token, raw = tokens.issue(user=user, tenant=tenant, name=f"{username} token", **limits)
     return ApiCaller(user=user, tenant=tenant, raw=raw)
 
 

@@ -11,6 +11,38 @@ from django.db import connection
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from tests.workers import start_worker  # noqa: F401 - fixture
 
+#: The kinds tests/handlers.py registers, which the API tests submit.
+TEST_API_KINDS = [
+    "test.echo",
+    "test.record",
+    "test.tools",
+    "test.block",
+    "test.ask",
+    "test.fail",
+    "test.pay",
+    "k",
+]
+
+
+@pytest.fixture(autouse=True)
+def _api_kinds(settings) -> None:
+    """The API admits the test kinds (a test that sets RUNQUEUE keeps them
+    by merging: ``settings.RUNQUEUE = {**settings.RUNQUEUE, ...}``)."""
+    configured = getattr(settings, "RUNQUEUE", {})
+    kinds = list(dict.fromkeys([*configured.get("API_KINDS", []), *TEST_API_KINDS]))
+    settings.RUNQUEUE = {**configured, "API_KINDS": kinds}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits_cache() -> Iterator[None]:
+    """Each test reads whether concurrency limits exist afresh: flushing the
+    database between tests deletes them without a signal."""
+    from runqueue import concurrency
+
+    concurrency.invalidate()
+    yield
+    concurrency.invalidate()
+
 
 @pytest.fixture
 def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection]]:

@@ -17,6 +17,7 @@ class RunFactory(factory.django.DjangoModelFactory):
     kind = "test.echo"
     payload = factory.Dict({"n": factory.Sequence(int)})
     tenant = "default"
+    concurrency_key = factory.SelfAttribute("tenant")
 
     class Params:
         finished = factory.Trait(

@@ -69,7 +69,7 @@ def test_session_post_without_csrf_token_is_refused(settings) -> None:
 
 
 def test_session_post_with_csrf_token_acts_in_the_session_tenant(settings) -> None:
-    settings.RUNQUEUE = {"API_SESSION_TENANT": "staff-tenant"}
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "API_SESSION_TENANT": "staff-tenant"}
     client, user = _session_client()
     client.cookies["csrftoken"] = "a" * 32
     response = client.post(
@@ -97,7 +97,14 @@ def test_bearer_requests_need_no_csrf_token() -> None:
 def test_admin_add_shows_the_raw_token_once(admin_client, admin_user) -> None:
     response = admin_client.post(
         "/admin/runqueue/apitoken/add/",
-        {"name": "ci", "user": admin_user.pk, "tenant": "acme"},
+        {
+            "name": "ci",
+            "user": admin_user.pk,
+            "tenant": "acme",
+            "max_priority_class": 10,
+            "submit_quota": 60,
+            "submit_window_seconds": 60,
+        },
     )
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]

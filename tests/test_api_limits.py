@@ -21,7 +21,11 @@ LIMIT = 64
 
 @pytest.fixture
 def small_limit(settings) -> None:
-    settings.RUNQUEUE = {"API_MAX_BODY_BYTES": LIMIT, "SUBMIT_LOCK_TIMEOUT_MS": 300}
+    settings.RUNQUEUE = {
+        **settings.RUNQUEUE,
+        "API_MAX_BODY_BYTES": LIMIT,
+        "SUBMIT_LOCK_TIMEOUT_MS": 300,
+    }
 
 
 @pytest.fixture

@@ -209,15 +209,6 @@ def test_quoted_sf_string_key_is_the_same_key_as_bare(client, alice) -> None:
             [{"pointer": "/kind", "detail": "kind 'django.tasks' is reserved"}],
         ),
         (
-            {"kind": "nobody.handles.this"},
-            [
-                {
-                    "pointer": "/kind",
-                    "detail": "no handler is registered for kind 'nobody.handles.this'",
-                }
-            ],
-        ),
-        (
             {"kind": "test.echo", "payload": {"text": "a\u0000b"}},
             [{"pointer": "/payload", "detail": "must not contain NUL characters, at '/text'"}],
         ),

@@ -31,8 +31,8 @@ def test_raw_sql_insert_is_rejected_by_the_database(raw_connect) -> None:
     conn = raw_connect()
     insert = (
         "INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,"
-        " priority, attempts, max_attempts, lease_epoch, lease_owner)"
-        " VALUES (%s, 'default', '', 's-raw', 'k', '{}', %s, 0, 0, 3, 0, '')"
+        " priority, attempts, max_attempts, lease_epoch, lease_owner, concurrency_key)"
+        " VALUES (%s, 'default', '', 's-raw', 'k', '{}', %s, 0, 0, 3, 0, '', 'default')"
     )
     conn.execute(insert, (uuid.uuid4(), "queued"))
     with pytest.raises(psycopg.errors.UniqueViolation) as excinfo:

@@ -1,9 +1,15 @@
 """The admin console for support staff.
 
 Run changelists (all, dead-lettered, uncertain), the run detail page, audited
-actions that call the service layer, and the queue dashboard. Importing this
+actions that call the service layer, the queue dashboard, and concurrency limits. Importing this
 package registers the ModelAdmins with the default admin site.
 """
 
-from runqueue.admin import paused, runs, schedules, workers  # noqa: F401 - registers the ModelAdmins
+from runqueue.admin import (  # noqa: F401 - registers the ModelAdmins
+    concurrency,
+    paused,
+    runs,
+    schedules,
+    workers,
+)
 from runqueue.api import admin as _api_admin  # noqa: F401 - registers the ApiToken admin

@@ -128,6 +128,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
                     ("id", "status_display"),
                     ("kind", "class_display"),
                     ("tenant", "principal", "session_id"),
+                    "concurrency_key",
                     ("created_at", "started_at", "finished_at"),
                 ]
             },

@@ -1,4 +1,5 @@
-"""Admin for API tokens: create one for a user and tenant, see it once, revoke.
+"""Admin for API tokens: create one for a user and tenant, see it once, revoke;
+set what it may submit (its highest priority class, its submit quota).
 
 The raw token is rendered once, on the page that answers the add form, and
 never stored (not even in a message, which would sit in a cookie or the
@@ -20,22 +21,50 @@ from runqueue.models import ApiToken
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "user", "tenant", "prefix", "created_at", "last_used_at", "revoked")
+    list_display = (
+        "__str__",
+        "user",
+        "tenant",
+        "max_priority_class",
+        "quota",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "revoked",
+    )
     list_filter = ("tenant", "revoked_at")
     search_fields = ("name", "prefix", "user__username", "tenant")
     raw_id_fields = ("user",)
     actions = ("revoke_tokens",)
 
+    #: What staff may change on a live token: what it may submit.
+    LIMITS = ["max_priority_class", "submit_quota", "submit_window_seconds"]
+
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
         if obj is None:
-            return ["name", "user", "tenant"]
-        return ["name", "user", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+            return ["name", "user", "tenant", *self.LIMITS]
+        return [
+            "name",
+            "user",
+            "tenant",
+            *self.LIMITS,
+            "prefix",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
         if obj is None:
             return []
         # A token's owner and tenant are what it grants: issue a new one instead.
         return ["user", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    @admin.display(description="submit quota")
+    def quota(self, obj: ApiToken) -> str:
+        if obj.submit_quota is None:
+            return "none"
+        return f"{obj.submit_quota} per {obj.submit_window_seconds} s"
 
     @admin.display(boolean=True, description="revoked")
     def revoked(self, obj: ApiToken) -> bool:

@@ -30,6 +30,8 @@ class Caller:
     principal: str
     user: Any
     via: Literal["token", "session"]
+    #: The bearer token (its priority ceiling and submit quota); None for a session.
+    token: Any = None
 
 
 def principal_of(user: Any) -> str:
@@ -47,7 +49,11 @@ def authenticate(request: HttpRequest) -> Caller:
         if token is None:
             raise _unauthenticated("The bearer token is malformed, unknown or revoked.", True)
         return Caller(
-            tenant=token.tenant, principal=principal_of(token.user), user=token.user, via="token"
+            tenant=token.tenant,
+            principal=principal_of(token.user),
+            user=token.user,
+            via="token",
+            token=token,
         )
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:

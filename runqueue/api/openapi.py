@@ -66,7 +66,10 @@ _REPLAYED = {
 
 def _schemas() -> dict[str, Any]:
     nullable_time = {"type": ["string", "null"], "format": "date-time"}
-    kinds = [k for k in registry.kinds() if not k.startswith(RESERVED_KIND_PREFIXES)]
+    allowed = set(get_settings().API_KINDS)
+    kinds = [
+        k for k in registry.kinds() if k in allowed and not k.startswith(RESERVED_KIND_PREFIXES)
+    ]
     return {
         "SubmitRun": {
             "type": "object",
@@ -89,7 +92,9 @@ def _schemas() -> dict[str, Any]:
                         {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY},
                         {"type": "string", "enum": list(PRIORITY_NAMES)},
                     ],
-                    "description": "0-9 interactive, 10-19 async, 20+ maintenance",
+                    "description": "0-9 interactive, 10-19 async, 20+ maintenance; at most "
+                    "the caller's ceiling (a token's highest priority class), which is also "
+                    "the default",
                 },
                 "scheduled_for": {
                     **nullable_time,
@@ -122,6 +127,11 @@ def _schemas() -> dict[str, Any]:
                 "kind": {"type": "string"},
                 "status": {"type": "string", "enum": list(RunStatus.values)},
                 "session_id": {"type": ["string", "null"]},
+                "concurrency_key": {
+                    "type": "string",
+                    "description": "runs with the same key share a concurrency cap per class "
+                    "(the tenant unless the submitting code chose another)",
+                },
                 "priority": {"type": "integer"},
                 "priority_class": {"type": "string", "enum": list(PRIORITY_NAMES)},
                 "payload": {},
@@ -225,7 +235,7 @@ def document() -> dict[str, Any]:
                             "headers": _LOCATION | _REPLAYED,
                             "content": _json("Run"),
                         },
-                        **_problems(400, 401, 403, 405, 409, 413, 415, 422, 500, 503),
+                        **_problems(400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },

@@ -33,6 +33,7 @@ class RunBody(TypedDict):
     kind: str
     status: str
     session_id: str | None
+    concurrency_key: str
     priority: int
     priority_class: str
     payload: Any
@@ -82,6 +83,7 @@ def run_body(run: Run) -> RunBody:
         "kind": run.kind,
         "status": run.status,
         "session_id": run.session_id,
+        "concurrency_key": run.concurrency_key,
         "priority": run.priority,
         "priority_class": PriorityClass.of(run.priority).name.lower(),
         "payload": run.payload,

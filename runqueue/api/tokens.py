@@ -28,9 +28,14 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def issue(*, user: Any, tenant: str, name: str = "") -> tuple[ApiToken, str]:
-    """Create a token for ``user`` in ``tenant``; return it and its raw value."""
-    token = ApiToken(name=name, user=user, tenant=tenant)
+def issue(*, user: Any, tenant: str, name: str = "", **limits: Any) -> tuple[ApiToken, str]:
+    """Create a token for ``user`` in ``tenant``; return it and its raw value.
+
+    ``limits``: ``max_priority_class``, ``submit_quota``, ``submit_window_seconds``
+    (the model's defaults otherwise: async, 60 submits a minute).
+    """
+    token = ApiToken(name=name, user=user, tenant=tenant, **limits)
+    token.full_clean(exclude=["prefix", "key_hash"])
     raw = assign_secret(token)
     token.save()
     return token, raw

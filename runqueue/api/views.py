@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
 from runqueue import tracing
-from runqueue.api import parsing
+from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
 from runqueue.api.openapi import document
@@ -88,9 +88,10 @@ def _run_or_404(caller: Caller, run_id: str) -> Run:
 @api_view("POST")
 def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
     """POST /runs/: create a run (201), deliver input (202), or replay either."""
+    admission.take_quota(caller)
     body = parsing.parse_json(request, parsing.read_body(request))
     key = parsing.idempotency_key(request)
-    args = parsing.submit_args(body)
+    args = admission.admit(caller, body, parsing.submit_args(body))
     try:
         with tracing.incoming(request.headers.get("traceparent")):
             sub = runqueue.submit(

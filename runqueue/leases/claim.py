@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
+from runqueue import concurrency
 from runqueue.conf import get_settings
 from runqueue.leases.base import ALL_CLASSES, Lease
 from runqueue.leases.fence import fenced_transaction, record_fenced, sqlstate
@@ -161,7 +162,10 @@ def _statement(
     finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
 ) -> tuple[set[Any], list[Lease]]:
     """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
-    with prepared("finish_and_claim", statement_params(finishes, spec)) as cursor:
+    name, params = "finish_and_claim", statement_params(finishes, spec)
+    if spec.limit and concurrency.caps_may_apply():
+        name, params = "finish_and_claim_capped", params | concurrency.claim_params()
+    with prepared(name, params) as cursor:
         rows = cursor.fetchall()
         names = [column.name for column in cursor.description]
     finished = set(rows[0][0]) if rows else set()
@@ -175,14 +179,16 @@ def _statement(
 
 @cache
 def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[..., Any], ...]]]:
-    """Per column of a claimed row: its position, its field's attname and the
-    converters Django applies to values read from the database (JSON)."""
-    by_column = {f.column: f for f in Run._meta.concrete_fields}
+    """Per field of a claimed row, in the model's field order (``from_db``
+    expects it; the table's column order differs once a migration added a
+    column): its column's position, its attname and the converters Django
+    applies to values read from the database (JSON)."""
+    position = {name: index for index, name in enumerate(names)}
     loaders = []
-    for index, name in enumerate(names):
-        field = by_column.get(name)
-        if field is None:
-            continue  # finished_ids
+    for field in Run._meta.concrete_fields:
+        index = position.get(field.column)
+        if index is None:
+            continue
         col = field.get_col(Run._meta.db_table)
         converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
         loaders.append((index, field.attname, tuple(converters)))

@@ -82,6 +82,75 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
   LEFT JOIN claimed c ON true
  ORDER BY c.priority, c.created_at;
 
+-- name: finish_and_claim_capped --
+-- finish_and_claim when concurrency caps may apply (a RUNQUEUE
+-- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
+-- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
+-- come from runqueue_claim_capped (migration 0002_concurrency): a walk in
+-- the same claim order that steps over runs whose (key, class) is at its
+-- cap or being claimed by another worker, holding a transaction-scoped
+-- advisory lock per (key, class) it claims in until this statement commits.
+-- The scalar subquery runs the function once (an InitPlan; the cast makes
+-- ANY take its array, not a subquery's rows). The function locked each id
+-- after checking, on its latest version, that the run is queued and due, and
+-- the lock holds until this statement commits; so the UPDATE needs no status
+-- predicate, and must not have one: "status = 'queued'" lets the planner
+-- walk the whole claim index with the ids as a filter instead of the key.
+-- The runs this statement finishes (ids, epochs) free their places for its
+-- own claim.
+WITH input AS (
+    SELECT *
+      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
+                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
+                  %(event_data)s::text[])
+           AS i(id, epoch, status, result, failure, event_type, event_data)
+), finished AS (
+    UPDATE runqueue_run r
+       SET status = i.status,
+           result = i.result::jsonb,
+           failure = i.failure::jsonb,
+           finished_at = now(),
+           lease_owner = '',
+           lease_expires_at = NULL
+      FROM input i
+     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+       -- By id, whatever the statistics say: without this the planner may
+       -- hash-join the input against every running run.
+       AND r.id = ANY(%(ids)s::uuid[])
+    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
+), claimed AS (
+    UPDATE runqueue_run r
+       SET status = 'running',
+           lease_epoch = r.lease_epoch + 1,
+           attempts = r.attempts + 1,
+           lease_owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+           heartbeat_at = now(),
+           started_at = coalesce(r.started_at, now())
+     WHERE r.id = ANY((SELECT runqueue_claim_capped(
+               %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
+               %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[]))::uuid[])
+    RETURNING r.*
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
+      FROM finished f
+    UNION ALL
+    SELECT c.id, 'run.claimed', c.lease_epoch,
+           jsonb_build_object(
+               'owner', c.lease_owner,
+               'attempt', c.attempts,
+               'priority', c.priority,
+               'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
+                   c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
+           now()
+      FROM claimed c
+)
+SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*
+  FROM (SELECT 1) AS one
+  LEFT JOIN claimed c ON true
+ ORDER BY c.priority, c.created_at;
+
 -- name: fence_renew --
 -- The heartbeat, and the first statement of every worker transaction that
 -- keeps the run running: asserts the lease and renews it. Zero rows: fenced.
@@ -299,9 +368,9 @@ WITH input AS (
                   %(session_ids)s::text[], %(kinds)s::text[], %(payloads)s::text[],
                   %(priorities)s::smallint[], %(max_attempts)s::int[],
                   %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[],
-                  %(traceparents)s::text[])
+                  %(traceparents)s::text[], %(concurrency_keys)s::text[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
-                scheduled_for, key, hash, traceparent)
+                scheduled_for, key, hash, traceparent, concurrency_key)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -310,9 +379,10 @@ WITH input AS (
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
-                              lease_owner, traceparent)
+                              lease_owner, traceparent, concurrency_key)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
-           i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent
+           i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
+           i.concurrency_key
       FROM input i
     RETURNING *
 ), logged AS (
@@ -418,3 +488,23 @@ SELECT (SELECT count(*) FROM (
 EXPLAIN (FORMAT JSON)
 SELECT 1 FROM runqueue_run
  WHERE status = %(status)s AND priority BETWEEN %(low)s AND %(high)s;
+
+-- name: take_submit_quota --
+-- One submit against an API token's quota, in one statement: GCRA, the
+-- "theoretical arrival time" of the next submit moves on by window/quota per
+-- admitted submit, and a submit is admitted while that stays within one
+-- window of now, so at most quota submits land in any window. The row lock
+-- of the upsert serialises a token's concurrent submits. A refused submit
+-- leaves tat as it was; retry_after says when the next one is admitted.
+INSERT INTO runqueue_api_token_quota AS q (token_id, tat, admitted)
+VALUES (%(token_id)s, now() + make_interval(secs => %(interval)s), true)
+ON CONFLICT (token_id) DO UPDATE
+   SET admitted = greatest(q.tat, now()) + make_interval(secs => %(interval)s)
+                  <= now() + make_interval(secs => %(window)s),
+       tat = CASE WHEN greatest(q.tat, now()) + make_interval(secs => %(interval)s)
+                       <= now() + make_interval(secs => %(window)s)
+                  THEN greatest(q.tat, now()) + make_interval(secs => %(interval)s)
+                  ELSE q.tat END
+RETURNING admitted,
+          extract(epoch FROM greatest(tat, now()) + make_interval(secs => %(interval)s)
+                             - now() - make_interval(secs => %(window)s)) AS retry_after;

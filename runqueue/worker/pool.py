@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import housekeeping, leases, observe, schedules
+from runqueue import concurrency, housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.sql import execute
@@ -113,6 +113,9 @@ class Pool:
 
     def wake(self, payload: str) -> None:
         """Wake the groups that may claim the class a NOTIFY names ("" = all)."""
+        if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
+            concurrency.invalidate()
+            payload = ""
         for group in self.groups:
             if not payload or payload in group.class_names:
                 group.wake()
@@ -126,6 +129,7 @@ class Pool:
 
     def _sweep(self) -> None:
         leases.sweep()
+        concurrency.refresh()
         Worker.objects.filter(id=self.config.worker_id).update(last_seen_at=timezone.now())
         if time.monotonic() >= self._next_housekeeping:
             self._next_housekeeping = time.monotonic() + self.config.housekeeping_seconds

@@ -1,0 +1,44 @@
+"""Concurrency limits: staff cap (or pause, with 0) a concurrency key in a
+priority class, and see how many of its runs run now.
+
+A limit overrides ``RUNQUEUE["CONCURRENCY"]`` for its key and class. Saving
+or deleting one tells every worker at once (a NOTIFY); the claim enforces
+it from the next claim on. Runs already running above a lowered limit are
+left to finish: no new one starts until the key is under it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+
+from runqueue import concurrency
+from runqueue.conf import CLASS_NAMES, get_settings
+from runqueue.models import ConcurrencyLimit, PriorityClass
+
+
+@admin.register(ConcurrencyLimit)
+class ConcurrencyLimitAdmin(admin.ModelAdmin):
+    list_display = ["key", "priority_class", "max_running", "running_now", "note", "updated_at"]
+    list_filter = ["priority_class"]
+    search_fields = ["=key"]
+    search_help_text = "Exact concurrency key (a run's tenant unless its submitter chose one)."
+    fields = ["key", "priority_class", "max_running", "note"]
+    ordering = ["key", "priority_class"]
+
+    @admin.display(description="running now")
+    def running_now(self, limit: ConcurrencyLimit) -> str:
+        running = concurrency.running(limit.key, PriorityClass(limit.priority_class))
+        return f"{running} of {limit.max_running}" if limit.max_running else f"{running} (paused)"
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        defaults = ", ".join(
+            f"{name} {'no cap' if cap is None else cap}"
+            for name, cap in zip(CLASS_NAMES, get_settings().CONCURRENCY, strict=True)
+        )
+        context = {"subtitle": f"Keys without a limit: {defaults} (RUNQUEUE['CONCURRENCY'])"}
+        return super().changelist_view(request, context | (extra_context or {}))

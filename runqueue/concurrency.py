@@ -1,0 +1,118 @@
+"""Concurrency caps per key and class: which claim statement to run, the
+limits staff set, and how workers learn of them.
+
+A cap bounds how many runs with one concurrency key (by default the run's
+tenant) are ``running`` at once in one priority class: the default per class
+is ``RUNQUEUE["CONCURRENCY"]`` and a ``ConcurrencyLimit`` row overrides it
+for one key (0 pauses the key). Only a claim moves a run into running, so
+only the claim enforces caps: ``finish_and_claim_capped`` runs the walk of
+``runqueue_claim_capped`` (migration 0002_concurrency). A deployment with
+no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
+
+Whether a cap may apply is cached per process: a default cap comes from the
+settings; whether any ``ConcurrencyLimit`` row exists is read again after a
+limit is saved or deleted here (a ``NOTIFY`` tells the workers of other
+processes) and on every sweeper tick.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+from runqueue.conf import get_settings
+from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
+from runqueue.sql import execute
+
+#: The NOTIFY payload that tells workers the limits changed.
+NOTIFY_PAYLOAD = "concurrency"
+
+
+class _Limits:
+    """Whether any ConcurrencyLimit row exists, cached; None: read it again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._exist: bool | None = None
+
+    def exist(self) -> bool:
+        known = self._exist
+        if known is None:
+            known = ConcurrencyLimit.objects.exists()
+            with self._lock:
+                if self._exist is None:
+                    self._exist = known
+        return known
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._exist = None
+
+    def refresh(self) -> bool:
+        known = ConcurrencyLimit.objects.exists()
+        with self._lock:
+            self._exist = known
+        return known
+
+
+_limits = _Limits()
+
+
+def caps_may_apply() -> bool:
+    """True when a claim must take the capped path: a default cap is set,
+    or some key has a limit (cached; see the module docstring)."""
+    return get_settings().caps_configured or _limits.exist()
+
+
+def invalidate() -> None:
+    """Limits changed (a NOTIFY, a save here): read them again before the next claim."""
+    _limits.invalidate()
+
+
+def refresh() -> None:
+    """Read whether limits exist now (the sweeper's tick)."""
+    _limits.refresh()
+
+
+def claim_params() -> dict[str, Any]:
+    """The capped claim's extra parameter: the default cap per class index."""
+    return {"default_caps": list(get_settings().CONCURRENCY)}
+
+
+def default_cap(priority_class: PriorityClass) -> int | None:
+    return get_settings().CONCURRENCY[int(priority_class) // 10]
+
+
+def cap_for(key: str, priority_class: PriorityClass) -> int | None:
+    """The cap in force for a key in a class (None: no cap)."""
+    limit = (
+        ConcurrencyLimit.objects.filter(key=key, priority_class=priority_class)
+        .values_list("max_running", flat=True)
+        .first()
+    )
+    return limit if limit is not None else default_cap(priority_class)
+
+
+def running(key: str, priority_class: PriorityClass) -> int:
+    """Runs of the key running (or waiting for an expired lease) in the class."""
+    low, high = priority_class.bounds
+    return Run.objects.filter(
+        status=RunStatus.RUNNING, concurrency_key=key, priority__gte=low, priority__lte=high
+    ).count()
+
+
+@receiver(post_save, sender=ConcurrencyLimit)
+@receiver(post_delete, sender=ConcurrencyLimit)
+def _limits_changed(**kwargs: Any) -> None:
+    """Read the limits again here, and tell the workers (on commit): a new
+    limit makes their claims take the capped path, a raised one may make
+    runs claimable."""
+    invalidate()
+    transaction.on_commit(invalidate)  # a claim in between may have read the old state
+    with connection.cursor() as cursor:
+        params = {"channel": get_settings().NOTIFY_CHANNEL, "payload": NOTIFY_PAYLOAD}
+        execute(cursor, "notify", params)

@@ -1,0 +1,73 @@
+"""The deployable project (config/): the chaos runner's app and kind only
+when the chaos command asks for them, the demo's kinds in the API only
+while the demo is on, and demo handlers that cap what a payload asks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.conf import settings
+
+from demo import handlers as demo
+from runqueue import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(  # noqa: S603 - our own manage.py
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_chaos_app_and_kind_are_not_installed() -> None:
+    assert "chaos" not in settings.INSTALLED_APPS
+    assert not registry.is_registered("chaos.turn")
+    assert "demo" in settings.INSTALLED_APPS
+
+
+@pytest.mark.slow
+def test_only_the_chaos_command_installs_chaos() -> None:
+    listed = _manage("help", "--commands")
+    assert listed.returncode == 0, listed.stderr
+    assert "runqueue_chaos" not in listed.stdout.split()
+    chaos = _manage("runqueue_chaos", "--help")
+    assert chaos.returncode == 0, chaos.stderr
+    assert "--profile" in chaos.stdout
+
+
+@pytest.mark.slow
+def test_the_demo_kinds_are_api_kinds_only_while_the_demo_is_on() -> None:
+    show = (
+        "from django.conf import settings as s;"
+        " print(sorted(s.RUNQUEUE.get('API_KINDS', [])), 'demo' in s.INSTALLED_APPS)"
+    )
+    on = _manage("shell", "--no-imports", "-c", show)
+    assert on.stdout.strip() == f"{sorted(settings.DEMO_KINDS)} True", on.stderr
+    off = _manage("shell", "--no-imports", "-c", show, RUNQUEUE_DEMO="0")
+    assert off.stdout.strip() == "[] False", off.stderr
+
+
+def test_demo_handlers_cap_their_inputs(monkeypatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(demo.time, "sleep", slept.append)
+    ctx = SimpleNamespace(
+        payload={"steps": 10**9, "topic": "x" * 10_000}, state=None, checkpoint=lambda s: True
+    )
+    result = demo.research(ctx)
+    assert len(slept) == demo.MAX_RESEARCH_STEPS
+    assert result["summary"] == f"{demo.MAX_RESEARCH_STEPS} findings"
+    assert len(result["topic"]) == 200
+    assert demo.bounded("7", 4, 8) == 4 and demo.bounded(True, 4, 8) == 4
+    assert demo.bounded(-3, 4, 8) == 0
