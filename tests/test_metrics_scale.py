@@ -21,10 +21,11 @@ RUNS = 1_000_000
 # the classes, some scheduled later), 1% running, 1% waiting for the user,
 # 1% cancelled; 40 unresolved uncertain tool invocations.
 LOAD = """
-INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status, priority,
-    attempts, max_attempts, lease_epoch, lease_owner, lease_expires_at, scheduled_for,
-    created_at, started_at, finished_at)
-SELECT gen_random_uuid(), 'tenant-' || (i %% 20), 'user:' || (i %% 5000), 'conv-' || i,
+INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, session_id, kind, payload,
+    status, priority, attempts, max_attempts, lease_epoch, lease_owner, lease_expires_at,
+    scheduled_for, created_at, started_at, finished_at)
+SELECT gen_random_uuid(), 'tenant-' || (i %% 20), 'tenant-' || (i %% 20), 'user:' || (i %% 5000),
+       'conv-' || i,
        'chat.turn', '{}'::jsonb, s.status, (i * 7) %% 30,
        CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END, 3,
        CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END,

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 from django.db.backends.signals import connection_created
@@ -32,6 +33,15 @@ CLAIM_BATCH = 32
 #: Leases a slot group may claim beyond its idle slots while its runs are
 #: short (docs/performance.md: chosen by measurement).
 CLAIM_AHEAD = 16
+
+
+def _join(threads: list[Any], deadline: float) -> None:
+    """Wait for ``threads`` until ``deadline``, waking every 0.2 s: a signal
+    the kernel gives another thread runs its Python handler (a second
+    SIGTERM: exit now) only when the main thread wakes up."""
+    for thread in threads:
+        while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+            thread.join(min(left, 0.2))
 
 
 def default_worker_id() -> str:
@@ -231,15 +241,13 @@ class Pool:
     def shutdown(self) -> None:
         self.stop()
         deadline = time.monotonic() + self.config.grace_seconds
-        for slot in self.slots:
-            slot.join(max(deadline - time.monotonic(), 0))
+        _join(self.slots, deadline)
         # Each group writes the outcomes handed over and gives back what did
         # not finish in time: queued at once, and the epoch bump fences the
         # handler still running it.
         for group in self.groups:
             group.close()
-        for group in self.groups:
-            group.join(max(deadline - time.monotonic(), 10.0))
+        _join(self.groups, max(deadline, time.monotonic() + 10.0))
         self.stopped.set()
         connection.close()  # the main thread's connection sat idle since start
         retrying(
