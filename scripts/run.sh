@@ -16,7 +16,11 @@ if [ "${RUNQUEUE_DEMO:-1}" != "0" ]; then
     python manage.py runqueue_demo --runs 40 --spread-seconds 180
 fi
 
-python manage.py runworker &
+# In a process group of its own: Ctrl-C in the terminal signals the foreground
+# group, and the worker must get one SIGTERM (the trap's), not a second signal
+# that would make it exit at once and leave its leases to expire.
+python -c 'import os, sys; os.setpgrp(); os.execvp(sys.argv[1], sys.argv[1:])' \
+    python manage.py runworker &
 worker=$!
 trap 'kill -TERM "$worker" 2>/dev/null; wait "$worker" 2>/dev/null' EXIT
 
