@@ -472,16 +472,15 @@ def _inserted(request: _Request, run_id: uuid.UUID, created_at: dt.datetime, tp:
         "concurrency_key": request.concurrency_key,
         "created_at": created_at,
     }
+    # Every other column as the model's default makes it (status queued,
+    # epoch 0, ...), as the statement inserts it; asked per run, so no two
+    # runs share a mutable default.
+    fields = Run._meta.concrete_fields
     return Run.from_db(
         connection.alias,
-        _RUN_FIELDS,
-        [values[name] if name in values else default for name, default in _RUN_DEFAULTS],
+        [f.attname for f in fields],
+        [values[f.attname] if f.attname in values else f.get_default() for f in fields],
     )
-
-
-#: Every other column of a new run: its model default (status queued, epoch 0, ...).
-_RUN_DEFAULTS = [(f.attname, f.get_default()) for f in Run._meta.concrete_fields]
-_RUN_FIELDS = [name for name, _ in _RUN_DEFAULTS]
 
 
 def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) -> None:

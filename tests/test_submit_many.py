@@ -152,3 +152,20 @@ def test_racing_calls_with_the_same_keys_make_one_run_per_key() -> None:
     assert len(results) == 4 and all(r == results[0] for r in results)
     assert Run.objects.filter(payload__has_key="i").count() == 20
     assert Run.objects.filter(id__in=results[0], priority=PriorityClass.INTERACTIVE).count() == 20
+
+
+@pytest.mark.django_db
+def test_the_returned_run_is_the_row_as_stored() -> None:
+    """submit builds the Run from what it sent (and created_at): every column
+    must match the row, so a column added later cannot drift unnoticed."""
+    when = _later()
+    subs = [
+        runqueue.submit(kind="k", payload={"a": [1, "x"]}, tenant="t", principal="p"),
+        runqueue.submit(kind="k", session_id="s-1", idempotency_key="key-x", priority=12),
+        *runqueue.submit_many([R(kind="k", scheduled_for=when, max_attempts=5)]),
+    ]
+    for sub in subs:
+        stored = Run.objects.get(id=sub.run.id)
+        for field in Run._meta.concrete_fields:
+            name = field.attname
+            assert getattr(sub.run, name) == getattr(stored, name), name

@@ -25,7 +25,6 @@ from runqueue.leases.claim import (
     claim_one,
     claim_spec,
     finish_and_claim,
-    run_from_row,
 )
 from runqueue.leases.transitions import (
     cancel,
@@ -38,7 +37,6 @@ from runqueue.leases.writes import (
     append_event,
     checkpoint,
     fail,
-    finish_params,
     give_up,
     heartbeat,
     heartbeat_many,
@@ -65,7 +63,6 @@ __all__ = [
     "fail",
     "claim_spec",
     "finish_and_claim",
-    "finish_params",
     "failure_record",
     "give_up",
     "heartbeat",
@@ -81,7 +78,6 @@ __all__ = [
     "release",
     "requeue",
     "resolve_uncertain",
-    "run_from_row",
     "succeed",
     "sweep",
     "wait_for_user",
