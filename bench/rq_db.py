@@ -8,11 +8,6 @@ import time
 from bench import src
 from bench.common import url_for
 
-RUN_COLUMNS = (
-    "id, tenant, concurrency_key, principal, kind, payload, status, priority, attempts,"
-    " max_attempts, lease_epoch, lease_owner, created_at"
-)
-
 
 def setup_django(url: str) -> None:
     """Point the project's settings at the bench database and migrate it
@@ -36,14 +31,38 @@ def cursor():
     return connection.cursor()
 
 
-#: Queue runs with one INSERT ... SELECT generate_series (no submit()): params
-#: tenant, concurrency key, kind, payload (JSON text), priority, n, n.
-LOAD = f"""
-    INSERT INTO runqueue_run ({RUN_COLUMNS})
-    SELECT gen_random_uuid(), %s, %s, '', %s, %s::jsonb, 'queued', %s, 0, 3, 0, '',
-           now() - make_interval(secs => (%s - g) / 1e6)
-      FROM generate_series(1, %s) g
-"""
+def _keyed() -> bool:
+    """The measured checkout's runs have a concurrency key (issue 12 on)."""
+    from runqueue.models import Run
+
+    return any(f.column == "concurrency_key" for f in Run._meta.concrete_fields)
+
+
+def load(
+    n: int,
+    *,
+    kind: str = "bench.noop",
+    priority: int = 10,
+    tenant: str = "bench",
+    payload: str = "{}",
+) -> tuple[str, list]:
+    """Queue ``n`` runs with one INSERT ... SELECT generate_series (no
+    submit()): the statement and its parameters, for the measured checkout's
+    schema (``--src`` may be a checkout from before the concurrency key)."""
+    keyed = _keyed()
+    key_column, key_value = ("concurrency_key, ", "%s, ") if keyed else ("", "")
+    statement = f"""
+        INSERT INTO runqueue_run (id, tenant, {key_column}principal, kind, payload, status,
+                                  priority, attempts, max_attempts, lease_epoch, lease_owner,
+                                  created_at)
+        SELECT gen_random_uuid(), %s, {key_value}'', %s, %s::jsonb, 'queued', %s, 0, 3, 0, '',
+               now() - make_interval(secs => (%s - g) / 1e6)
+          FROM generate_series(1, %s) g
+    """
+    params = [tenant, *([tenant] if keyed else []), kind, payload, priority, n, n]
+    return statement, params
+
+
 #: Wake idle workers as a submit would.
 WAKE = "SELECT pg_notify('runqueue', '')"
 
@@ -57,16 +76,19 @@ def bulk_load(
     tenant: str = "bench",
     payload: str = "{}",
 ) -> None:
-    """Queue ``n`` runs through Django's connection (see ``LOAD``)."""
+    """Queue ``n`` runs through Django's connection (see ``load``)."""
     with cursor() as cur:
-        cur.execute(LOAD, [tenant, tenant, kind, payload, priority, n, n])
+        cur.execute(*load(n, kind=kind, priority=priority, tenant=tenant, payload=payload))
         if notify:
             cur.execute(WAKE)
 
 
 def reset() -> None:
     with cursor() as cur:
-        cur.execute("TRUNCATE runqueue_run, runqueue_worker, runqueue_concurrency_limit CASCADE")
+        tables = "runqueue_run, runqueue_worker" + (
+            ", runqueue_concurrency_limit" if _keyed() else ""
+        )
+        cur.execute(f"TRUNCATE {tables} CASCADE")
 
 
 def count(status: str, kind: str | None = None) -> int:

@@ -260,7 +260,7 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
     probe = window.probe()
     workers.resume()
     with probe.transaction() as conn:
-        conn.execute(rq_db.LOAD, ["bench", "bench", "bench.noop", "{}", 10, n, n])
+        conn.execute(*rq_db.load(n))
         conn.execute("ANALYZE runqueue_run")
         conn.execute(rq_db.WAKE)
     complete = _wait_done(probe, workers, timeout=max(120, n / 20))
