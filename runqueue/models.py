@@ -38,8 +38,20 @@ TERMINAL_STATUSES: tuple[str, ...] = (
 )
 
 
+#: The highest priority a run can have: the column is a PostgreSQL smallint.
+PRIORITY_MAX = 32767
+
+
 class PriorityClass(models.IntegerChoices):
-    """Claim classes. A class is a range, so it can subdivide without a migration."""
+    """Claim classes. A class is a range, so it can subdivide without a migration.
+
+    The one home of class arithmetic: a class's value is the lowest priority
+    in it (stored as is in ``ConcurrencyLimit``, ``PausedKind``, tokens), its
+    ``index`` is its place in class order (0, 1, 2: how the claim statement
+    and the metrics count classes), its ``slug`` is the name settings, the
+    API, the CLI and metric labels use, and ``sql_index`` is the same
+    arithmetic as SQL for statements that classify rows.
+    """
 
     INTERACTIVE = 0, "Interactive"
     ASYNC = 10, "Async"
@@ -48,19 +60,50 @@ class PriorityClass(models.IntegerChoices):
     @classmethod
     def of(cls, priority: int) -> PriorityClass:
         """The class a priority value falls in: 0-9, 10-19, 20 and up."""
-        if priority < 0:
-            raise ValueError(f"priority must be >= 0, got {priority}")
-        if priority < cls.ASYNC:
-            return cls.INTERACTIVE
-        if priority < cls.MAINTENANCE:
-            return cls.ASYNC
-        return cls.MAINTENANCE
+        if not 0 <= priority <= PRIORITY_MAX:
+            raise ValueError(f"priority must be between 0 and {PRIORITY_MAX}, got {priority}")
+        return cls.by_index(min(priority // _CLASS_WIDTH, len(cls) - 1))
+
+    @classmethod
+    def by_index(cls, index: int) -> PriorityClass:
+        """The class at ``index`` in class order."""
+        return list(cls)[index]
+
+    @classmethod
+    def from_slug(cls, slug: str) -> PriorityClass:
+        """The class named ``slug`` ("interactive", "async", "maintenance")."""
+        for member in cls:
+            if member.slug == slug:
+                return member
+        names = ", ".join(cls.slugs())
+        raise ValueError(f"unknown priority class {slug!r}; the classes are {names}")
+
+    @classmethod
+    def slugs(cls) -> tuple[str, ...]:
+        return tuple(member.slug for member in cls)
+
+    @classmethod
+    def sql_index(cls, column: str) -> str:
+        """SQL for the class index of a priority column (a smallint expression)."""
+        return f"least({column} / {_CLASS_WIDTH}, {len(cls) - 1})"
+
+    @property
+    def slug(self) -> str:
+        return self.name.lower()
+
+    @property
+    def index(self) -> int:
+        return int(self) // _CLASS_WIDTH
 
     @property
     def bounds(self) -> tuple[int, int]:
         """Inclusive (low, high) priority values of this class."""
-        high = {0: 9, 10: 19, 20: 32767}[int(self)]
-        return int(self), high
+        last = self.index == len(type(self)) - 1
+        return int(self), PRIORITY_MAX if last else int(self) + _CLASS_WIDTH - 1
+
+
+#: Each class but the last spans this many priority values.
+_CLASS_WIDTH = 10
 
 
 class Idempotency(models.TextChoices):
