@@ -34,7 +34,9 @@ _TICK_CONSTRAINT = "runqueue_schedule_tick_once"
 
 @dataclass
 class Hooks:
-    """A pause point for tests that kill or race a ticking process."""
+    """A pause point for tests that kill or race a ticking process. It
+    observes only: set or not, a tick runs the same statements in the
+    same order; the hook sees what was written and may wait."""
 
     #: Called inside a schedule's transaction, after its ticks and runs
     #: are written, before commit.
