@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 
 import psycopg
-from django.db import connection
+
+from runqueue import db
 
 DDL = """
 CREATE TABLE IF NOT EXISTS chaos_ledger (
@@ -29,10 +30,7 @@ _local = threading.local()
 def _connection() -> psycopg.Connection:
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+        conn = db.connect(connect_timeout=5)
         _local.conn = conn
     return conn
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from django.db import connection
 
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
+from runqueue import db
 from tests.workers import start_worker  # noqa: F401 - fixture
 
 #: The kinds tests/handlers.py registers, which the API tests submit.
@@ -50,10 +50,7 @@ def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connec
     opened: list[psycopg.Connection] = []
 
     def connect(*, autocommit: bool = True) -> psycopg.Connection:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        conn = psycopg.connect(**params, autocommit=autocommit)
+        conn = db.connect(autocommit=autocommit)
         opened.append(conn)
         return conn
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psycopg
-from django.db import connection
-
 import runqueue
-from runqueue import Idempotency, RunContext
+from runqueue import Idempotency, RunContext, db
 
 LEDGER_DDL = """
 CREATE TABLE IF NOT EXISTS runqueue_test_ledger (
@@ -30,10 +27,7 @@ CREATE TABLE IF NOT EXISTS runqueue_test_ledger (
 
 def ledger(run_id: Any, what: str, detail: str = "") -> None:
     """Record a side effect outside the worker's transactions."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with db.connect() as conn:
         conn.execute(
             "INSERT INTO runqueue_test_ledger (run_id, what, detail) VALUES (%s, %s, %s)",
             (str(run_id), what, detail),
@@ -41,10 +35,7 @@ def ledger(run_id: Any, what: str, detail: str = "") -> None:
 
 
 def released(run_id: Any, what: str = "release") -> bool:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with db.connect() as conn:
         row = conn.execute(
             "SELECT 1 FROM runqueue_test_ledger WHERE run_id = %s AND what = %s",
             (str(run_id), what),

@@ -6,12 +6,11 @@ from __future__ import annotations
 import importlib
 import threading
 
-import psycopg
 import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import PriorityClass, SubmitRequest
+from runqueue import PriorityClass, SubmitRequest, db
 from runqueue.models import IdempotencyKey, Run, RunEvent, RunStatus
 from tests.helpers import event_types
 
@@ -106,10 +105,7 @@ def test_chunks_are_written_a_statement_each_and_a_taken_key_is_routed(monkeypat
 
 @pytest.mark.django_db(transaction=True)
 def test_idle_workers_are_woken_once_per_class_on_commit() -> None:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as listener:
+    with db.connect() as listener:
         listener.execute("LISTEN runqueue")
         runqueue.submit_many(
             [R(kind="k", priority=p) for p in (0, 1, 10, 12, 15)]

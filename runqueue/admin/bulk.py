@@ -39,13 +39,10 @@ def filters_of(request: HttpRequest) -> str:
 
 
 class OperatorMixin:
-    """Bulk pages for a run changelist (``bulk_verbs``) and the permission
-    behind pausing kinds. Mixed into the run ModelAdmins."""
+    """Bulk pages for a run changelist (``bulk_verbs``). Mixed into the run
+    ModelAdmins, whose ``has_<verb>_permission`` say who may use them."""
 
     bulk_verbs: tuple[str, ...] = ("requeue", "cancel")
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runqueue.pause_kind")
 
     def bulk_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.bulk_view)

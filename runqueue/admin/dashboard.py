@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     Aggregate,
@@ -37,7 +38,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from runqueue import events
-from runqueue.admin import display, svg
+from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -50,9 +51,6 @@ from runqueue.models import (
     ToolStatus,
     Worker,
 )
-
-if TYPE_CHECKING:
-    from runqueue.admin.runs import RunAdmin
 
 WINDOW = dt.timedelta(hours=1)
 CLASSES = list(PriorityClass)
@@ -253,9 +251,9 @@ def charts(stats: list[ClassStats], buckets: list[tuple[dt.datetime, dict[str, i
     return {"depth": depth, "latency": latency, "throughput": finished}
 
 
-def view(model_admin: RunAdmin, request: HttpRequest) -> HttpResponse:
+def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     """The dashboard page; staff who may view runs may view it."""
-    if not model_admin.has_view_permission(request):
+    if not permissions.may_view(request):
         raise PermissionDenied
     stats = class_stats()
     buckets = throughput()

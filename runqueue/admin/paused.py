@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from runqueue import registry
-from runqueue.admin import display
+from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor
 from runqueue.models import PausedKind, PriorityClass, QueueEvent
 from runqueue.pausing import pause_kind, resume_kind
@@ -116,7 +116,7 @@ class PausedKindAdmin(admin.ModelAdmin):
     actions = [resume_kinds]
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runqueue.pause_kind")
+        return permissions.may_pause(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return self.has_pause_permission(request)
@@ -128,9 +128,7 @@ class PausedKindAdmin(admin.ModelAdmin):
         return False  # the Resume action deletes, through the service
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("runqueue.view_run") or super().has_view_permission(
-            request, obj
-        )
+        return permissions.may_view(request, self.opts)
 
     def get_actions(
         self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST
@@ -181,6 +179,4 @@ class QueueEventAdmin(admin.ModelAdmin):
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("runqueue.view_run") or super().has_view_permission(
-            request, obj
-        )
+        return permissions.may_view(request, self.opts)

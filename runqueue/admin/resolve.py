@@ -8,10 +8,11 @@ event; a LogEntry goes to the run's admin history.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -19,13 +20,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from runqueue import leases
+from runqueue.admin import permissions
 from runqueue.admin.actions import actor, log_change
 from runqueue.admin.display import pretty_json
 from runqueue.errors import InvalidTransition
 from runqueue.models import ToolInvocation
-
-if TYPE_CHECKING:
-    from runqueue.admin.runs import RunAdmin
 
 
 class ResolveForm(forms.Form):
@@ -45,9 +44,10 @@ class ResolveForm(forms.Form):
     )
 
 
-def view(model_admin: RunAdmin, request: HttpRequest, tool_id: int) -> HttpResponse:
-    """GET shows the invocation and the form; POST records the answer."""
-    if not model_admin.has_resolve_permission(request):
+def view(model_admin: ModelAdmin, request: HttpRequest, tool_id: int) -> HttpResponse:
+    """GET shows the invocation and the form; POST records the answer.
+    ``model_admin`` is the run admin the page belongs to (its site, its messages)."""
+    if not permissions.may_resolve(request):
         raise PermissionDenied
     tool = get_object_or_404(ToolInvocation.objects.select_related("run"), pk=tool_id)
     form = ResolveForm(request.POST if request.method == "POST" else None)

@@ -26,6 +26,7 @@ from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
+from runqueue.admin.permissions import RunPermissionsMixin
 from runqueue.models import (
     Checkpoint,
     DeadLetteredRun,
@@ -56,34 +57,6 @@ def unresolved_uncertain() -> Exists:
             run=OuterRef("pk"), status=ToolStatus.UNCERTAIN, resolution__isnull=True
         )
     )
-
-
-class RunPermissionsMixin:
-    """The custom permissions behind each action, and read-only runs."""
-
-    def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runqueue.requeue_run")
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runqueue.cancel_run")
-
-    def has_resolve_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("runqueue.resolve_uncertain")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # runs are submitted, never typed in
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # state changes go through actions and the service layer
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # runs are cancelled, never deleted: their history stays
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # The proxy views are views of Run: view_run is enough for all three.
-        return request.user.has_perm("runqueue.view_run") or super().has_view_permission(
-            request, obj
-        )
 
 
 @admin.register(Run)

@@ -23,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from runqueue import registry, schedules
-from runqueue.admin import display
+from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
@@ -127,9 +127,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Support staff who see runs see what makes them.
-        return request.user.has_perm("runqueue.view_run") or super().has_view_permission(
-            request, obj
-        )
+        return permissions.may_view(request, self.opts)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("runqueue.operate_schedule")

@@ -6,6 +6,7 @@ schedule have the principal ``schedule:<name>`` and a ``schedule.fired``
 event. See docs/decisions.md, "Scheduled work".
 """
 
+from runqueue.schedules.clock import db_now
 from runqueue.schedules.operate import (
     ScheduleError,
     define,
@@ -15,7 +16,7 @@ from runqueue.schedules.operate import (
     save_definition,
     sync_settings,
 )
-from runqueue.schedules.ticks import ON_TIME_SECONDS, db_now, hooks, plan, tick
+from runqueue.schedules.ticks import ON_TIME_SECONDS, hooks, plan, tick
 
 __all__ = [
     "ON_TIME_SECONDS",

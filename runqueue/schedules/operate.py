@@ -24,8 +24,8 @@ from runqueue.conf import Settings, get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import Run, Schedule, ScheduleSource
 from runqueue.schedules import cron
+from runqueue.schedules.clock import db_now
 from runqueue.schedules.spec import ScheduleSpec
-from runqueue.schedules.ticks import db_now
 
 logger = logging.getLogger("runqueue.schedules")
 

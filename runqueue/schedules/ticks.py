@@ -15,12 +15,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
 from runqueue.models import CatchUp, Schedule, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
-from runqueue.sql import execute
+from runqueue.schedules.clock import db_now
+from runqueue.schedules.operate import sync_settings
 
 logger = logging.getLogger("runqueue.schedules")
 
@@ -33,7 +34,9 @@ _TICK_CONSTRAINT = "runqueue_schedule_tick_once"
 
 @dataclass
 class Hooks:
-    """A pause point for tests that kill or race a ticking process."""
+    """A pause point for tests that kill or race a ticking process. It
+    observes only: set or not, a tick runs the same statements in the
+    same order; the hook sees what was written and may wait."""
 
     #: Called inside a schedule's transaction, after its ticks and runs
     #: are written, before commit.
@@ -79,20 +82,12 @@ def plan(
     return Plan(fire=fire, skipped_from=first, skipped_before=before)
 
 
-def db_now() -> dt.datetime:
-    """The database's clock, which every schedule comparison uses."""
-    with connection.cursor() as cursor:
-        return execute(cursor, "clock", {}).fetchone()[0]
-
-
 def tick(now: dt.datetime | None = None) -> list[ScheduleTick]:
     """Fire every due tick of every active schedule; the ticks this call fired.
 
     ``now`` defaults to the database clock; tests pass their own. Every
     worker calls this from its periodic sweep: any number may race.
     """
-    from runqueue.schedules.operate import sync_settings
-
     sync_settings()
     if now is None:
         now = db_now()

@@ -25,6 +25,7 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
+from runqueue import db
 from runqueue.conf import get_settings
 from runqueue.sql import execute
 
@@ -124,10 +125,7 @@ class Hub:
         return True
 
     def _connect(self) -> psycopg.Connection:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        conn = psycopg.connect(**params, autocommit=True)
+        conn = db.connect()
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
         return conn
 

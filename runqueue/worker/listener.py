@@ -7,8 +7,9 @@ import threading
 from collections.abc import Callable
 
 import psycopg
-from django.db import connection
 from psycopg import sql
+
+from runqueue import db
 
 logger = logging.getLogger("runqueue.worker")
 
@@ -26,13 +27,15 @@ class Listener(threading.Thread):
         self.channel = channel
         self.wake = wake
         self.stopping = stopping
-        self.listening = threading.Event()
+        self._listening = threading.Event()
+
+    def wait_listening(self, timeout: float) -> bool:
+        """True once LISTEN is in place (False if not within ``timeout``
+        seconds): from then on a NOTIFY wakes the slots, no poll needed."""
+        return self._listening.wait(timeout)
 
     def _connect(self) -> psycopg.Connection:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        conn = psycopg.connect(**params, autocommit=True)
+        conn = db.connect()
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn
 
@@ -41,14 +44,14 @@ class Listener(threading.Thread):
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
-                    self.listening.set()
+                    self._listening.set()
                     delay = 0.5
                     self.wake("")
                     while not self.stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self.wake(note.payload)
             except psycopg.Error as exc:
-                self.listening.clear()
+                self._listening.clear()
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 30)

@@ -1,0 +1,85 @@
+"""Who may see runs and act on them in the admin: the one home of those rules.
+
+The run ModelAdmins answer Django's ``has_*_permission`` from here, and the
+admin's own pages (the dashboard, the resolve form) ask here directly, so a
+page needs no ModelAdmin to know who may open it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_permission_codename
+from django.db.models.options import Options
+from django.http import HttpRequest
+
+from runqueue.models import Run
+
+VIEW = "runqueue.view_run"
+REQUEUE = "runqueue.requeue_run"
+CANCEL = "runqueue.cancel_run"
+RESOLVE = "runqueue.resolve_uncertain"
+PAUSE = "runqueue.pause_kind"
+
+
+def may_view(request: HttpRequest, opts: Options | None = None) -> bool:
+    """``view_run`` shows every run page: the dead-lettered and uncertain
+    lists, paused kinds and schedules are views of runs, and staff are not
+    asked for one view permission each. A model's own view or change
+    permission shows that model's pages, as anywhere in Django."""
+    user = request.user
+    if user.has_perm(VIEW):
+        return True
+    opts = opts or Run._meta
+    return any(
+        user.has_perm(f"{opts.app_label}.{get_permission_codename(action, opts)}")
+        for action in ("view", "change")
+    )
+
+
+def may_requeue(request: HttpRequest) -> bool:
+    return request.user.has_perm(REQUEUE)
+
+
+def may_cancel(request: HttpRequest) -> bool:
+    return request.user.has_perm(CANCEL)
+
+
+def may_resolve(request: HttpRequest) -> bool:
+    """Answer whether an uncertain tool call happened."""
+    return request.user.has_perm(RESOLVE)
+
+
+def may_pause(request: HttpRequest) -> bool:
+    """Pause and resume kinds (from a run list or the paused kinds page)."""
+    return request.user.has_perm(PAUSE)
+
+
+class RunPermissionsMixin:
+    """The run ModelAdmins' permissions: one per action, and read-only runs."""
+
+    opts: Options
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return may_requeue(request)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return may_cancel(request)
+
+    def has_resolve_permission(self, request: HttpRequest) -> bool:
+        return may_resolve(request)
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return may_pause(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs are submitted, never typed in
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # state changes go through actions and the service layer
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # runs are cancelled, never deleted: their history stays
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return may_view(request, self.opts)

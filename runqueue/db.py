@@ -1,0 +1,27 @@
+"""psycopg connections of runqueue's own, opened from Django's settings.
+
+For what must not share Django's per-thread connection: a LISTEN that
+lives as long as the process, a ledger written outside a worker's
+transactions, a test's second session holding locks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+
+
+def connect(
+    alias: str = DEFAULT_DB_ALIAS, *, autocommit: bool = True, **kwargs: Any
+) -> psycopg.Connection:
+    """A new connection to the database ``alias`` names, as Django would
+    open it (same server, database, user and OPTIONS), but plain psycopg:
+    default cursors and adapters, autocommit unless told otherwise.
+    ``kwargs`` add or override connection parameters (``connect_timeout``)."""
+    params = connections[alias].get_connection_params()
+    # Django's cursor class and adapters serve its ORM, not raw callers.
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**(params | kwargs), autocommit=autocommit)
