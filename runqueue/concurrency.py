@@ -84,7 +84,7 @@ def claim_params() -> dict[str, Any]:
 
 
 def default_cap(priority_class: PriorityClass) -> int | None:
-    return get_settings().CONCURRENCY[int(priority_class) // 10]
+    return get_settings().CONCURRENCY[PriorityClass(priority_class).index]
 
 
 def cap_for(key: str, priority_class: PriorityClass) -> int | None:

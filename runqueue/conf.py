@@ -76,19 +76,15 @@ class Settings:
     EMIT_MAX_BYTES: int = 16384
     METRICS_TOKEN: str | None = None
     API_KINDS: tuple[str, ...] = ()
-    #: The class index (0 interactive, 1 async, 2 maintenance).
+    #: A class index (``PriorityClass.index``), from the class's slug.
     API_SESSION_MAX_PRIORITY_CLASS: int = 1
-    #: The default cap per class index (None: no cap), from a dict by class name.
+    #: The default cap per class index (None: no cap), from a dict by class slug.
     CONCURRENCY: tuple[int | None, int | None, int | None] = (None, None, None)
 
     @property
     def caps_configured(self) -> bool:
         """A default cap is set for some class."""
         return any(cap is not None for cap in self.CONCURRENCY)
-
-
-#: Class names as settings spell them, by class index.
-CLASS_NAMES = ("interactive", "async", "maintenance")
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -135,29 +131,40 @@ def _strings(name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+# Class names are PriorityClass slugs. runqueue.models is imported inside the
+# functions: settings are parsed only once the apps are ready.
+
+
 def _class_name(name: str, value: Any) -> int:
-    if value not in CLASS_NAMES:
+    """A class's slug -> its index."""
+    from runqueue.models import PriorityClass
+
+    slugs = PriorityClass.slugs()
+    if value not in slugs:
         raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be one of {', '.join(CLASS_NAMES)}, got {value!r}"
+            f"RUNQUEUE[{name!r}] must be one of {', '.join(slugs)}, got {value!r}"
         )
-    return CLASS_NAMES.index(value)
+    return PriorityClass.from_slug(value).index
 
 
 def _concurrency(value: Any) -> tuple[int | None, int | None, int | None]:
     """``{"interactive": 2, "async": None}`` -> caps by class index."""
+    from runqueue.models import PriorityClass
+
+    slugs = PriorityClass.slugs()
     if not isinstance(value, dict):
         raise ImproperlyConfigured(
             "RUNQUEUE['CONCURRENCY'] must be a dict from class name "
-            f"({', '.join(CLASS_NAMES)}) to a cap or None, got {value!r}"
+            f"({', '.join(slugs)}) to a cap or None, got {value!r}"
         )
-    unknown = sorted(map(repr, set(value) - set(CLASS_NAMES)))
+    unknown = sorted(map(repr, set(value) - set(slugs)))
     if unknown:
         raise ImproperlyConfigured(
             f"RUNQUEUE['CONCURRENCY'] has unknown class(es) {', '.join(unknown)}; "
-            f"the classes are {', '.join(CLASS_NAMES)}"
+            f"the classes are {', '.join(slugs)}"
         )
     caps: list[int | None] = []
-    for name in CLASS_NAMES:
+    for name in slugs:
         cap = value.get(name)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise ImproperlyConfigured(

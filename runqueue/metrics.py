@@ -15,8 +15,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-#: Label values of the ``class`` label, indexed by a priority's class.
-CLASS_NAMES = ("interactive", "async", "maintenance")
+from runqueue.models import PriorityClass
+
 OUTCOMES = ("succeeded", "failed", "requeued", "waiting", "fenced", "error")
 
 CLAIMS = Counter("runqueue_worker_claims", "Runs this worker claimed (and started).", ["class"])
@@ -50,41 +50,37 @@ RUN_DURATION = Histogram(
 )
 INFO = Gauge("runqueue_worker_info", "This worker process; always 1.", ["worker_id"])
 
-_claims = tuple(CLAIMS.labels(c) for c in CLASS_NAMES)
-_fenced = tuple(FENCED.labels(c) for c in CLASS_NAMES)
-_uncertain = tuple(UNCERTAIN.labels(c) for c in CLASS_NAMES)
-_latency = tuple(CLAIM_LATENCY.labels(c) for c in CLASS_NAMES)
-_duration = tuple(RUN_DURATION.labels(c) for c in CLASS_NAMES)
-_finishes = {(i, o): FINISHES.labels(c, o) for i, c in enumerate(CLASS_NAMES) for o in OUTCOMES}
-
-
-def class_index(priority: int) -> int:
-    """0, 1, 2 for interactive, async, maintenance (a class is a range)."""
-    return 0 if priority < 10 else 1 if priority < 20 else 2
+# The ``class`` label's value is the class's slug; children by class index.
+_claims = tuple(CLAIMS.labels(c) for c in PriorityClass.slugs())
+_fenced = tuple(FENCED.labels(c) for c in PriorityClass.slugs())
+_uncertain = tuple(UNCERTAIN.labels(c) for c in PriorityClass.slugs())
+_latency = tuple(CLAIM_LATENCY.labels(c) for c in PriorityClass.slugs())
+_duration = tuple(RUN_DURATION.labels(c) for c in PriorityClass.slugs())
+_finishes = {(c.index, o): FINISHES.labels(c.slug, o) for c in PriorityClass for o in OUTCOMES}
 
 
 def claimed(priority: int, wait_seconds: float) -> None:
-    i = class_index(priority)
+    i = PriorityClass.of(priority).index
     _claims[i].inc()
     _latency[i].observe(wait_seconds)
 
 
 def finished(priority: int, outcome: str, seconds: float | None) -> None:
-    i = class_index(priority)
-    child = _finishes.get((i, outcome))
+    cls = PriorityClass.of(priority)
+    child = _finishes.get((cls.index, outcome))
     if child is None:
-        child = FINISHES.labels(CLASS_NAMES[i], outcome)
+        child = FINISHES.labels(cls.slug, outcome)
     child.inc()
     if seconds is not None:
-        _duration[i].observe(seconds)
+        _duration[cls.index].observe(seconds)
 
 
 def fenced(priority: int) -> None:
-    _fenced[class_index(priority)].inc()
+    _fenced[PriorityClass.of(priority).index].inc()
 
 
 def uncertain(priority: int) -> None:
-    _uncertain[class_index(priority)].inc()
+    _uncertain[PriorityClass.of(priority).index].inc()
 
 
 def serve(port: int, host: str, worker_id: str) -> Any:

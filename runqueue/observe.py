@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from runqueue import metrics, tracing
+from runqueue.models import PriorityClass
 
 if TYPE_CHECKING:
     from runqueue.leases import Lease
@@ -28,7 +29,7 @@ run_span = tracing.run_span
 
 
 def _class(priority: int) -> str:
-    return metrics.CLASS_NAMES[metrics.class_index(priority)]
+    return PriorityClass.of(priority).slug
 
 
 def claimed(lease: Lease) -> None:

@@ -75,5 +75,5 @@ def is_paused(kind: str, priority: int) -> bool:
 
 
 def _data(priority_class: int | None, actor: str, reason: str) -> dict:
-    label = PriorityClass(priority_class).name.lower() if priority_class is not None else "all"
+    label = PriorityClass(priority_class).slug if priority_class is not None else "all"
     return {"priority_class": label, "actor": actor, "reason": reason}

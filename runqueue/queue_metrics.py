@@ -26,15 +26,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from runqueue.conf import get_settings
-from runqueue.metrics import CLASS_NAMES
-from runqueue.models import ACTIVE_STATUSES, PriorityClass, RunStatus
+from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PriorityClass, RunStatus
 from runqueue.sql import execute
 
 #: Counts stop here; above it, a series is the planner's estimate.
 CAP = 10_000
 #: The oldest due run is looked for among this many due runs per class.
 HEAD = 1_000
-_BOUNDS = tuple(c.bounds for c in PriorityClass)
 
 
 @dataclass
@@ -43,7 +41,7 @@ class QueueFigures:
 
     #: (class index, status) -> runs
     runs: dict[tuple[int, str], float] = field(default_factory=dict)
-    oldest_due_seconds: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    oldest_due_seconds: list[float] = field(default_factory=lambda: [0.0] * len(PriorityClass))
     dead_lettered: float = 0
     uncertain_tools: int = 0
     uncertain_runs: int = 0
@@ -79,7 +77,7 @@ def read() -> QueueFigures:
         for idx, queued, oldest in execute(
             cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
         ).fetchall():
-            low, high = _BOUNDS[idx]
+            low, high = PriorityClass.by_index(idx).bounds
             if queued > CAP:
                 queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
             figures.runs[(idx, RunStatus.QUEUED)] = queued
@@ -92,14 +90,14 @@ def read() -> QueueFigures:
             scale = 1.0
             if total > CAP:
                 # A capped read: split the estimated total as the sample is.
-                scale = max(_estimate(cursor, status, 0, 32767), total) / total
+                scale = max(_estimate(cursor, status, 0, PRIORITY_MAX), total) / total
             for idx, n in per_class.items():
                 figures.runs[(idx, status)] = n * scale
         dead, tools, runs, workers = execute(
             cursor, "metrics_totals", {"cap": CAP + 1, "stale_seconds": stale}
         ).fetchone()
         if dead > CAP:
-            dead = max(_estimate(cursor, RunStatus.FAILED, 0, 32767), CAP + 1)
+            dead = max(_estimate(cursor, RunStatus.FAILED, 0, PRIORITY_MAX), CAP + 1)
     figures.dead_lettered = dead
     figures.uncertain_tools, figures.uncertain_runs, figures.live_workers = tools, runs, workers
     return figures
@@ -119,9 +117,9 @@ class QueueCollector(Collector):
             "the planner's estimate above.",
             labels=["class", "status"],
         )
-        for idx, name in enumerate(CLASS_NAMES):
+        for cls in PriorityClass:
             for status in ACTIVE_STATUSES:
-                runs.add_metric([name, str(status)], figures.runs.get((idx, status), 0))
+                runs.add_metric([cls.slug, str(status)], figures.runs.get((cls.index, status), 0))
         yield runs
         oldest = GaugeMetricFamily(
             "runqueue_oldest_due_seconds",
@@ -129,8 +127,8 @@ class QueueCollector(Collector):
             f"(among the first {HEAD:,} due runs in claim order; 0 when none is due).",
             labels=["class"],
         )
-        for idx, name in enumerate(CLASS_NAMES):
-            oldest.add_metric([name], figures.oldest_due_seconds[idx])
+        for cls in PriorityClass:
+            oldest.add_metric([cls.slug], figures.oldest_due_seconds[cls.index])
         yield oldest
         yield GaugeMetricFamily(
             "runqueue_dead_lettered_runs",

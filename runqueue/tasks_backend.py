@@ -9,9 +9,10 @@ events.
 
 Mapping (docs/decisions.md): ``queue_name`` picks the priority class
 (reserved capacity stays meaningful); the task's priority (-100..100, higher
-first) picks a place inside the class's ten values (lower first):
-``class_base + ((100 - priority) * 9 + 100) // 200``, so 100 -> +0,
-0 -> +5, -100 -> +9. ``run_after`` is ``scheduled_for``.
+first) picks a place among the class's first ten values (lower first):
+``low + ((100 - priority) * 9 + 100) // 200``, with ``low`` the class's
+lowest priority, so 100 -> +0, 0 -> +5, -100 -> +9. ``run_after`` is
+``scheduled_for``.
 
 This module is imported when a ``@task`` is defined, maybe before the app
 registry is ready: models are imported inside functions only.
@@ -47,14 +48,8 @@ KIND = "django.tasks"
 #: A handler event per failed attempt: the exception's class path and traceback.
 TASK_ERROR = "task.error"
 
-CLASS_BASES: dict[str, int] = {"interactive": 0, "async": 10, "maintenance": 20}
-#: queue_name -> class; OPTIONS["queue_classes"] adds to or overrides it.
-DEFAULT_QUEUE_CLASSES: dict[str, str] = {
-    "default": "async",
-    "interactive": "interactive",
-    "async": "async",
-    "maintenance": "maintenance",
-}
+#: A task's priority picks one of at most this many values at the top of its class.
+TASK_PLACES = 10
 OPTION_KEYS = frozenset({"queue_classes", "max_attempts", "tenant"})
 
 #: Run status -> TaskResultStatus. waiting_for_user is not finished and not
@@ -83,9 +78,21 @@ class InvalidTaskPath(PermanentError):
     """A django.tasks run names something that is not a Task: never run it."""
 
 
+def default_queue_classes() -> dict[str, str]:
+    """queue_name -> class slug: a queue named after a class runs in it, "default"
+    in async; OPTIONS["queue_classes"] adds to or overrides it."""
+    from runqueue.models import PriorityClass
+
+    return {"default": PriorityClass.ASYNC.slug} | {s: s for s in PriorityClass.slugs()}
+
+
 def runqueue_priority(task_priority: int, class_name: str) -> int:
     """The run priority of a task priority (-100..100) inside a class."""
-    return CLASS_BASES[class_name] + ((100 - task_priority) * 9 + 100) // 200
+    from runqueue.models import PriorityClass
+
+    low, high = PriorityClass.from_slug(class_name).bounds
+    last = min(high - low, TASK_PLACES - 1)
+    return low + ((100 - task_priority) * last + 100) // 200
 
 
 def _exception_path(exc: BaseException) -> str:
@@ -102,7 +109,7 @@ class RunQueueBackend(BaseTaskBackend):
 
     def queue_class(self, queue_name: str) -> str:
         """The class of a queue; an unmapped one (QUEUES empty) gets default's."""
-        classes = DEFAULT_QUEUE_CLASSES | dict(self.options.get("queue_classes") or {})
+        classes = default_queue_classes() | dict(self.options.get("queue_classes") or {})
         return classes.get(queue_name, classes["default"])
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -183,20 +190,22 @@ class RunQueueBackend(BaseTaskBackend):
 
     def _check_options(self, where: str, hint: str) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []
+        from runqueue.models import PriorityClass
+
         classes = self.options.get("queue_classes", {})
         if not isinstance(classes, dict) or not all(
-            isinstance(q, str) and c in CLASS_BASES for q, c in classes.items()
+            isinstance(q, str) and c in PriorityClass.slugs() for q, c in classes.items()
         ):
             messages.append(
                 checks.Error(
                     f"{where}['OPTIONS']['queue_classes'] must map queue names to one of "
-                    f"{', '.join(CLASS_BASES)}; got {classes!r}.",
+                    f"{', '.join(PriorityClass.slugs())}; got {classes!r}.",
                     hint=hint,
                     id="runqueue.E012",
                 )
             )
             classes = {}
-        mapped = DEFAULT_QUEUE_CLASSES | classes
+        mapped = default_queue_classes() | classes
         for queue in sorted(self.queues - set(mapped)):
             messages.append(
                 checks.Error(

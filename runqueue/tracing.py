@@ -31,6 +31,8 @@ try:
 except ImportError:  # the [otel] extra is not installed
     otel = None  # type: ignore[assignment]
 
+from runqueue.models import PriorityClass
+
 if TYPE_CHECKING:
     from runqueue.leases import Lease
     from runqueue.runtime import ToolOutcome
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _incoming: ContextVar[str] = ContextVar("runqueue_incoming_traceparent", default="")
-_CLASS_NAMES = ("interactive", "async", "maintenance")
 
 # The run span of each lease this process runs, until its outcome is
 # written (possibly by another thread: the completer).
@@ -124,7 +125,7 @@ def run_span(lease: Lease) -> Iterator[None]:
             "messaging.operation.type": "process",
             "runqueue.run.id": str(run.id),
             "runqueue.run.kind": run.kind,
-            "runqueue.run.class": _CLASS_NAMES[min(run.priority // 10, 2)],
+            "runqueue.run.class": PriorityClass.of(run.priority).slug,
             "runqueue.run.epoch": lease.epoch,
             "runqueue.run.attempt": lease.attempt,
             "runqueue.tenant": run.tenant,

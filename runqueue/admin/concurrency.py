@@ -15,7 +15,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
 from runqueue import concurrency
-from runqueue.conf import CLASS_NAMES, get_settings
+from runqueue.conf import get_settings
 from runqueue.models import ConcurrencyLimit, PriorityClass
 
 
@@ -38,7 +38,7 @@ class ConcurrencyLimitAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         defaults = ", ".join(
             f"{name} {'no cap' if cap is None else cap}"
-            for name, cap in zip(CLASS_NAMES, get_settings().CONCURRENCY, strict=True)
+            for name, cap in zip(PriorityClass.slugs(), get_settings().CONCURRENCY, strict=True)
         )
         context = {"subtitle": f"Keys without a limit: {defaults} (RUNQUEUE['CONCURRENCY'])"}
         return super().changelist_view(request, context | (extra_context or {}))

@@ -19,7 +19,6 @@ from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     Aggregate,
-    Case,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -28,11 +27,9 @@ from django.db.models import (
     IntegerField,
     Min,
     Q,
-    Value,
-    When,
 )
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, Greatest, Least, Now, TruncMinute
+from django.db.models.functions import Cast, Coalesce, Greatest, Now, TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -78,16 +75,6 @@ class PercentileCont(Aggregate):
         super().__init__(expression, fraction=float(fraction), **extra)
 
 
-def class_index(priority: Any) -> Case:
-    """0, 1, 2 for interactive, async, maintenance: a class is a range."""
-    return Case(
-        When(**{f"{priority}__lt": PriorityClass.ASYNC}, then=Value(0)),
-        When(**{f"{priority}__lt": PriorityClass.MAINTENANCE}, then=Value(1)),
-        default=Value(2),
-        output_field=IntegerField(),
-    )
-
-
 def due_since() -> Greatest:
     """When a queued run last became due: the claim's ``wait_ms`` counts from
     the same instant (created, or ``scheduled_for``, which a requeue, an
@@ -112,7 +99,7 @@ def class_stats() -> list[ClassStats]:
     stats = [ClassStats(cls=c) for c in CLASSES]
     depth = (
         Run.objects.filter(status__in=ACTIVE_STATUSES)
-        .annotate(ci=class_index("priority"))
+        .annotate(ci=PriorityClass.orm_index("priority"))
         .values("ci", "status")
         .annotate(n=Count("*"))
         .order_by()
@@ -122,7 +109,7 @@ def class_stats() -> list[ClassStats]:
     due = (
         Run.objects.filter(status=RunStatus.QUEUED)
         .filter(Q(scheduled_for__isnull=True) | Q(scheduled_for__lte=Now()))
-        .annotate(ci=class_index("priority"))
+        .annotate(ci=PriorityClass.orm_index("priority"))
         .values("ci")
         .annotate(
             oldest=ExpressionWrapper(
@@ -138,7 +125,7 @@ def class_stats() -> list[ClassStats]:
     latency = (
         RunEvent.objects.filter(type=events.CLAIMED, created_at__gte=Now() - WINDOW)
         .annotate(
-            ci=Least(Cast(KeyTextTransform("priority", "data"), IntegerField()) / 10, Value(2))
+            ci=PriorityClass.orm_index(Cast(KeyTextTransform("priority", "data"), IntegerField()))
         )
         .values("ci")
         .annotate(n=Count("*"), p50=PercentileCont(wait, 0.5), p99=PercentileCont(wait, 0.99))

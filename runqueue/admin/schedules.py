@@ -27,9 +27,9 @@ from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
-from runqueue.models import PriorityClass, Schedule, ScheduleSource
+from runqueue.models import PRIORITY_MAX, PriorityClass, Schedule, ScheduleSource
 from runqueue.schedules import cron
-from runqueue.schedules.spec import MAX_PRIORITY, check_catch_up, check_name
+from runqueue.schedules.spec import check_catch_up, check_name
 
 #: Ticks listed on a schedule's page, newest first.
 LAST_TICKS = 10
@@ -40,7 +40,7 @@ class ScheduleForm(forms.ModelForm):
     kind = forms.ChoiceField(choices=())
     priority = forms.IntegerField(
         min_value=0,
-        max_value=MAX_PRIORITY,
+        max_value=PRIORITY_MAX,
         initial=PriorityClass.MAINTENANCE,
         help_text="0-9 interactive, 10-19 async, 20 and up maintenance.",
     )

@@ -17,7 +17,7 @@ from django.db import connection
 from runqueue.api.auth import Caller
 from runqueue.api.errors import ApiError
 from runqueue.api.parsing import SubmitArgs
-from runqueue.conf import CLASS_NAMES, get_settings
+from runqueue.conf import get_settings
 from runqueue.models import PriorityClass
 from runqueue.sql import execute
 
@@ -26,7 +26,7 @@ def ceiling(caller: Caller) -> PriorityClass:
     """The most urgent class this caller may submit to."""
     if caller.token is not None:
         return PriorityClass(caller.token.max_priority_class)
-    return PriorityClass(get_settings().API_SESSION_MAX_PRIORITY_CLASS * 10)
+    return PriorityClass.by_index(get_settings().API_SESSION_MAX_PRIORITY_CLASS)
 
 
 def admit(caller: Caller, body: dict[str, Any], args: SubmitArgs) -> SubmitArgs:
@@ -44,7 +44,7 @@ def admit(caller: Caller, body: dict[str, Any], args: SubmitArgs) -> SubmitArgs:
     if "priority" not in body:
         return args | {"priority": int(top)}
     if PriorityClass.of(args["priority"]) < top:
-        name = CLASS_NAMES[int(top) // 10]
+        name = top.slug
         raise ApiError(
             "priority-not-allowed",
             f"This caller may submit to the {name} class or lower "

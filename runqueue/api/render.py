@@ -85,7 +85,7 @@ def run_body(run: Run) -> RunBody:
         "session_id": run.session_id,
         "concurrency_key": run.concurrency_key,
         "priority": run.priority,
-        "priority_class": PriorityClass.of(run.priority).name.lower(),
+        "priority_class": PriorityClass.of(run.priority).slug,
         "payload": run.payload,
         "input": run.input,
         "result": run.result,

@@ -115,7 +115,7 @@ def permanent_failure(exc: BaseException, attempt: int) -> dict[str, Any]:
 
 def notify_payload(priority: int) -> str:
     """The NOTIFY payload that wakes the workers of a priority's class."""
-    return PriorityClass.of(priority).name.lower()
+    return PriorityClass.of(priority).slug
 
 
 def notify(priority: int | None) -> None:

@@ -26,11 +26,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.models import CatchUp, PriorityClass
+from runqueue.models import PRIORITY_MAX, CatchUp, PriorityClass
 from runqueue.schedules import cron
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
-MAX_PRIORITY = 32767
 MAX_CATCH_UP_LIMIT = 1000
 _KEYS = {
     "cron",
@@ -89,15 +88,15 @@ def check_name(name: Any) -> str:
 
 
 def check_priority(value: Any) -> int:
+    """A class's slug (any case) or a priority value -> the priority."""
+    allowed = f"{', '.join(PriorityClass.slugs())} or 0-{PRIORITY_MAX}"
     if isinstance(value, str):
         try:
-            return int(PriorityClass[value.upper()])
-        except KeyError:
-            raise ValueError(
-                f"priority {value!r} must be interactive, async, maintenance or 0-{MAX_PRIORITY}"
-            ) from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
-        raise ValueError(f"priority must be interactive, async, maintenance or 0-{MAX_PRIORITY}")
+            return int(PriorityClass.from_slug(value.lower()))
+        except ValueError:
+            raise ValueError(f"priority {value!r} must be {allowed}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= PRIORITY_MAX:
+        raise ValueError(f"priority must be {allowed}")
     return value
 
 
@@ -146,7 +145,7 @@ def build(name: Any, raw: Any) -> ScheduleSpec:
         cron=cron.validate(raw["cron"]),
         kind=_text("kind", raw["kind"]),
         payload_json=payload_json,
-        priority=check_priority(raw.get("priority", "maintenance")),
+        priority=check_priority(raw.get("priority", int(PriorityClass.MAINTENANCE))),
         timezone=timezone,
         tenant=_text("tenant", raw.get("tenant", "default")),
         catch_up=catch_up,

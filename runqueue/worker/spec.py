@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from runqueue.models import PriorityClass
 
-CLASS_NAMES: dict[str, PriorityClass] = {c.name.lower(): c for c in PriorityClass}
 DEFAULT_SLOTS = ("interactive=2", "async=2", "maintenance=1")
 
 
@@ -19,7 +18,7 @@ class SlotSpec:
 
     @property
     def label(self) -> str:
-        return ",".join(c.name.lower() for c in self.classes)
+        return ",".join(c.slug for c in self.classes)
 
     @classmethod
     def parse(cls, text: str) -> SlotSpec:
@@ -30,13 +29,15 @@ class SlotSpec:
         classes: list[PriorityClass] = []
         for name in names.split(","):
             name = name.strip().lower()
-            if name not in CLASS_NAMES:
+            if name not in PriorityClass.slugs():
                 raise ValueError(
-                    f"unknown class {name!r} in {text!r}; choose from {', '.join(CLASS_NAMES)}"
+                    f"unknown class {name!r} in {text!r}; "
+                    f"choose from {', '.join(PriorityClass.slugs())}"
                 )
-            if CLASS_NAMES[name] in classes:
+            chosen = PriorityClass.from_slug(name)
+            if chosen in classes:
                 raise ValueError(f"class {name!r} is named twice in {text!r}")
-            classes.append(CLASS_NAMES[name])
+            classes.append(chosen)
         try:
             n = int(count)
         except ValueError:
