@@ -9,7 +9,7 @@ from runqueue.conf import get_settings
 from runqueue.housekeeping import PRUNE_KEYS, PRUNE_RUNS
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
-from runqueue.submit import prune_idempotency_keys as prune_keys
+from runqueue.submission import prune_idempotency_keys as prune_keys
 
 
 @handler(PRUNE_KEYS)

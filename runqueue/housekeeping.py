@@ -18,7 +18,7 @@ TENANT = "runqueue"
 
 def schedule() -> list[Any]:
     """Submit each housekeeping run unless one is already active."""
-    from runqueue.submit import submit
+    from runqueue.submission import submit
 
     submitted = []
     for kind in (PRUNE_KEYS, PRUNE_RUNS):

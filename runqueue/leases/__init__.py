@@ -1,6 +1,6 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``submit.py``, the only writer of runs. Every worker transaction starts
+With ``runqueue.submission``, the only writer of runs. Every worker transaction starts
 with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
 ``status = 'running'``; it writes other rows only if that returned a row.
 Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
