@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -507,24 +507,6 @@ def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) 
 def _constraint(exc: DatabaseError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
-
-
-def prune_idempotency_keys(
-    *, batch: int = 1000, heartbeat: Callable[[], bool] | None = None
-) -> int:
-    """Delete expired keys in batches (small transactions, little bloat)."""
-    deleted = 0
-    while True:
-        ids = list(
-            IdempotencyKey.objects.filter(expires_at__lte=timezone.now()).values_list(
-                "id", flat=True
-            )[:batch]
-        )
-        if not ids:
-            return deleted
-        deleted += IdempotencyKey.objects.filter(id__in=ids).delete()[0]
-        if heartbeat is not None and not heartbeat():
-            return deleted
 
 
 # --- validation -----------------------------------------------------------------
