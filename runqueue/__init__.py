@@ -22,10 +22,10 @@ from runqueue.errors import (
 )
 
 _LAZY = {
-    "submit": "runqueue.submit",
-    "Submission": "runqueue.submit",
-    "SubmitRequest": "runqueue.submit",
-    "submit_many": "runqueue.submit",
+    "submit": "runqueue.submission",
+    "Submission": "runqueue.submission",
+    "SubmitRequest": "runqueue.submission",
+    "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
@@ -54,8 +54,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name]), name)
-        # Importing runqueue.submit sets the package attribute to the module;
-        # the public name is the function it holds.
-        globals()[name] = value
+        globals()[name] = value  # later look-ups skip this function
         return value
     raise AttributeError(f"module 'runqueue' has no attribute {name!r}")

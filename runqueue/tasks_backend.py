@@ -114,7 +114,7 @@ class RunQueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Submit the task as a run; visible to workers when the caller commits."""
-        from runqueue.submit import submit_in_transaction
+        from runqueue.submission import submit_in_transaction
 
         self.validate_task(task)
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))

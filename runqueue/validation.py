@@ -1,7 +1,8 @@
 """What PostgreSQL can store: checked before a write, not discovered by it.
 
-``submit()`` and the HTTP API both call these, so a value one refuses the
-other refuses too, with the same words. PostgreSQL stores text as UTF-8 and
+A submission's rules (``runqueue.submission_rules``) and every jsonb write
+call these, so a value one refuses the others refuse too, with the same
+words. PostgreSQL stores text as UTF-8 and
 refuses NUL in ``text`` and ``jsonb``; a Python ``str`` may hold an unpaired
 surrogate (a JSON body may escape one: ``"\\ud800"``), which is not Unicode
 text and has no UTF-8 form. A ``datetime`` is stored in UTC, and Python
@@ -12,6 +13,7 @@ own range, 4713 BC to 294276 AD, is wider).
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 NUL = "must not contain NUL characters"
@@ -49,6 +51,28 @@ def json_text_problem(value: Any) -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend((f"{pointer}/{i}", child) for i, child in enumerate(item))
     return None
+
+
+def json_text(value: Any, what: str) -> str:
+    """``value`` as the JSON text jsonb stores; ValueError saying why not
+    (not JSON, NaN or infinity, or a string PostgreSQL refuses)."""
+    text, problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
+    return text
+
+
+def json_problem(value: Any) -> tuple[str, str | None]:
+    """``value`` as JSON text, and why jsonb cannot store it (or None).
+
+    The one JSON check: a submission's payload and every jsonb a worker
+    writes go through it. The text is ``""`` when it cannot be made.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return "", f"must be JSON-serialisable: {exc}"
+    return text, json_text_problem(value)
 
 
 def as_utc(value: dt.datetime) -> dt.datetime:

@@ -88,7 +88,7 @@ def test_the_key_is_part_of_the_request_an_idempotency_key_stands_for() -> None:
 def test_submit_many_and_submit_in_transaction_take_a_key() -> None:
     from django.db import transaction
 
-    from runqueue.submit import submit_in_transaction
+    from runqueue.submission import submit_in_transaction
 
     subs = runqueue.submit_many(
         [runqueue.SubmitRequest(kind="k", tenant="t"), _requests("x", 1)[0]]

@@ -91,7 +91,7 @@ def test_a_conflict_rolls_back_the_whole_call() -> None:
 
 @pytest.mark.django_db
 def test_chunks_are_written_a_statement_each_and_a_taken_key_is_routed(monkeypatch) -> None:
-    module = importlib.import_module("runqueue.submit")  # the module, not the function
+    module = importlib.import_module("runqueue.submission")  # the module, not the function
     monkeypatch.setattr(module, "SUBMIT_MANY_CHUNK", 3)
     requests = [R(kind="k", payload={"i": i}, idempotency_key=f"c{i}") for i in range(7)]
     # Request 5 (in the second chunk) retries request 1 (in the first).

@@ -13,15 +13,10 @@ from django.urls import reverse
 
 from runqueue import registry
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
-from runqueue.api.parsing import (
-    KEY_RULE,
-    MAX_PRIORITY,
-    MAX_REASON,
-    PRIORITY_NAMES,
-    RESERVED_KIND_PREFIXES,
-)
-from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
-from runqueue.models import RunStatus
+from runqueue.api.parsing import KEY_RULE, MAX_REASON
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
+from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
+from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 
 _REF = "#/components/schemas/"
 _NO_NUL = "^[^\\u0000]+$"
@@ -84,13 +79,13 @@ def _schemas() -> dict[str, Any]:
                 "session_id": {
                     "type": ["string", "null"],
                     "minLength": 1,
-                    "maxLength": 255,
+                    "maxLength": TEXT_LIMITS["session_id"],
                     "pattern": _NO_NUL,
                 },
                 "priority": {
                     "oneOf": [
-                        {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY},
-                        {"type": "string", "enum": list(PRIORITY_NAMES)},
+                        {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX},
+                        {"type": "string", "enum": list(PriorityClass.slugs())},
                     ],
                     "description": "0-9 interactive, 10-19 async, 20+ maintenance; at most "
                     "the caller's ceiling (a token's highest priority class), which is also "
@@ -133,7 +128,7 @@ def _schemas() -> dict[str, Any]:
                     "(the tenant unless the submitting code chose another)",
                 },
                 "priority": {"type": "integer"},
-                "priority_class": {"type": "string", "enum": list(PRIORITY_NAMES)},
+                "priority_class": {"type": "string", "enum": list(PriorityClass.slugs())},
                 "payload": {},
                 "input": {},
                 "result": {},
@@ -220,7 +215,7 @@ def document() -> dict[str, Any]:
                             "in": "header",
                             "required": True,
                             "description": KEY_RULE,
-                            "schema": {"type": "string", "pattern": "^[!-~]{1,255}$"},
+                            "schema": {"type": "string", "pattern": KEY_PATTERN},
                         }
                     ],
                     "requestBody": {"required": True, "content": _json("SubmitRun")},

@@ -3,7 +3,9 @@ the Idempotency-Key header, and the submit body's schema.
 
 Each step raises ApiError with its own problem type, in the order of
 RELIABILITY §2.4: size (413), content type (415), JSON (400), key (400),
-then the body's schema (422).
+then the body's schema (422). What a submission may hold is
+``runqueue.submission_rules``'s to say; this module adds what only the
+API refuses (unknown members, reserved kinds) and the header's syntax.
 """
 
 from __future__ import annotations
@@ -17,21 +19,16 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from runqueue.api.errors import ApiError, FieldError, validation_failed
-from runqueue.conf import get_settings
+from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
 from runqueue.models import PriorityClass
-from runqueue.validation import as_utc, json_text_problem, text_problem
+from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
+from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
+from runqueue.validation import text_problem
 
 #: RFC 8941 sf-string: printable ASCII, with \" and \\ the only escapes.
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
-#: The key itself (as runqueue.submit checks it): 1-255 printable ASCII, no spaces.
-_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
-KEY_RULE = "1-255 printable ASCII characters without spaces, optionally as a quoted sf-string"
+KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
-PRIORITY_NAMES: dict[str, int] = {c.name.lower(): int(c) for c in PriorityClass}
-MAX_PRIORITY = 32767
-#: Kinds the API does not accept: runqueue's own jobs and django.tasks runs,
-#: whose payload names code to import; those are submitted from Python only.
-RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")
 SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for"})
 MAX_REASON = 1000
 
@@ -122,7 +119,7 @@ def idempotency_key(request: HttpRequest) -> str:
         value = re.sub(r"\\(.)", r"\1", match.group(1))
     elif "," in value:
         raise _invalid_key(value)
-    if not _KEY.match(value):
+    if not is_idempotency_key(value):
         raise _invalid_key(value)
     return value
 
@@ -138,39 +135,43 @@ def _invalid_key(value: str) -> ApiError:
 
 
 def submit_args(body: Any) -> SubmitArgs:
-    """Check the submit body against its schema; 422 listing every problem."""
+    """Check the submit body against its schema; 422 listing every problem.
+
+    The kind's handler is looked up later, by ``runqueue.submit``: the API
+    admits a kind (``RUNQUEUE["API_KINDS"]``) before that.
+    """
     if not isinstance(body, dict):
         raise validation_failed([{"pointer": "", "detail": "the body must be a JSON object"}])
     errors: list[FieldError] = [
         {"pointer": _pointer(name), "detail": "unknown field"}
         for name in sorted(set(body) - SUBMIT_FIELDS)
     ]
-    kind = body.get("kind")
+    checked, problems = check_submission(
+        kind=body.get("kind"),
+        payload=body.get("payload"),
+        session_id=body.get("session_id"),
+        priority=body.get("priority", int(PriorityClass.INTERACTIVE)),
+        scheduled_for=body.get("scheduled_for"),
+        from_json=True,
+        registered_only=False,
+    )
+    kind_problems = [p for p in problems if p.pointer == "/kind"]
     if "kind" not in body:
-        errors.append({"pointer": "/kind", "detail": "is required"})
-    elif (detail := _text_problem(kind)) is not None:
-        errors.append({"pointer": "/kind", "detail": detail})
-    elif kind.startswith(RESERVED_KIND_PREFIXES):
-        errors.append({"pointer": "/kind", "detail": f"kind {kind!r} is reserved"})
-    if (detail := json_text_problem(body.get("payload"))) is not None:
-        errors.append({"pointer": "/payload", "detail": detail})
-    session_id = body.get("session_id")
-    if session_id is not None and (detail := _text_problem(session_id)) is not None:
-        errors.append({"pointer": "/session_id", "detail": detail})
-    priority, detail = _priority(body.get("priority", int(PriorityClass.INTERACTIVE)))
-    if detail is not None:
-        errors.append({"pointer": "/priority", "detail": detail})
-    scheduled_for, detail = _datetime(body.get("scheduled_for"))
-    if detail is not None:
-        errors.append({"pointer": "/scheduled_for", "detail": detail})
-    if errors:
+        kind_problems = [Problem("/kind", "is required")]
+    elif not kind_problems and body["kind"].startswith(RESERVED_KIND_PREFIXES):
+        kind_problems = [Problem("/kind", f"kind {body['kind']!r} is reserved")]
+    errors.extend(
+        {"pointer": p.pointer, "detail": p.detail}
+        for p in kind_problems + [p for p in problems if p.pointer != "/kind"]
+    )
+    if errors or checked is None:
         raise validation_failed(errors)
     return {
-        "kind": kind,
-        "payload": body.get("payload", {}),
-        "session_id": session_id,
-        "priority": priority,
-        "scheduled_for": scheduled_for,
+        "kind": checked.kind,
+        "payload": checked.payload,
+        "session_id": checked.session_id,
+        "priority": checked.priority,
+        "scheduled_for": checked.scheduled_for,
     }
 
 
@@ -195,55 +196,3 @@ def cancel_reason(body: Any) -> str:
 def _pointer(name: str) -> str:
     """A JSON Pointer to a top-level member (RFC 6901 escaping)."""
     return "/" + name.replace("~", "~0").replace("/", "~1")
-
-
-def _text_problem(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return f"must be a string, got {_json_type(value)}"
-    if not 1 <= len(value) <= 255:
-        return "must be 1-255 characters"
-    return text_problem(value)
-
-
-def _priority(value: Any) -> tuple[int, str | None]:
-    if isinstance(value, str):
-        if value in PRIORITY_NAMES:
-            return PRIORITY_NAMES[value], None
-        return 0, f"must be an integer or one of {', '.join(PRIORITY_NAMES)}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        return 0, f"must be an integer or a class name, got {_json_type(value)}"
-    if not 0 <= value <= MAX_PRIORITY:
-        return 0, f"must be between 0 and {MAX_PRIORITY}"
-    return value, None
-
-
-def _datetime(value: Any) -> tuple[dt.datetime | None, str | None]:
-    if value is None:
-        return None, None
-    problem = "must be an RFC 3339 date-time with a UTC offset, e.g. 2030-01-01T09:00:00Z"
-    if not isinstance(value, str):
-        return None, problem
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None, problem
-    if parsed.tzinfo is None or "T" not in value.upper():
-        return None, problem
-    try:
-        return as_utc(parsed), None
-    except ValueError as exc:
-        return None, str(exc)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"

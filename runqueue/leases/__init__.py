@@ -1,6 +1,7 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``submit.py``, the only writer of runs. Every worker transaction starts
+With ``runqueue.submission`` (and housekeeping's delete of old terminal runs),
+the only writers of runs. Every worker transaction starts
 with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
 ``status = 'running'``; it writes other rows only if that returned a row.
 Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
@@ -28,7 +29,6 @@ from runqueue.leases.claim import (
 )
 from runqueue.leases.transitions import (
     cancel,
-    prune_terminal_runs,
     requeue,
     resolve_uncertain,
     sweep,
@@ -72,7 +72,6 @@ __all__ = [
     "notify",
     "notify_payload",
     "permanent_failure",
-    "prune_terminal_runs",
     "record_tool_outcome",
     "record_tool_started",
     "release",

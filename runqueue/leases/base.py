@@ -22,8 +22,8 @@ from runqueue.models import (
     PriorityClass,
     Run,
 )
-from runqueue.outcomes import json_text
 from runqueue.sql import execute
+from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.leases")
 

@@ -4,7 +4,6 @@ bumps lease_epoch, so no stale owner can write again."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +23,6 @@ from runqueue.leases.base import (
     notify,
 )
 from runqueue.models import (
-    TERMINAL_STATUSES,
     Run,
     RunStatus,
     ToolInvocation,
@@ -148,25 +146,3 @@ def resolve_uncertain(
             },
         )
     return tool
-
-
-def prune_terminal_runs(
-    *, older_than_seconds: float, batch: int = 500, heartbeat: Callable[[], bool] | None = None
-) -> int:
-    """Delete terminal runs finished longer ago than that, with their events,
-    tool records, checkpoints and keys; in batches."""
-    deleted = 0
-    cutoff = timezone.now() - dt.timedelta(seconds=older_than_seconds)
-    while True:
-        ids = list(
-            Run.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff).values_list(
-                "id", flat=True
-            )[:batch]
-        )
-        if not ids:
-            return deleted
-        with transaction.atomic():
-            Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
-        deleted += len(ids)
-        if heartbeat is not None and not heartbeat():
-            return deleted

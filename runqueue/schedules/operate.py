@@ -171,7 +171,7 @@ def resume(schedule_id: int, *, actor: str, reason: str = "") -> Schedule:
 def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Any:
     """A normal submit of the schedule's run, outside its ticks: the
     idempotency key makes a repeated request (a double click) one run."""
-    from runqueue.submit import submit
+    from runqueue.submission import submit
 
     schedule = Schedule.objects.get(pk=schedule_id)
     sub = submit(

@@ -140,7 +140,7 @@ def fire_due(pk: int, now: dt.datetime) -> list[ScheduleTick]:
 
 def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
     """The tick's row, then its run, in the schedule's transaction."""
-    from runqueue.submit import submit_in_transaction
+    from runqueue.submission import submit_in_transaction
 
     try:
         with transaction.atomic():

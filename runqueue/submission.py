@@ -6,6 +6,7 @@ live run gets that run back, not a conflict. Then the session decides: a run
 waiting for the user receives this request as input, a queued or running
 run is a conflict, otherwise a new run is created. Concurrent submits are
 resolved by the database's unique constraints, never by a Python check.
+What a submission may hold is ``runqueue.submission_rules``'s to say.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,7 +25,7 @@ from django.db import DatabaseError, IntegrityError, OperationalError, connectio
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events, registry, tracing
+from runqueue import events, tracing
 from runqueue.conf import get_settings
 from runqueue.errors import (
     ActiveRunConflict,
@@ -33,7 +33,6 @@ from runqueue.errors import (
     IdempotencyInProgress,
     InvalidSubmission,
     RunqueueError,
-    UnknownKind,
 )
 from runqueue.leases import notify, notify_payload
 from runqueue.models import (
@@ -45,14 +44,12 @@ from runqueue.models import (
     SubmitOutcome,
 )
 from runqueue.sql import execute, prepared
-from runqueue.validation import as_utc, json_text_problem, text_problem
+from runqueue.submission_rules import CheckedSubmission, check_submission
 
 Outcome = Literal["created", "replayed", "input_delivered"]
 
-_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 _SESSION_CONSTRAINT = "runqueue_run_one_active_per_session"
 _KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
-_MAX_PRIORITY = 32767
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,37 +85,22 @@ class SubmitRequest:
 SUBMIT_MANY_CHUNK = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    kind: str
-    payload: Any
-    session_id: str | None
-    tenant: str
-    principal: str
-    priority: int
-    scheduled_for: dt.datetime | None
-    max_attempts: int
-    key: str | None
-    concurrency_key: str
-    #: ``payload`` as the JSON text the run stores (made once, by ``_validate``).
-    payload_text: str = dataclasses.field(default="", compare=False)
-
-    def hash(self) -> str:
-        """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
-        canonical = {
-            "kind": self.kind,
-            "payload": self.payload,
-            "session_id": self.session_id,
-            "priority": self.priority,
-            "scheduled_for": self.scheduled_for.astimezone(dt.UTC).isoformat()
-            if self.scheduled_for
-            else None,
-        }
-        if self.concurrency_key != self.tenant:
-            # Only when it is not the default, so keys stored before it existed still match.
-            canonical["concurrency_key"] = self.concurrency_key
-        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode()).hexdigest()
+def _hash(request: CheckedSubmission) -> str:
+    """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
+    canonical = {
+        "kind": request.kind,
+        "payload": request.payload,
+        "session_id": request.session_id,
+        "priority": request.priority,
+        "scheduled_for": request.scheduled_for.astimezone(dt.UTC).isoformat()
+        if request.scheduled_for
+        else None,
+    }
+    if request.concurrency_key != request.tenant:
+        # Only when it is not the default, so keys stored before it existed still match.
+        canonical["concurrency_key"] = request.concurrency_key
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def submit(
@@ -142,7 +124,7 @@ def submit(
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
     """
-    request = _validate(
+    request = _checked(
         kind=kind,
         payload=payload,
         session_id=session_id,
@@ -151,7 +133,7 @@ def submit(
         priority=priority,
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
-        key=idempotency_key,
+        idempotency_key=idempotency_key,
         concurrency_key=concurrency_key,
     )
     return _submit(request, durable=True)
@@ -176,7 +158,7 @@ def submit_in_transaction(
     block, as django-tasks-db does). A keyed submit needs a transaction of its
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
-    request = _validate(
+    request = _checked(
         kind=kind,
         payload=payload,
         session_id=session_id,
@@ -185,15 +167,14 @@ def submit_in_transaction(
         priority=priority,
         scheduled_for=scheduled_for,
         max_attempts=max_attempts,
-        key=None,
         concurrency_key=concurrency_key,
     )
     return _submit(request, durable=False)
 
 
-def _submit(request: _Request, *, durable: bool) -> Submission:
-    request_hash = request.hash() if request.key is not None else ""
-    if request.key is None and request.session_id is None:
+def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
+    request_hash = _hash(request) if request.idempotency_key is not None else ""
+    if request.idempotency_key is None and request.session_id is None:
         # Nothing to look up and nothing to collide with: one statement.
         with _statement_transaction(durable=durable, savepoint=False):
             (run,) = _insert_runs([request], [request_hash])
@@ -210,7 +191,7 @@ def _submit(request: _Request, *, durable: bool) -> Submission:
             raise
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
-            raise IdempotencyInProgress(request.key or "") from exc
+            raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise
     return _route(request, request_hash, durable=durable)
 
@@ -233,7 +214,7 @@ def _statement_transaction(*, durable: bool, savepoint: bool) -> Iterator[None]:
         yield
 
 
-def _route(request: _Request, request_hash: str, *, durable: bool) -> Submission:
+def _route(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
     # A same-key submit that committed between our lookup and our key insert
     # makes us start over once: the lookup then finds its key.
     for _ in range(3):
@@ -241,17 +222,17 @@ def _route(request: _Request, request_hash: str, *, durable: bool) -> Submission
             return _submit_once(request, request_hash, durable=durable)
         except _Retry:
             continue
-    raise IdempotencyInProgress(request.key or "")
+    raise IdempotencyInProgress(request.idempotency_key or "")
 
 
 class _Retry(Exception):
     pass
 
 
-def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Submission:
+def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
     try:
         with transaction.atomic(durable=durable):
-            if request.key is not None:
+            if request.idempotency_key is not None:
                 _set_lock_timeout()
                 replay = _replay(request, request_hash)
                 if replay is not None:
@@ -262,7 +243,7 @@ def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Subm
                 except ActiveRunConflict:
                     # The session's run may be the one a same-key request just
                     # committed: a statement's fresh snapshot now shows its key.
-                    replay = request.key is not None and _replay(request, request_hash)
+                    replay = request.idempotency_key is not None and _replay(request, request_hash)
                     if replay:
                         return replay
                     raise
@@ -277,7 +258,7 @@ def _submit_once(request: _Request, request_hash: str, *, durable: bool) -> Subm
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
-            raise IdempotencyInProgress(request.key or "") from exc
+            raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise
 
 
@@ -291,11 +272,11 @@ def _set_lock_timeout() -> None:
         execute(cursor, "set_config", params)
 
 
-def _replay(request: _Request, request_hash: str) -> Submission | None:
+def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
     """The original run for a known key, IdempotencyConflict, or None."""
     found = (
         IdempotencyKey.objects.filter(
-            tenant=request.tenant, principal=request.principal, key=request.key
+            tenant=request.tenant, principal=request.principal, key=request.idempotency_key
         )
         .select_related("run")
         .first()
@@ -306,11 +287,11 @@ def _replay(request: _Request, request_hash: str) -> Submission | None:
         found.delete()  # expired: the key is free again
         return None
     if found.request_hash != request_hash:
-        raise IdempotencyConflict(request.key or "")
+        raise IdempotencyConflict(request.idempotency_key or "")
     return Submission(run=found.run, outcome="replayed", original_outcome=found.outcome)
 
 
-def _deliver_to_waiting_run(request: _Request) -> Run | None:
+def _deliver_to_waiting_run(request: CheckedSubmission) -> Run | None:
     """Input delivery if the session's run waits for the user; conflict if it is busy."""
     active = (
         Run.objects.select_for_update(no_key=True)
@@ -331,7 +312,7 @@ def _deliver_to_waiting_run(request: _Request) -> Run | None:
     return active
 
 
-def _create_run(request: _Request, request_hash: str) -> Run:
+def _create_run(request: CheckedSubmission, request_hash: str) -> Run:
     """The run (and its key) in one statement, in a savepoint of the routing's
     transaction."""
     try:
@@ -358,19 +339,21 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     ...) carries its position as ``.index`` and nothing of the call is
     written. Idle workers are woken once, on commit.
     """
-    checked: list[_Request] = []
+    checked: list[CheckedSubmission] = []
     for index, item in enumerate(requests):
         with _at(index):
             if not isinstance(item, SubmitRequest):
                 raise InvalidSubmission(
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
-            checked.append(_checked(item))
+            checked.append(
+                _checked(**{f.name: getattr(item, f.name) for f in dataclasses.fields(item)})
+            )
     out: list[Submission] = []
     with transaction.atomic(durable=True):
         for start in range(0, len(checked), SUBMIT_MANY_CHUNK):
             chunk = checked[start : start + SUBMIT_MANY_CHUNK]
-            hashes = [r.hash() if r.key is not None else "" for r in chunk]
+            hashes = [_hash(r) if r.idempotency_key is not None else "" for r in chunk]
             try:
                 with transaction.atomic():
                     runs = _insert_runs(chunk, hashes)
@@ -391,10 +374,12 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     return out
 
 
-def _checked(item: SubmitRequest) -> _Request:
-    fields = {f.name: getattr(item, f.name) for f in dataclasses.fields(SubmitRequest)}
-    fields["key"] = fields.pop("idempotency_key")
-    return _validate(**fields)
+def _checked(**arguments: Any) -> CheckedSubmission:
+    """The submission, or its first problem raised (nothing is written)."""
+    checked, problems = check_submission(**arguments)
+    if checked is None:
+        raise problems[0].error()
+    return checked
 
 
 @contextmanager
@@ -408,14 +393,14 @@ def _at(index: int) -> Iterator[None]:
         raise
 
 
-def _submit_routed(request: _Request, request_hash: str) -> Submission:
-    if request.key is None and request.session_id is None:
+def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:
+    if request.idempotency_key is None and request.session_id is None:
         (run,) = _insert_runs([request], [request_hash])
         return Submission(run=run, outcome="created", original_outcome="created")
     return _route(request, request_hash, durable=False)
 
 
-def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Run]:
+def _insert_runs(requests: Sequence[CheckedSubmission], hashes: Sequence[str]) -> list[Run]:
     """``create_runs``: the runs, their events, keys and NOTIFYs in one statement."""
     now = timezone.now()
     due = {
@@ -436,14 +421,14 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
         "max_attempts": [r.max_attempts for r in requests],
         "scheduled_for": [r.scheduled_for for r in requests],
         "traceparents": [traceparent] * len(requests),
-        "keys": [r.key for r in requests],
+        "keys": [r.idempotency_key for r in requests],
         "hashes": [h or None for h in hashes],
         "concurrency_keys": [r.concurrency_key for r in requests],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
         "lock_timeout": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"
-        if any(r.key is not None for r in requests)
+        if any(r.idempotency_key is not None for r in requests)
         else None,
     }
     with prepared("create_runs", params) as cursor:
@@ -456,7 +441,9 @@ def _insert_runs(requests: Sequence[_Request], hashes: Sequence[str]) -> list[Ru
     ]
 
 
-def _inserted(request: _Request, run_id: uuid.UUID, created_at: dt.datetime, tp: str) -> Run:
+def _inserted(
+    request: CheckedSubmission, run_id: uuid.UUID, created_at: dt.datetime, tp: str
+) -> Run:
     """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
     values = {
         "id": run_id,
@@ -483,8 +470,8 @@ def _inserted(request: _Request, run_id: uuid.UUID, created_at: dt.datetime, tp:
     )
 
 
-def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) -> None:
-    if request.key is None:
+def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outcome: str) -> None:
+    if request.idempotency_key is None:
         return
     retention = dt.timedelta(seconds=get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS)
     try:
@@ -492,7 +479,7 @@ def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) 
             IdempotencyKey.objects.create(
                 tenant=request.tenant,
                 principal=request.principal,
-                key=request.key,
+                key=request.idempotency_key,
                 request_hash=request_hash,
                 run=run,
                 outcome=outcome,
@@ -507,109 +494,3 @@ def _remember_key(request: _Request, request_hash: str, run: Run, outcome: str) 
 def _constraint(exc: DatabaseError) -> str | None:
     diag = getattr(exc.__cause__, "diag", None)
     return getattr(diag, "constraint_name", None)
-
-
-def prune_idempotency_keys(
-    *, batch: int = 1000, heartbeat: Callable[[], bool] | None = None
-) -> int:
-    """Delete expired keys in batches (small transactions, little bloat)."""
-    deleted = 0
-    while True:
-        ids = list(
-            IdempotencyKey.objects.filter(expires_at__lte=timezone.now()).values_list(
-                "id", flat=True
-            )[:batch]
-        )
-        if not ids:
-            return deleted
-        deleted += IdempotencyKey.objects.filter(id__in=ids).delete()[0]
-        if heartbeat is not None and not heartbeat():
-            return deleted
-
-
-# --- validation -----------------------------------------------------------------
-
-
-def _text(field: str, value: Any, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise InvalidSubmission(field, f"must be a string, got {type(value).__name__}")
-    if not value and not allow_empty:
-        raise InvalidSubmission(field, "must not be empty")
-    if len(value) > 255:
-        raise InvalidSubmission(field, f"must be at most 255 characters, got {len(value)}")
-    if (problem := text_problem(value)) is not None:
-        raise InvalidSubmission(field, problem)
-    return value
-
-
-def _validate(
-    *,
-    kind: Any,
-    payload: Any,
-    session_id: Any,
-    tenant: Any,
-    principal: Any,
-    priority: Any,
-    scheduled_for: Any,
-    max_attempts: Any,
-    key: Any,
-    concurrency_key: Any = None,
-) -> _Request:
-    """Check every argument (None meaning the default) before anything is written."""
-    payload = {} if payload is None else payload
-    max_attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
-    _text("kind", kind)
-    if not registry.is_registered(kind):
-        raise UnknownKind(kind)
-    _text("tenant", tenant)
-    _text("principal", principal, allow_empty=True)
-    if session_id is not None:
-        _text("session_id", session_id)
-    concurrency_key = tenant if concurrency_key is None else concurrency_key
-    _text("concurrency_key", concurrency_key)
-    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
-        raise InvalidSubmission(
-            "idempotency_key", "must be 1-255 printable ASCII characters without spaces"
-        )
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidSubmission("priority", f"must be an integer, got {priority!r}")
-    if not 0 <= priority <= _MAX_PRIORITY:
-        raise InvalidSubmission(
-            "priority", f"must be between 0 and {_MAX_PRIORITY}, got {priority}"
-        )
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidSubmission(
-            "max_attempts", f"must be a positive integer, got {max_attempts!r}"
-        )
-    if scheduled_for is not None:
-        if not isinstance(scheduled_for, dt.datetime):
-            raise InvalidSubmission("scheduled_for", f"must be a datetime, got {scheduled_for!r}")
-        try:
-            scheduled_for = as_utc(scheduled_for)
-        except ValueError as exc:
-            raise InvalidSubmission("scheduled_for", str(exc)) from exc
-    try:
-        text = json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidSubmission("payload", f"must be JSON-serialisable: {exc}") from exc
-    limit = get_settings().MAX_PAYLOAD_BYTES
-    if len(text.encode()) > limit:
-        raise InvalidSubmission(
-            "payload", f"is {len(text.encode())} bytes as JSON, over the {limit}-byte limit"
-        )
-    payload = json.loads(text)
-    if (problem := json_text_problem(payload)) is not None:
-        raise InvalidSubmission("payload", problem)
-    return _Request(
-        kind=kind,
-        payload=payload,
-        session_id=session_id,
-        tenant=tenant,
-        principal=principal,
-        priority=int(priority),
-        scheduled_for=scheduled_for,
-        max_attempts=max_attempts,
-        key=key,
-        concurrency_key=concurrency_key,
-        payload_text=text,
-    )

@@ -1,0 +1,253 @@
+"""A submission's rules, written once: what ``submit()`` and the HTTP API accept.
+
+``check_submission`` looks at every member of a submission and returns
+every problem, each with the JSON Pointer of the member it is about:
+``submit()``, ``submit_in_transaction()`` and ``submit_many()`` raise the
+first (``InvalidSubmission``, or ``UnknownKind``), the API answers 422
+listing them all. Limits are read from the model (the columns' lengths and
+``PRIORITY_MAX``), never restated, so widening a column widens the rule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from runqueue import registry
+from runqueue.conf import get_settings
+from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
+from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
+from runqueue.validation import as_utc, json_problem, text_problem
+
+#: The longest idempotency key: its column's length.
+KEY_MAX_LENGTH: int = IdempotencyKey._meta.get_field("key").max_length
+_KEY = re.compile(f"[!-~]{{1,{KEY_MAX_LENGTH}}}")  # printable ASCII, no space
+#: The key's rule as a JSON Schema pattern and in words.
+KEY_PATTERN = f"^{_KEY.pattern}$"
+KEY_RULE = f"1-{KEY_MAX_LENGTH} printable ASCII characters without spaces"
+
+#: The text members of a run and the longest value each column holds.
+TEXT_LIMITS: dict[str, int] = {
+    name: Run._meta.get_field(name).max_length
+    for name in ("kind", "tenant", "principal", "session_id", "concurrency_key")
+}
+
+_RFC3339 = "must be an RFC 3339 date-time with a UTC offset, e.g. 2030-01-01T09:00:00Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a submission: where (a JSON Pointer) and why."""
+
+    pointer: str
+    detail: str
+    #: The kind, when the problem is that no handler is registered for it.
+    unregistered_kind: str | None = None
+
+    @property
+    def field(self) -> str:
+        return self.pointer.removeprefix("/")
+
+    def error(self) -> RunqueueError:
+        """What ``submit()`` raises for it."""
+        if self.unregistered_kind is not None:
+            return UnknownKind(self.unregistered_kind)
+        return InvalidSubmission(self.field, self.detail)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedSubmission:
+    """A submission as runqueue stores it: checked, defaults filled in,
+    ``scheduled_for`` in UTC, the payload as the JSON it round-trips to."""
+
+    kind: str
+    payload: Any
+    session_id: str | None
+    tenant: str
+    principal: str
+    priority: int
+    scheduled_for: dt.datetime | None
+    max_attempts: int
+    idempotency_key: str | None
+    concurrency_key: str
+    #: ``payload`` as the JSON text the run stores (made once, here).
+    payload_text: str = ""
+
+
+def check_submission(
+    *,
+    kind: Any,
+    payload: Any = None,
+    session_id: Any = None,
+    tenant: Any = "default",
+    principal: Any = "",
+    priority: Any = PriorityClass.INTERACTIVE,
+    idempotency_key: Any = None,
+    scheduled_for: Any = None,
+    max_attempts: Any = None,
+    concurrency_key: Any = None,
+    from_json: bool = False,
+    registered_only: bool = True,
+) -> tuple[CheckedSubmission | None, list[Problem]]:
+    """The checked submission (None if any problem), and every problem in
+    member order. None means the default for every optional member.
+
+    ``from_json``: the values come from a JSON document (the API's body):
+    types are named as JSON names them, ``priority`` may be a class's slug
+    and ``scheduled_for`` an RFC 3339 string. ``registered_only``: a kind
+    without a handler is a problem (the API admits a kind before submitting).
+    """
+    problems: list[Problem] = []
+
+    def report(field: str, detail: str | None) -> None:
+        if detail is not None:
+            problems.append(Problem(f"/{field}", detail))
+
+    def text(field: str, value: Any) -> str | None:
+        return text_member(field, value, from_json=from_json)
+
+    report("kind", text("kind", kind))
+    if registered_only and not problems and not registry.is_registered(kind):
+        problems.append(
+            Problem("/kind", f"no handler is registered for kind {kind!r}", unregistered_kind=kind)
+        )
+    tenant_problem = text("tenant", tenant)
+    report("tenant", tenant_problem)
+    report("principal", text("principal", principal))
+    if session_id is not None:
+        report("session_id", text("session_id", session_id))
+    if concurrency_key is not None or tenant_problem is None:
+        # The tenant's problem is not reported twice for its default.
+        concurrency_key = tenant if concurrency_key is None else concurrency_key
+        report("concurrency_key", text("concurrency_key", concurrency_key))
+    report("idempotency_key", idempotency_key_problem(idempotency_key))
+    priority, detail = _priority(priority, from_json=from_json)
+    report("priority", detail)
+    max_attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
+    report("max_attempts", _max_attempts_problem(max_attempts))
+    scheduled_for, detail = _scheduled_for(scheduled_for, from_json=from_json)
+    report("scheduled_for", detail)
+    payload = {} if payload is None else payload
+    text, detail = _payload(payload)
+    report("payload", detail)
+    if problems:
+        return None, problems
+    return CheckedSubmission(
+        kind=kind,
+        payload=json.loads(text),
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+        concurrency_key=concurrency_key,
+        payload_text=text,
+    ), problems
+
+
+def text_member(field: str, value: Any, *, from_json: bool = False) -> str | None:
+    """Why a run's text member cannot be ``value``: a string, not empty
+    (``principal`` may be), no longer than its column, storable."""
+    if not isinstance(value, str):
+        return f"must be a string, got {_type_name(value, from_json=from_json)}"
+    if not value and field != "principal":
+        return "must not be empty"
+    limit = TEXT_LIMITS[field]
+    if len(value) > limit:
+        return f"must be at most {limit} characters, got {len(value)}"
+    return text_problem(value)
+
+
+def idempotency_key_problem(value: Any) -> str | None:
+    """Why ``value`` is not an idempotency key (None: no key, or a good one)."""
+    if value is None or (isinstance(value, str) and _KEY.fullmatch(value)):
+        return None
+    return f"must be {KEY_RULE}"
+
+
+def is_idempotency_key(value: str) -> bool:
+    return _KEY.fullmatch(value) is not None
+
+
+def _priority(value: Any, *, from_json: bool) -> tuple[int, str | None]:
+    if from_json and isinstance(value, str):
+        if value in PriorityClass.slugs():
+            return int(PriorityClass.from_slug(value)), None
+        return 0, f"must be an integer or one of {', '.join(PriorityClass.slugs())}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        if from_json:
+            return (
+                0,
+                f"must be an integer or a class name, got {_type_name(value, from_json=True)}",
+            )
+        return 0, f"must be an integer, got {value!r}"
+    if not 0 <= value <= PRIORITY_MAX:
+        return 0, f"must be between 0 and {PRIORITY_MAX}, got {value}"
+    return int(value), None
+
+
+def _max_attempts_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"must be a positive integer, got {value!r}"
+    return None
+
+
+def _scheduled_for(value: Any, *, from_json: bool) -> tuple[dt.datetime | None, str | None]:
+    """In UTC, or why not: aware, and inside Python's years once in UTC."""
+    if value is None:
+        return None, None
+    if from_json:
+        value = _rfc3339(value)
+        if value is None:
+            return None, _RFC3339
+    elif not isinstance(value, dt.datetime):
+        return None, f"must be a datetime, got {value!r}"
+    try:
+        return as_utc(value), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def _rfc3339(value: Any) -> dt.datetime | None:
+    """An RFC 3339 date-time with its offset, or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None or "T" not in value.upper():
+        return None
+    return parsed
+
+
+def _payload(payload: Any) -> tuple[str, str | None]:
+    """The payload's JSON text, and why it cannot be stored (or None)."""
+    text, problem = json_problem(payload)
+    limit = get_settings().MAX_PAYLOAD_BYTES
+    # ASCII (json.dumps escapes the rest), so characters are bytes.
+    if problem is None and len(text) > limit:
+        problem = f"is {len(text)} bytes as JSON, over the {limit}-byte limit"
+    return text, problem
+
+
+def _type_name(value: Any, *, from_json: bool) -> str:
+    """A value's type, as JSON names it when the value came from JSON."""
+    if not from_json:
+        return type(value).__name__
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
