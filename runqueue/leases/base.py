@@ -32,10 +32,13 @@ ALL_CLASSES: tuple[PriorityClass, ...] = tuple(PriorityClass)
 
 @dataclass
 class Hooks:
-    """Pause points for tests that interleave real connections (River's
-    TestSignals). Both are None in production."""
+    """Observation points for tests that interleave real connections
+    (River's TestSignals): a test may pause a thread in one. Both are None in
+    production, and setting one never changes which path the code takes."""
 
-    #: Called inside a worker transaction, after the fence row, before commit.
+    #: Called inside a worker transaction that writes more than its fence
+    #: (a checkpoint, a tool record, an event...), after the fence row,
+    #: before commit. A fence alone is one autocommit statement: no call.
     inside_fence: Callable[[Lease, str], None] | None = None
     #: Called inside the sweep's transaction, after its UPDATE, before commit.
     inside_sweep: Callable[[list[tuple]], None] | None = None

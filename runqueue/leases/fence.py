@@ -90,8 +90,11 @@ def fenced_transaction(
     params: dict[str, Any] | None,
     write: Callable[[tuple], None] | None,
 ) -> tuple | None:
+    """The fence statement, then ``write(row)`` in the same transaction; the
+    fence row, or None when fenced (``run.fenced`` recorded). Callers hold
+    the lease's write lock, or know the lease is theirs alone."""
     try:
-        if write is None and hooks.inside_fence is None and not connection.in_atomic_block:
+        if write is None and not connection.in_atomic_block:
             # The fence is the whole transaction (a heartbeat, or a finish
             # whose event is in the same statement): one statement in
             # autocommit, so no BEGIN and COMMIT round trips.
@@ -106,7 +109,7 @@ def fenced_transaction(
                 raise _FencedError
             if write is not None:
                 write(row)
-            if hooks.inside_fence is not None:
+            if hooks.inside_fence is not None:  # observes only
                 hooks.inside_fence(lease, action)
             return row
     except _FencedError:
