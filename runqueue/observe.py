@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from runqueue import metrics, tracing
 
 if TYPE_CHECKING:
-    from runqueue.leases import Lease
-    from runqueue.runtime import ToolOutcome
+    from runqueue.leases.base import Lease
+    from runqueue.outcomes import ToolOutcome
 
 logger = logging.getLogger("runqueue.worker")
 lease_logger = logging.getLogger("runqueue.leases")

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -25,33 +25,18 @@ from runqueue import leases, observe, registry
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
-from runqueue.outcomes import Failed, GaveUp, Outcome, Succeeded, Waiting, json_text
+from runqueue.outcomes import (
+    Failed,
+    GaveUp,
+    Outcome,
+    Succeeded,
+    ToolOutcome,
+    Waiting,
+    json_text,
+)
 from runqueue.stream.emit import emit as stream_emit
 
 logger = logging.getLogger("runqueue.runtime")
-
-ToolStatusName = Literal["completed", "failed", "uncertain", "fenced"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolOutcome:
-    """How a tool invocation ended.
-
-    ``uncertain``: the call started on an earlier attempt and its outcome is
-    unknown (it may have happened). ``fenced``: not run, because this worker
-    lost the run.
-    """
-
-    status: ToolStatusName
-    seq: int
-    value: Any = None
-    error: Any = None
-    replayed: bool = False
-    resolution: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "completed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,13 @@ with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
 Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
 appended in a transaction of its own, and the worker writes nothing else.
 Every transition made by anyone but the owner bumps ``lease_epoch``.
+
+This module is the package's public surface: runqueue's other modules use
+these names; the modules inside the package import each other directly.
 """
 
 from runqueue.leases.base import (
     ALL_CLASSES,
-    Hooks,
     Lease,
     backoff,
     failure_record,
@@ -52,7 +54,6 @@ from runqueue.leases.writes import (
 __all__ = [
     "ALL_CLASSES",
     "ClaimSpec",
-    "Hooks",
     "Lease",
     "append_event",
     "backoff",

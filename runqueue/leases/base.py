@@ -71,6 +71,15 @@ class Lease:
     def run_id(self) -> Any:
         return self.run.id
 
+    def mark_fenced(self) -> bool:
+        """Mark the lease fenced; False if it already was (``run.fenced`` is
+        recorded once per lease, whichever thread finds out first)."""
+        with self._lock:
+            if self.fenced:
+                return False
+            self.fenced = True
+            return True
+
     @property
     def epoch(self) -> int:
         return self.run.lease_epoch

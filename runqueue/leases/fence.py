@@ -34,10 +34,8 @@ def _still_owned(lease: Lease) -> bool:
 
 def record_fenced(lease: Lease, action: str) -> None:
     """Append run.fenced once per lease, after the fenced transaction rolled back."""
-    with lease._lock:
-        if lease.fenced:
-            return
-        lease.fenced = True
+    if not lease.mark_fenced():
+        return
     with transaction.atomic(durable=True):
         # Under the run row's lock, as every event insert: a run's event ids
         # then follow commit order, which the event stream's cursor needs.
