@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from runqueue.failures import Failure
+
 
 def json_text(value: Any, what: str) -> str:
     """``value`` as the JSON text jsonb will store; ValueError if it cannot be."""
@@ -46,7 +48,7 @@ class Succeeded:
 class Failed:
     """A permanent failure: the run is dead-lettered now, never retried."""
 
-    failure: dict[str, Any]
+    failure: Failure
     name: ClassVar[str] = "failed"
 
 

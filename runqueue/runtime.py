@@ -24,6 +24,7 @@ from django.utils.module_loading import import_string
 from runqueue import leases, observe, registry
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
+from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
 from runqueue.outcomes import (
     Failed,
@@ -242,7 +243,7 @@ def decide(lease: leases.Lease) -> Outcome:
     try:
         fn = registry.lookup(lease.run.kind)
     except UnknownKind as exc:
-        return Failed(leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
     ctx = build_context(lease)
     try:
         result = fn(ctx)
@@ -252,7 +253,7 @@ def decide(lease: leases.Lease) -> Outcome:
         transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
         if classify(exc, transient) == PERMANENT:
             logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
-            return Failed(leases.permanent_failure(exc, lease.attempt))
+            return Failed(permanent_failure(exc, lease.attempt))
         return GaveUp(exc)
     try:
         if isinstance(result, AskUser):
@@ -262,7 +263,7 @@ def decide(lease: leases.Lease) -> Outcome:
         return Succeeded.of(result)
     except ValueError as exc:
         return Failed(
-            leases.failure_record(
+            failure_record(
                 exc,
                 classification=PERMANENT,
                 attempt=lease.attempt,

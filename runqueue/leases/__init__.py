@@ -11,15 +11,14 @@ This module is the package's public surface: runqueue's other modules use
 these names; the modules inside the package import each other directly.
 """
 
+from runqueue.failures import Failure, failure_record, permanent_failure
 from runqueue.leases.base import (
     ALL_CLASSES,
     Lease,
     backoff,
-    failure_record,
     hooks,
     notify,
     notify_payload,
-    permanent_failure,
 )
 from runqueue.leases.claim import (
     ClaimSpec,
@@ -54,6 +53,7 @@ from runqueue.leases.writes import (
 __all__ = [
     "ALL_CLASSES",
     "ClaimSpec",
+    "Failure",
     "Lease",
     "append_event",
     "backoff",

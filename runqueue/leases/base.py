@@ -1,4 +1,4 @@
-"""The lease a worker holds, backoff, failure records and the helpers the
+"""The lease a worker holds, backoff, the test hooks and the helpers the
 rest of runqueue.leases shares."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import logging
 import random
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +14,6 @@ from typing import Any
 from django.db import connection
 
 from runqueue.conf import get_settings
-from runqueue.errors import (
-    PERMANENT,
-)
 from runqueue.models import (
     PriorityClass,
     Run,
@@ -99,27 +95,6 @@ def backoff(attempts: int, *, rng: random.Random | None = None) -> float:
     delay = min(conf.BACKOFF_BASE_SECONDS * 2 ** max(attempts - 1, 0), conf.BACKOFF_MAX_SECONDS)
     jitter = conf.BACKOFF_JITTER * (2 * (rng or random).random() - 1)
     return max(delay * (1 + jitter), 0.0)
-
-
-def failure_record(
-    exc: BaseException | None, *, classification: str, attempt: int, message: str | None = None
-) -> dict[str, Any]:
-    """The dead-letter record kept in ``Run.failure``: enough to act on."""
-    return {
-        "classification": classification,
-        "error_type": type(exc).__name__ if exc is not None else None,
-        "message": message if message is not None else str(exc),
-        "traceback": "".join(traceback.format_exception(exc)) if exc is not None else None,
-        "attempt": attempt,
-    }
-
-
-def failure_summary(failure: dict[str, Any]) -> dict[str, Any]:
-    return {k: failure.get(k) for k in ("classification", "error_type", "message", "attempt")}
-
-
-def permanent_failure(exc: BaseException, attempt: int) -> dict[str, Any]:
-    return failure_record(exc, classification=PERMANENT, attempt=attempt)
 
 
 # --- helpers -----------------------------------------------------------------

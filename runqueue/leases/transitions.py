@@ -17,6 +17,7 @@ from runqueue.errors import (
     InvalidTransition,
     RunNotFound,
 )
+from runqueue.failures import lease_expired_failure
 from runqueue.leases.base import (
     backoff,
     hooks,
@@ -30,6 +31,7 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
+from runqueue.outcomes import json_text
 from runqueue.sql import execute
 
 # --- transitions by others: sweep, cancel ------------------------------------
@@ -54,6 +56,8 @@ def sweep(
         "ids": [r[0] for r in rows],
         "epochs": [r[1] for r in rows],
         "delays": [backoff(r[2]) for r in rows],
+        # Stored only by a run dead-lettered on its last attempt.
+        "failures": [json_text(lease_expired_failure(r[2], r[3]), "failure") for r in rows],
     }
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
