@@ -13,7 +13,7 @@ from django.utils import timezone
 
 import runqueue
 from runqueue import leases
-from runqueue.errors import InvalidTransition, RunNotFound
+from runqueue.errors import InvalidTransition, RunNotFound, ToolInvocationNotFound
 from runqueue.failures import Failure, FailureSummary, failure_summary
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 from tests.helpers import Worker, event_types, expire_lease
@@ -318,6 +318,14 @@ def test_cancel_errors() -> None:
     with pytest.raises(InvalidTransition) as excinfo:
         runqueue.cancel(sub.run.id, reason="x", actor="y")
     assert str(excinfo.value) == f"cannot cancel run {sub.run.id}: it is cancelled"
+
+
+def test_resolving_a_missing_tool_invocation_names_the_error() -> None:
+    with pytest.raises(ToolInvocationNotFound) as excinfo:
+        leases.resolve_uncertain(2**31 - 1, happened=True, note="n", actor="a")
+    assert isinstance(excinfo.value, LookupError)  # what callers caught before
+    assert excinfo.value.tool_invocation_id == 2**31 - 1
+    assert str(excinfo.value) == f"no tool invocation {2**31 - 1}"
 
 
 def test_backoff_curve_is_exponential_capped_and_jittered(settings) -> None:

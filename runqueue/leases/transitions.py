@@ -16,6 +16,7 @@ from runqueue.errors import (
     ActiveRunConflict,
     InvalidTransition,
     RunNotFound,
+    ToolInvocationNotFound,
 )
 from runqueue.failures import lease_expired_failure
 from runqueue.leases.base import (
@@ -120,7 +121,11 @@ def requeue(run_id: Any, *, actor: str, reason: str = "") -> Run:
 def resolve_uncertain(
     tool_invocation_id: int, *, happened: bool, note: str, actor: str
 ) -> ToolInvocation:
-    """Record an operator's answer for an uncertain tool invocation: did it happen?"""
+    """Record an operator's answer for an uncertain tool invocation: did it happen?
+
+    Raises ToolInvocationNotFound or InvalidTransition (not uncertain, or
+    already resolved).
+    """
     with transaction.atomic(durable=True):
         tool = (
             ToolInvocation.objects.select_for_update()
@@ -129,7 +134,7 @@ def resolve_uncertain(
             .first()
         )
         if tool is None:
-            raise LookupError(f"no tool invocation {tool_invocation_id}")
+            raise ToolInvocationNotFound(tool_invocation_id)
         if tool.status != ToolStatus.UNCERTAIN or tool.resolution is not None:
             raise InvalidTransition(tool.run_id, tool.status, "resolve this tool invocation of")
         tool.resolution = {
