@@ -49,6 +49,14 @@ class RunNotFound(RunqueueError, LookupError):
         super().__init__(f"no run {run_id}")
 
 
+class ToolInvocationNotFound(RunqueueError, LookupError):
+    """No tool invocation with this id (an operator resolving a pruned run's, say)."""
+
+    def __init__(self, tool_invocation_id: object) -> None:
+        self.tool_invocation_id = tool_invocation_id
+        super().__init__(f"no tool invocation {tool_invocation_id}")
+
+
 class InvalidTransition(RunqueueError):
     """The run is not in a status that allows this operation."""
 

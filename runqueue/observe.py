@@ -20,8 +20,8 @@ from runqueue import metrics, tracing
 from runqueue.models import PriorityClass
 
 if TYPE_CHECKING:
-    from runqueue.leases import Lease
-    from runqueue.runtime import ToolOutcome
+    from runqueue.leases.base import Lease
+    from runqueue.outcomes import ToolOutcome
 
 logger = logging.getLogger("runqueue.worker")
 lease_logger = logging.getLogger("runqueue.leases")

@@ -1,17 +1,21 @@
-"""How one attempt at a run ended, as a value.
+"""How one attempt at a run ended, and how one tool call ended, as values.
 
 The runtime decides an outcome and writes nothing; the worker's slot group
 writes it (``runqueue.leases.write`` or, batched with the next claim,
 ``runqueue.leases.finish_and_claim``), fenced by the lease's epoch. An
 outcome is always storable: ``Succeeded.of`` refuses a result PostgreSQL's
 jsonb would reject, so the runtime can turn it into a failure instead.
+A tool call's ``ToolOutcome`` is what ``ctx.invoke_tool`` returns; the
+worker's observers (``runqueue.observe``, ``runqueue.tracing``) read it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
+
+from runqueue.failures import Failure
 
 
 def json_text(value: Any, what: str) -> str:
@@ -44,7 +48,7 @@ class Succeeded:
 class Failed:
     """A permanent failure: the run is dead-lettered now, never retried."""
 
-    failure: dict[str, Any]
+    failure: Failure
     name: ClassVar[str] = "failed"
 
 
@@ -70,3 +74,27 @@ class Waiting:
 Outcome = Succeeded | Failed | GaveUp | Waiting
 #: Outcomes written together with the next claim (one statement).
 Finish = Succeeded | Failed
+
+
+ToolStatusName = Literal["completed", "failed", "uncertain", "fenced"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """How a tool invocation ended.
+
+    ``uncertain``: the call started on an earlier attempt and its outcome is
+    unknown (it may have happened). ``fenced``: not run, because this worker
+    lost the run.
+    """
+
+    status: ToolStatusName
+    seq: int
+    value: Any = None
+    error: Any = None
+    replayed: bool = False
+    resolution: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"

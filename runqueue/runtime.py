@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -24,34 +24,20 @@ from django.utils.module_loading import import_string
 from runqueue import leases, observe, registry
 from runqueue.conf import get_settings
 from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
+from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
-from runqueue.outcomes import Failed, GaveUp, Outcome, Succeeded, Waiting, json_text
+from runqueue.outcomes import (
+    Failed,
+    GaveUp,
+    Outcome,
+    Succeeded,
+    ToolOutcome,
+    Waiting,
+    json_text,
+)
 from runqueue.stream.emit import emit as stream_emit
 
 logger = logging.getLogger("runqueue.runtime")
-
-ToolStatusName = Literal["completed", "failed", "uncertain", "fenced"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolOutcome:
-    """How a tool invocation ended.
-
-    ``uncertain``: the call started on an earlier attempt and its outcome is
-    unknown (it may have happened). ``fenced``: not run, because this worker
-    lost the run.
-    """
-
-    status: ToolStatusName
-    seq: int
-    value: Any = None
-    error: Any = None
-    replayed: bool = False
-    resolution: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +243,7 @@ def decide(lease: leases.Lease) -> Outcome:
     try:
         fn = registry.lookup(lease.run.kind)
     except UnknownKind as exc:
-        return Failed(leases.failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
     ctx = build_context(lease)
     try:
         result = fn(ctx)
@@ -267,7 +253,7 @@ def decide(lease: leases.Lease) -> Outcome:
         transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
         if classify(exc, transient) == PERMANENT:
             logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
-            return Failed(leases.permanent_failure(exc, lease.attempt))
+            return Failed(permanent_failure(exc, lease.attempt))
         return GaveUp(exc)
     try:
         if isinstance(result, AskUser):
@@ -277,7 +263,7 @@ def decide(lease: leases.Lease) -> Outcome:
         return Succeeded.of(result)
     except ValueError as exc:
         return Failed(
-            leases.failure_record(
+            failure_record(
                 exc,
                 classification=PERMANENT,
                 attempt=lease.attempt,

@@ -1,7 +1,8 @@
 """ADR-0004's hard gate: two workers race on one run with the reclaim
 interval driven to zero; one commits all its transitions, the other writes
 nothing but ``run.fenced``. Checked on every worker write path, with real
-concurrent connections and deterministic interleavings (hooks pause a
+concurrent connections and deterministic interleavings (a second
+connection holds a row lock, or a hook pauses the sweeper inside its
 transaction; ``pg_blocking_pids`` shows who waits).
 """
 
@@ -171,21 +172,27 @@ FINISHING = ["succeed", "fail", "give_up", "wait_for_user"]
 
 
 @pytest.mark.parametrize("path", list(WRITE_PATHS))
-def test_write_first_the_sweeper_steps_over_then_rechecks(path: str, settings, hooks) -> None:
+def test_write_first_the_sweeper_steps_over_then_rechecks(
+    path: str, settings, raw_connect
+) -> None:
     prepare, write, status_after = WRITE_PATHS[path]
     run, lease_a = _claimed_run(settings)
     if prepare:
         assert prepare(lease_a)
 
-    hooks.inside_fence = Pause("worker-A")
+    # A's write is under way on the run row: a second connection holds the
+    # row's lock (as a write's open transaction does) and A's fence waits on it.
+    holder = raw_connect(autocommit=False)
+    holder.execute("SELECT 1 FROM runqueue_run WHERE id = %s FOR NO KEY UPDATE", [run.id])
     worker_a = Worker(lambda: write(lease_a), name="worker-A")
     worker_a.start()
-    assert hooks.inside_fence.inside.wait(30)
+    worker_a.started_fn.wait(30)
+    wait_until(lambda: is_blocked(worker_a.backend_pid), what="worker A to block")
 
-    # The sweeper steps over the row its owner is writing: it neither waits
-    # nor moves it.
+    # The sweeper steps over the row being written: it neither waits nor
+    # moves it.
     assert leases.sweep() == []
-    hooks.inside_fence.release.set()
+    holder.rollback()
     assert worker_a.outcome() is True
     swept = leases.sweep()
 
@@ -232,10 +239,9 @@ def test_repeatable_read_serialization_failure_means_fenced(settings, hooks) -> 
     assert event_types(run.id, epoch=1) == ["run.claimed", "run.fenced"]
 
 
-def test_cancel_while_a_worker_writes_fences_it(settings, hooks) -> None:
+def test_cancel_while_a_worker_writes_fences_it(settings) -> None:
     run, lease_a = _claimed_run(settings)
     canceller = Worker(lambda: runqueue.cancel(run.id, reason="stop", actor="ops"), name="cancel")
-    hooks.inside_fence = None
     # Cancel first, holding nothing: the worker's next write is fenced.
     canceller.start()
     canceller.outcome()
@@ -244,3 +250,20 @@ def test_cancel_while_a_worker_writes_fences_it(settings, hooks) -> None:
     run.refresh_from_db()
     assert (run.status, run.result) == (RunStatus.CANCELLED, None)
     assert event_types(run.id, epoch=1) == ["run.claimed", "run.fenced"]
+
+
+def test_the_fence_hook_observes_and_never_changes_the_path(settings, hooks) -> None:
+    """A hook set or not, a fence alone is one autocommit statement (the hook
+    is not called: there is no transaction to pause in); a write that needs a
+    transaction calls it inside, after the fence row."""
+    run, lease = _claimed_run(settings)
+    seen: list[tuple[str, bool]] = []
+    hooks.inside_fence = lambda _lease, action: seen.append((action, connection.in_atomic_block))
+    assert leases.heartbeat(lease)
+    assert seen == []
+    assert leases.checkpoint(lease, {"step": 1})
+    assert seen == [("checkpoint", True)]
+    assert leases.succeed(lease, "done")
+    assert seen == [("checkpoint", True)]
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED

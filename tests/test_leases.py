@@ -13,7 +13,8 @@ from django.utils import timezone
 
 import runqueue
 from runqueue import leases
-from runqueue.errors import InvalidTransition, RunNotFound
+from runqueue.errors import InvalidTransition, RunNotFound, ToolInvocationNotFound
+from runqueue.failures import Failure, FailureSummary, failure_summary
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 from tests.helpers import Worker, event_types, expire_lease
 
@@ -246,6 +247,37 @@ def test_sweep_dead_letters_at_max_attempts(fast_retry) -> None:
     assert event_types(run.id)[-1] == "run.failed"
 
 
+@pytest.mark.parametrize("how", ["swept", "gave_up", "failed"])
+def test_every_stored_failure_has_exactly_the_failure_keys(how: str, fast_retry) -> None:
+    """The sweeper's, a give-up's and a handler's dead letters alike are a
+    ``Failure``; their ``run.failed`` event carries its summary."""
+    sub = runqueue.submit(kind="k", max_attempts=1)
+    lease = leases.claim_one("w")
+    if how == "swept":
+        expire_lease(sub.run.id)
+        assert [row[1] for row in leases.sweep()] == [RunStatus.FAILED]
+    elif how == "gave_up":
+        assert leases.give_up(lease, runqueue.TransientError("rate limited"))
+    else:
+        assert leases.fail(lease, leases.permanent_failure(ValueError("bad"), lease.attempt))
+    run = Run.objects.get(id=sub.run.id)
+    assert run.status == RunStatus.FAILED
+    assert set(run.failure) == Failure.__required_keys__ == set(Failure.__annotations__)
+    failed = RunEvent.objects.get(run_id=run.id, type="run.failed")
+    if how == "swept":
+        assert run.failure == {
+            "classification": "lease_expired",
+            "error_type": "LeaseExpired",
+            "message": "lease expired on attempt 1 of 1",
+            "traceback": None,
+            "attempt": 1,
+        }
+        assert set(failed.data) == {"reason", "attempt", "expired_epoch", "scheduled_for"}
+    else:
+        assert failed.data == failure_summary(run.failure)
+        assert set(failed.data) == set(FailureSummary.__annotations__)
+
+
 @pytest.mark.parametrize("action", ["succeed", "heartbeat"])
 def test_sweeper_rechecks_what_it_read(action: str) -> None:
     """River #1302's race: the run is finished (or renewed) between the
@@ -286,6 +318,14 @@ def test_cancel_errors() -> None:
     with pytest.raises(InvalidTransition) as excinfo:
         runqueue.cancel(sub.run.id, reason="x", actor="y")
     assert str(excinfo.value) == f"cannot cancel run {sub.run.id}: it is cancelled"
+
+
+def test_resolving_a_missing_tool_invocation_names_the_error() -> None:
+    with pytest.raises(ToolInvocationNotFound) as excinfo:
+        leases.resolve_uncertain(2**31 - 1, happened=True, note="n", actor="a")
+    assert isinstance(excinfo.value, LookupError)  # what callers caught before
+    assert excinfo.value.tool_invocation_id == 2**31 - 1
+    assert str(excinfo.value) == f"no tool invocation {2**31 - 1}"
 
 
 def test_backoff_curve_is_exponential_capped_and_jittered(settings) -> None:

@@ -7,18 +7,19 @@ with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
 Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
 appended in a transaction of its own, and the worker writes nothing else.
 Every transition made by anyone but the owner bumps ``lease_epoch``.
+
+This module is the package's public surface: runqueue's other modules use
+these names; the modules inside the package import each other directly.
 """
 
+from runqueue.failures import Failure, failure_record, permanent_failure
 from runqueue.leases.base import (
     ALL_CLASSES,
-    Hooks,
     Lease,
     backoff,
-    failure_record,
     hooks,
     notify,
     notify_payload,
-    permanent_failure,
 )
 from runqueue.leases.claim import (
     ClaimSpec,
@@ -52,7 +53,7 @@ from runqueue.leases.writes import (
 __all__ = [
     "ALL_CLASSES",
     "ClaimSpec",
-    "Hooks",
+    "Failure",
     "Lease",
     "append_event",
     "backoff",

@@ -1,4 +1,4 @@
-"""The lease a worker holds, backoff, failure records and the helpers the
+"""The lease a worker holds, backoff, the test hooks and the helpers the
 rest of runqueue.leases shares."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import logging
 import random
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +14,6 @@ from typing import Any
 from django.db import connection
 
 from runqueue.conf import get_settings
-from runqueue.errors import (
-    PERMANENT,
-)
 from runqueue.models import (
     PriorityClass,
     Run,
@@ -32,10 +28,13 @@ ALL_CLASSES: tuple[PriorityClass, ...] = tuple(PriorityClass)
 
 @dataclass
 class Hooks:
-    """Pause points for tests that interleave real connections (River's
-    TestSignals). Both are None in production."""
+    """Observation points for tests that interleave real connections
+    (River's TestSignals): a test may pause a thread in one. Both are None in
+    production, and setting one never changes which path the code takes."""
 
-    #: Called inside a worker transaction, after the fence row, before commit.
+    #: Called inside a worker transaction that writes more than its fence
+    #: (a checkpoint, a tool record, an event...), after the fence row,
+    #: before commit. A fence alone is one autocommit statement: no call.
     inside_fence: Callable[[Lease, str], None] | None = None
     #: Called inside the sweep's transaction, after its UPDATE, before commit.
     inside_sweep: Callable[[list[tuple]], None] | None = None
@@ -68,6 +67,15 @@ class Lease:
     def run_id(self) -> Any:
         return self.run.id
 
+    def mark_fenced(self) -> bool:
+        """Mark the lease fenced; False if it already was (``run.fenced`` is
+        recorded once per lease, whichever thread finds out first)."""
+        with self._lock:
+            if self.fenced:
+                return False
+            self.fenced = True
+            return True
+
     @property
     def epoch(self) -> int:
         return self.run.lease_epoch
@@ -87,27 +95,6 @@ def backoff(attempts: int, *, rng: random.Random | None = None) -> float:
     delay = min(conf.BACKOFF_BASE_SECONDS * 2 ** max(attempts - 1, 0), conf.BACKOFF_MAX_SECONDS)
     jitter = conf.BACKOFF_JITTER * (2 * (rng or random).random() - 1)
     return max(delay * (1 + jitter), 0.0)
-
-
-def failure_record(
-    exc: BaseException | None, *, classification: str, attempt: int, message: str | None = None
-) -> dict[str, Any]:
-    """The dead-letter record kept in ``Run.failure``: enough to act on."""
-    return {
-        "classification": classification,
-        "error_type": type(exc).__name__ if exc is not None else None,
-        "message": message if message is not None else str(exc),
-        "traceback": "".join(traceback.format_exception(exc)) if exc is not None else None,
-        "attempt": attempt,
-    }
-
-
-def failure_summary(failure: dict[str, Any]) -> dict[str, Any]:
-    return {k: failure.get(k) for k in ("classification", "error_type", "message", "attempt")}
-
-
-def permanent_failure(exc: BaseException, attempt: int) -> dict[str, Any]:
-    return failure_record(exc, classification=PERMANENT, attempt=attempt)
 
 
 # --- helpers -----------------------------------------------------------------

@@ -34,10 +34,8 @@ def _still_owned(lease: Lease) -> bool:
 
 def record_fenced(lease: Lease, action: str) -> None:
     """Append run.fenced once per lease, after the fenced transaction rolled back."""
-    with lease._lock:
-        if lease.fenced:
-            return
-        lease.fenced = True
+    if not lease.mark_fenced():
+        return
     with transaction.atomic(durable=True):
         # Under the run row's lock, as every event insert: a run's event ids
         # then follow commit order, which the event stream's cursor needs.
@@ -90,8 +88,11 @@ def fenced_transaction(
     params: dict[str, Any] | None,
     write: Callable[[tuple], None] | None,
 ) -> tuple | None:
+    """The fence statement, then ``write(row)`` in the same transaction; the
+    fence row, or None when fenced (``run.fenced`` recorded). Callers hold
+    the lease's write lock, or know the lease is theirs alone."""
     try:
-        if write is None and hooks.inside_fence is None and not connection.in_atomic_block:
+        if write is None and not connection.in_atomic_block:
             # The fence is the whole transaction (a heartbeat, or a finish
             # whose event is in the same statement): one statement in
             # autocommit, so no BEGIN and COMMIT round trips.
@@ -106,7 +107,7 @@ def fenced_transaction(
                 raise _FencedError
             if write is not None:
                 write(row)
-            if hooks.inside_fence is not None:
+            if hooks.inside_fence is not None:  # observes only
                 hooks.inside_fence(lease, action)
             return row
     except _FencedError:

@@ -15,7 +15,9 @@ from runqueue.errors import (
     ActiveRunConflict,
     InvalidTransition,
     RunNotFound,
+    ToolInvocationNotFound,
 )
+from runqueue.failures import lease_expired_failure
 from runqueue.leases.base import (
     backoff,
     hooks,
@@ -28,6 +30,7 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
+from runqueue.outcomes import json_text
 from runqueue.sql import execute
 
 # --- transitions by others: sweep, cancel ------------------------------------
@@ -52,6 +55,8 @@ def sweep(
         "ids": [r[0] for r in rows],
         "epochs": [r[1] for r in rows],
         "delays": [backoff(r[2]) for r in rows],
+        # Stored only by a run dead-lettered on its last attempt.
+        "failures": [json_text(lease_expired_failure(r[2], r[3]), "failure") for r in rows],
     }
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -114,7 +119,11 @@ def requeue(run_id: Any, *, actor: str, reason: str = "") -> Run:
 def resolve_uncertain(
     tool_invocation_id: int, *, happened: bool, note: str, actor: str
 ) -> ToolInvocation:
-    """Record an operator's answer for an uncertain tool invocation: did it happen?"""
+    """Record an operator's answer for an uncertain tool invocation: did it happen?
+
+    Raises ToolInvocationNotFound or InvalidTransition (not uncertain, or
+    already resolved).
+    """
     with transaction.atomic(durable=True):
         tool = (
             ToolInvocation.objects.select_for_update()
@@ -123,7 +132,7 @@ def resolve_uncertain(
             .first()
         )
         if tool is None:
-            raise LookupError(f"no tool invocation {tool_invocation_id}")
+            raise ToolInvocationNotFound(tool_invocation_id)
         if tool.status != ToolStatus.UNCERTAIN or tool.resolution is not None:
             raise InvalidTransition(tool.run_id, tool.status, "resolve this tool invocation of")
         tool.resolution = {

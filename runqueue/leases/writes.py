@@ -15,12 +15,11 @@ from runqueue import events
 from runqueue.errors import (
     TRANSIENT,
 )
+from runqueue.failures import Failure, failure_record, failure_summary
 from runqueue.leases.base import (
     Lease,
     backoff,
     check_json,
-    failure_record,
-    failure_summary,
     notify,
 )
 from runqueue.leases.fence import fenced, record_fenced, renew_params
@@ -182,7 +181,7 @@ def succeed(lease: Lease, result: Any = None) -> bool:
     return _finish(lease, Succeeded.of(result))
 
 
-def fail(lease: Lease, failure: dict[str, Any]) -> bool:
+def fail(lease: Lease, failure: Failure) -> bool:
     """Dead-letter the run now (a permanent failure); False once fenced."""
     return _finish(lease, Failed(failure))
 

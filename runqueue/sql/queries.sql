@@ -177,7 +177,8 @@ RETURNING r.id;
 -- event in the same statement (written only if the fence matched). One
 -- statement, so in autocommit it is a transaction of its own with the fence
 -- first: one round trip per finish. Zero rows: fenced, nothing written.
--- JSON travels as text, as in finish_and_claim.
+-- JSON travels as text, as in finish_and_claim; a failure is a
+-- runqueue.failures.Failure built in Python.
 WITH finished AS (
     UPDATE runqueue_run
        SET status = %(status)s,
@@ -209,6 +210,7 @@ RETURNING id;
 -- A transient failure gives the lease up and takes the expiry path at once:
 -- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
 -- up, as on every transition the next owner must not confuse with this one.
+-- %(failure)s is a runqueue.failures.Failure built in Python.
 UPDATE runqueue_run
    SET status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
        lease_epoch = lease_epoch + 1,
@@ -248,10 +250,15 @@ SELECT id, lease_epoch, attempts, max_attempts
 -- read, re-checking what it read (epoch, status, expiry): a run finished or
 -- renewed in between is left alone. A row its owner is writing right now is
 -- stepped over (SKIP LOCKED), so a frozen worker never blocks the sweeper;
--- the next sweep re-reads it. Events in the same statement.
+-- the next sweep re-reads it. Events in the same statement. Each run's
+-- dead letter is a runqueue.failures.Failure built in Python from the
+-- attempts and max_attempts read (lease_expired_failure), as JSON text: the
+-- epoch re-check guarantees they are still the row's, since every change of
+-- attempts bumps the epoch.
 WITH candidates AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(delays)s::float8[])
-        AS c(id, epoch, delay)
+    SELECT * FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(delays)s::float8[],
+                         %(failures)s::text[])
+        AS c(id, epoch, delay, failure)
 ), locked AS (
     SELECT r.id
       FROM runqueue_run r
@@ -264,13 +271,8 @@ WITH candidates AS (
            lease_epoch = r.lease_epoch + 1,
            scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
                                 ELSE now() + make_interval(secs => c.delay) END,
-           failure = CASE WHEN r.attempts >= r.max_attempts THEN jsonb_build_object(
-                         'classification', 'lease_expired',
-                         'error_type', 'LeaseExpired',
-                         'message', format('lease expired on attempt %%s of %%s', r.attempts, r.max_attempts),
-                         'traceback', NULL,
-                         'attempt', r.attempts)
-                     ELSE r.failure END,
+           failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
+                          ELSE r.failure END,
            finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
            lease_owner = '',
            lease_expires_at = NULL
