@@ -1,5 +1,6 @@
 """Every named statement in ``runqueue/sql/queries.sql`` parses and plans on
-the test database, and every name the code uses exists there."""
+the test database, and every name the code uses exists there; the class
+functions agree with ``PriorityClass``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from runqueue.models import PRIORITY_MAX, PriorityClass
 from runqueue.sql import queries
+from runqueue.sql.classes import functions
 
 RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
 _PARAM = re.compile(r"%\((\w+)\)s")
@@ -54,3 +57,82 @@ def test_each_statement_parses_and_plans(name: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"PREPARE runqueue_check_{name} AS {statement}")
         cursor.execute(f"DEALLOCATE runqueue_check_{name}")
+
+
+# -- The class of a priority ---------------------------------------------------
+
+_CLASS_FUNCTION = re.compile(r"FUNCTION (?P<name>\w+)\(.*?\$\$(?P<body>.*?)\$\$", re.DOTALL)
+
+
+@pytest.mark.django_db
+def test_the_class_functions_agree_with_priority_class_for_every_priority() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p, runqueue_priority_class(p),"
+            " runqueue_priority_class_low(runqueue_priority_class(p)),"
+            " runqueue_priority_class_high(runqueue_priority_class(p))"
+            " FROM generate_series(0, %s) AS p ORDER BY p",
+            [PRIORITY_MAX],
+        )
+        rows = cursor.fetchall()
+        cursor.execute("SELECT idx, low, high FROM runqueue_priority_classes()")
+        classes = cursor.fetchall()
+        cursor.execute(
+            "SELECT runqueue_priority_class_low(%s), runqueue_priority_class_high(%s)",
+            [len(PriorityClass), len(PriorityClass)],
+        )
+        beyond = cursor.fetchone()
+    expected = [
+        (p, PriorityClass.of(p).index, *PriorityClass.of(p).bounds)
+        for p in range(PRIORITY_MAX + 1)
+    ]
+    assert rows == expected
+    assert classes == [(c.index, *c.bounds) for c in PriorityClass]
+    assert beyond == (None, None)
+
+
+@pytest.mark.django_db
+def test_the_class_functions_are_what_priority_class_renders() -> None:
+    """The latest migration's text is ``runqueue.sql.classes.functions()``:
+    a change to ``PriorityClass`` needs a migration that renders them again."""
+    rendered = {m["name"]: m["body"] for m in _CLASS_FUNCTION.finditer(functions())}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(%s)", [list(rendered)]
+        )
+        stored = dict(cursor.fetchall())
+    assert stored == rendered
+
+
+@pytest.mark.django_db
+def test_the_class_functions_are_inlined() -> None:
+    """The planner puts each function's body in place (LANGUAGE sql,
+    IMMUTABLE, not STRICT, no SET): an index condition on a class's bounds
+    stays one, and no function is called per row."""
+    statements = [
+        ("SELECT runqueue_priority_class(priority) FROM runqueue_run", []),
+        (
+            "SELECT 1 FROM runqueue_run WHERE priority"
+            " BETWEEN runqueue_priority_class_low(%s) AND runqueue_priority_class_high(%s)",
+            [1, 1],
+        ),
+        ("SELECT * FROM runqueue_priority_classes()", []),
+    ]
+    with connection.cursor() as cursor:
+        for statement, params in statements:
+            cursor.execute("EXPLAIN (VERBOSE, COSTS OFF) " + statement, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "runqueue_priority_class" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_no_statement_writes_the_class_arithmetic_out() -> None:
+    """The class of a priority has one SQL definition, the functions: no
+    statement (nor the capped claim's function) divides a priority, scales
+    a class index or names the highest priority."""
+    arithmetic = re.compile(rf"priority\s*/|\b(cls|idx)\s*\*|\b{PRIORITY_MAX}\b")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'runqueue_claim_capped'")
+        (claim_capped,) = cursor.fetchone()
+    texts = {**queries(), "runqueue_claim_capped": claim_capped}
+    assert [name for name, text in texts.items() if arithmetic.search(text)] == []

@@ -1,6 +1,8 @@
 -- The raw statements of runqueue: the claim, the fences and the sweep.
 -- Each block starts with "-- name: NAME --" and a line saying why it is raw.
 -- Every lease and schedule comparison uses the database clock, now().
+-- The class of a priority is runqueue_priority_class and its siblings
+-- (migration 0005, rendered from PriorityClass), never arithmetic here.
 
 -- name: finish_and_claim --
 -- The worker's one statement per round trip: finish the runs its slots ended
@@ -50,14 +52,16 @@ WITH input AS (
               FROM runqueue_run q
              WHERE q.status = 'queued'
                AND q.priority BETWEEN %(min_priority)s AND %(max_priority)s
-               AND least(q.priority / 10, 2) = ANY(%(class_indexes)s::int[])
+               AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
                AND q.attempts < q.max_attempts
                -- A paused kind (in all classes, or in this run's) waits.
                AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
                                 WHERE p.kind = q.kind
                                   AND (p.priority_class IS NULL
-                                       OR p.priority_class = least(q.priority / 10, 2) * 10))
+                                       OR p.priority_class
+                                          = runqueue_priority_class_low(
+                                                runqueue_priority_class(q.priority))))
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -86,7 +90,7 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
 -- finish_and_claim when concurrency caps may apply (a RUNQUEUE
 -- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
 -- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
--- come from runqueue_claim_capped (migration 0002_concurrency): a walk in
+-- come from runqueue_claim_capped (migrations 0004 and 0005): a walk in
 -- the same claim order that steps over runs whose (key, class) is at its
 -- cap or being claimed by another worker, holding a transaction-scoped
 -- advisory lock per (key, class) it claims in until this statement commits.
@@ -447,7 +451,7 @@ SELECT c.idx,
                AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
              ORDER BY r.priority, r.created_at
              LIMIT %(head)s) AS h) AS oldest_due_seconds
-  FROM (VALUES (0, 0, 9), (1, 10, 19), (2, 20, 32767)) AS c(idx, low, high)
+  FROM runqueue_priority_classes() AS c
  ORDER BY c.idx;
 
 -- name: metrics_leased --
@@ -455,11 +459,11 @@ SELECT c.idx,
 -- at most %(cap)s rows per status (ids are random, so a capped read is a
 -- fair sample of the classes). Each status is a literal: the partial index
 -- only serves a predicate it can prove.
-SELECT 'running' AS status, least(q.priority / 10, 2) AS idx, count(*) AS n
+SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
   FROM (SELECT priority FROM runqueue_run WHERE status = 'running' LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
-SELECT 'waiting_for_user', least(q.priority / 10, 2), count(*)
+SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
          LIMIT %(cap)s) AS q
  GROUP BY 2;
