@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from runqueue.models import PRIORITY_MAX, PriorityClass
-from runqueue.sql import queries
+from runqueue.sql import parse, queries
 from runqueue.sql.classes import functions
 
 RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
@@ -37,6 +37,39 @@ def test_every_statement_is_used_somewhere() -> None:
     code = "\n".join(path.read_text() for path in RUNQUEUE.rglob("*.py"))
     unused = [name for name in queries() if f'"{name}"' not in code]
     assert unused == []
+
+
+# -- The file's blocks ---------------------------------------------------------
+
+
+def test_a_fragment_is_put_in_where_a_statement_includes_it() -> None:
+    text = (
+        "-- fragment: where_due --\n"
+        "-- why\n"
+        " WHERE due\n"
+        "-- name: a --\n"
+        "SELECT 1 FROM t\n"
+        "-- include: where_due --\n"
+        ";\n"
+        "-- name: b --\n"
+        "-- include: where_due --\n"
+    )
+    assert parse(text) == {"a": "SELECT 1 FROM t\n WHERE due", "b": "WHERE due"}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("-- name: a --\nSELECT 1;\n-- name: a --\nSELECT 2;\n", "defined twice"),
+        ("-- fragment: a --\nx\n-- name: a --\nSELECT 1;\n", "defined twice"),
+        ("-- name: a --\n-- include: nope --\n", "which is no fragment"),
+        ("-- fragment: f --\n-- include: f --\n-- name: a --\n-- include: f --\n", "itself"),
+        ("-- fragment: f --\nx\n-- name: a --\nSELECT 1;\n", "no statement includes"),
+    ],
+)
+def test_a_broken_file_fails_to_load(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse(text)
 
 
 @pytest.mark.django_db
