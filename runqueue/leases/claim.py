@@ -51,7 +51,7 @@ class ClaimSpec:
             "limit": self.limit,
             "min_priority": min(c.bounds[0] for c in self.classes),
             "max_priority": max(c.bounds[1] for c in self.classes),
-            "class_indexes": sorted({int(c) // 10 for c in self.classes}),
+            "class_indexes": sorted({c.index for c in self.classes}),
         }
 
 

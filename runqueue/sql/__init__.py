@@ -1,4 +1,20 @@
-"""The raw SQL of runqueue, loaded once from queries.sql by name."""
+"""The raw SQL of runqueue, loaded once from queries.sql by name.
+
+queries.sql is a list of blocks, each starting with a marker line:
+
+- ``-- name: NAME --`` starts a statement, which callers run by its name
+  (``execute``, ``prepared``);
+- ``-- fragment: NAME --`` starts SQL that several statements share and
+  nobody runs alone (the fenced finishes of ``finish_and_claim`` and
+  ``finish_and_claim_capped``, say).
+
+A line ``-- include: NAME --`` in a statement or a fragment stands for that
+fragment's text, put in when the file is loaded: every statement is still
+one text, sent in one round trip (and prepared as one statement), and the
+names callers use are the statements' names. A name defined twice, an
+include of no fragment, a fragment that includes itself and a fragment no
+statement includes are errors at load. Comment lines are not sent.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +28,43 @@ from typing import Any
 import psycopg
 from django.db import connection
 
-_BLOCK = re.compile(r"^-- name: (?P<name>[a-z_]+) --$", re.MULTILINE)
+_BLOCK = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>[a-z_]+) --$", re.MULTILINE)
+_INCLUDE = re.compile(r"^[ \t]*-- include: (?P<name>[a-z_]+) --[ \t]*$", re.MULTILINE)
 
 
 def parse(text: str) -> dict[str, str]:
-    """Split a queries file into {name: statement}; names must be unique."""
+    """Split a queries file into {name: statement}, fragments included."""
     parts = _BLOCK.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
+    blocks: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in blocks["name"] or name in blocks["fragment"]:
             raise ValueError(f"query {name!r} is defined twice")
-        statement = "\n".join(
-            line for line in body.strip().splitlines() if not line.lstrip().startswith("--")
-        ).strip()
-        queries[name] = statement.rstrip(";")
+        blocks[kind][name] = body
+    fragments = blocks["fragment"]
+    included: set[str] = set()
+
+    def expand(body: str, within: tuple[str, ...]) -> str:
+        def include(match: re.Match[str]) -> str:
+            name = match.group("name")
+            if name not in fragments:
+                raise ValueError(f"{within[-1]!r} includes {name!r}, which is no fragment")
+            if name in within:
+                raise ValueError(f"fragment {name!r} includes itself")
+            included.add(name)
+            return expand(fragments[name].strip("\n"), (*within, name))
+
+        return _INCLUDE.sub(include, body)
+
+    queries = {name: _statement(expand(body, (name,))) for name, body in blocks["name"].items()}
+    if unused := sorted(set(fragments) - included):
+        raise ValueError(f"no statement includes the fragments {unused}")
     return queries
+
+
+def _statement(body: str) -> str:
+    """The text sent to the server: no comment lines, no final semicolon."""
+    lines = (line for line in body.strip().splitlines() if not line.lstrip().startswith("--"))
+    return "\n".join(lines).strip().rstrip(";").rstrip()
 
 
 @cache

@@ -1,22 +1,20 @@
 -- The raw statements of runqueue: the claim, the fences and the sweep.
 -- Each block starts with "-- name: NAME --" and a line saying why it is raw.
+-- A "-- fragment: NAME --" block is SQL that statements share: a line
+-- "-- include: NAME --" stands for it (put in when the file is loaded, so a
+-- statement is still one text; runqueue/sql/__init__.py).
 -- Every lease and schedule comparison uses the database clock, now().
+-- The class of a priority is runqueue_priority_class and its siblings
+-- (migration 0005, rendered from PriorityClass), never arithmetic here.
 
--- name: finish_and_claim --
--- The worker's one statement per round trip: finish the runs its slots ended
--- (succeeded or failed) and claim up to %(limit)s due runs in the slot
--- group's classes, oldest first within priority, with every event, in one
--- transaction (autocommit: one commit). Either part may be empty: no
--- finishes is a plain claim, limit 0 a plain finish.
--- Each finish keeps its own fence (id, epoch, status = 'running'): only the
--- rows whose fence matched are finished and logged; a lease whose id is
--- missing from finished_ids was fenced and wrote nothing. The claim only
--- takes queued rows, so it never touches a row being finished.
--- ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT k) may
--- re-run it and claim more than k). JSON travels as text (NULL stays NULL).
--- The result has at least one row: finished_ids, then the claimed run's
--- columns (all NULL when nothing was claimed).
-WITH input AS (
+-- fragment: finish --
+-- The finishes of finish_and_claim and finish_and_claim_capped (their first
+-- CTEs): the runs a worker's slots ended (succeeded or failed). Each finish
+-- keeps its own fence (id, epoch, status = 'running'): only the rows whose
+-- fence matched are finished (and logged by the logged fragment); a lease
+-- whose id is missing from finished_ids was fenced and wrote nothing. JSON
+-- travels as text (NULL stays NULL).
+input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
                   %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
@@ -36,8 +34,11 @@ WITH input AS (
        -- hash-join the input against every running run.
        AND r.id = ANY(%(ids)s::uuid[])
     RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
-), claimed AS (
-    UPDATE runqueue_run r
+)
+
+-- fragment: claim_set --
+-- What a claim writes to each run it takes: running, the next epoch and
+-- attempt, the lease.
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
            attempts = r.attempts + 1,
@@ -45,24 +46,13 @@ WITH input AS (
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            heartbeat_at = now(),
            started_at = coalesce(r.started_at, now())
-     WHERE r.id = ANY(ARRAY(
-            SELECT q.id
-              FROM runqueue_run q
-             WHERE q.status = 'queued'
-               AND q.priority BETWEEN %(min_priority)s AND %(max_priority)s
-               AND least(q.priority / 10, 2) = ANY(%(class_indexes)s::int[])
-               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-               AND q.attempts < q.max_attempts
-               -- A paused kind (in all classes, or in this run's) waits.
-               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
-                                WHERE p.kind = q.kind
-                                  AND (p.priority_class IS NULL
-                                       OR p.priority_class = least(q.priority / 10, 2) * 10))
-             ORDER BY q.priority, q.created_at
-             LIMIT %(limit)s
-               FOR NO KEY UPDATE SKIP LOCKED))
-    RETURNING r.*
-), logged AS (
+
+-- fragment: logged --
+-- The end of finish_and_claim and finish_and_claim_capped: the events of the
+-- finishes and of the claims, then the result. It has at least one row:
+-- finished_ids, then the claimed run's columns (all NULL when nothing was
+-- claimed).
+logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
       FROM finished f
@@ -80,13 +70,52 @@ WITH input AS (
 SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
- ORDER BY c.priority, c.created_at;
+ ORDER BY c.priority, c.created_at
+
+-- name: finish_and_claim --
+-- The worker's one statement per round trip: finish the runs its slots ended
+-- (the finish fragment) and claim up to %(limit)s due runs in the slot
+-- group's classes, oldest first within priority, with every event, in one
+-- transaction (autocommit: one commit). Either part may be empty: no
+-- finishes is a plain claim, limit 0 a plain finish.
+-- The claim only takes queued rows, so it never touches a row being
+-- finished. ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT
+-- k) may re-run it and claim more than k). runqueue_priority_class and
+-- runqueue_priority_class_low (migration 0005) are the class of a priority
+-- and its value, inlined by the planner.
+WITH
+-- include: finish --
+, claimed AS (
+    UPDATE runqueue_run r
+-- include: claim_set --
+     WHERE r.id = ANY(ARRAY(
+            SELECT q.id
+              FROM runqueue_run q
+             WHERE q.status = 'queued'
+               AND q.priority BETWEEN %(min_priority)s AND %(max_priority)s
+               AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
+               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+               AND q.attempts < q.max_attempts
+               -- A paused kind (in all classes, or in this run's) waits.
+               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                WHERE p.kind = q.kind
+                                  AND (p.priority_class IS NULL
+                                       OR p.priority_class
+                                          = runqueue_priority_class_low(
+                                                runqueue_priority_class(q.priority))))
+             ORDER BY q.priority, q.created_at
+             LIMIT %(limit)s
+               FOR NO KEY UPDATE SKIP LOCKED))
+    RETURNING r.*
+),
+-- include: logged --
+;
 
 -- name: finish_and_claim_capped --
 -- finish_and_claim when concurrency caps may apply (a RUNQUEUE
 -- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
 -- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
--- come from runqueue_claim_capped (migration 0002_concurrency): a walk in
+-- come from runqueue_claim_capped (migrations 0004 and 0005): a walk in
 -- the same claim order that steps over runs whose (key, class) is at its
 -- cap or being claimed by another worker, holding a transaction-scoped
 -- advisory lock per (key, class) it claims in until this statement commits.
@@ -98,58 +127,18 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
 -- walk the whole claim index with the ids as a filter instead of the key.
 -- The runs this statement finishes (ids, epochs) free their places for its
 -- own claim.
-WITH input AS (
-    SELECT *
-      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
-                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
-                  %(event_data)s::text[])
-           AS i(id, epoch, status, result, failure, event_type, event_data)
-), finished AS (
+WITH
+-- include: finish --
+, claimed AS (
     UPDATE runqueue_run r
-       SET status = i.status,
-           result = i.result::jsonb,
-           failure = i.failure::jsonb,
-           finished_at = now(),
-           lease_owner = '',
-           lease_expires_at = NULL
-      FROM input i
-     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
-       -- By id, whatever the statistics say: without this the planner may
-       -- hash-join the input against every running run.
-       AND r.id = ANY(%(ids)s::uuid[])
-    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
-), claimed AS (
-    UPDATE runqueue_run r
-       SET status = 'running',
-           lease_epoch = r.lease_epoch + 1,
-           attempts = r.attempts + 1,
-           lease_owner = %(owner)s,
-           lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-           heartbeat_at = now(),
-           started_at = coalesce(r.started_at, now())
+-- include: claim_set --
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
                %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[]))::uuid[])
     RETURNING r.*
-), logged AS (
-    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
-      FROM finished f
-    UNION ALL
-    SELECT c.id, 'run.claimed', c.lease_epoch,
-           jsonb_build_object(
-               'owner', c.lease_owner,
-               'attempt', c.attempts,
-               'priority', c.priority,
-               'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
-                   c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
-           now()
-      FROM claimed c
-)
-SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*
-  FROM (SELECT 1) AS one
-  LEFT JOIN claimed c ON true
- ORDER BY c.priority, c.created_at;
+),
+-- include: logged --
+;
 
 -- name: fence_renew --
 -- The heartbeat, and the first statement of every worker transaction that
@@ -449,7 +438,7 @@ SELECT c.idx,
                AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
              ORDER BY r.priority, r.created_at
              LIMIT %(head)s) AS h) AS oldest_due_seconds
-  FROM (VALUES (0, 0, 9), (1, 10, 19), (2, 20, 32767)) AS c(idx, low, high)
+  FROM runqueue_priority_classes() AS c
  ORDER BY c.idx;
 
 -- name: metrics_leased --
@@ -457,11 +446,11 @@ SELECT c.idx,
 -- at most %(cap)s rows per status (ids are random, so a capped read is a
 -- fair sample of the classes). Each status is a literal: the partial index
 -- only serves a predicate it can prove.
-SELECT 'running' AS status, least(q.priority / 10, 2) AS idx, count(*) AS n
+SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
   FROM (SELECT priority FROM runqueue_run WHERE status = 'running' LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
-SELECT 'waiting_for_user', least(q.priority / 10, 2), count(*)
+SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
          LIMIT %(cap)s) AS q
  GROUP BY 2;
