@@ -7,9 +7,9 @@ finished meanwhile) is reported and left as it is.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db.models import QuerySet
 
@@ -23,7 +23,7 @@ BATCH = 200
 VERBS = ("requeue", "cancel")
 
 
-def actionable(queryset: QuerySet, verb: str) -> QuerySet:
+def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
     """The runs of a filter the verb can act on: failed ones for requeue,
     non-terminal ones for cancel."""
     if verb == "requeue":
@@ -38,11 +38,11 @@ class BulkResult:
     """What a bulk action did: runs changed, and runs left with the reason."""
 
     done: int = 0
-    refused: list[tuple[Any, RunqueueError]] = field(default_factory=list)
+    refused: list[tuple[uuid.UUID, RunqueueError]] = field(default_factory=list)
 
 
 def apply(
-    run_ids: Sequence[Any],
+    run_ids: Sequence[uuid.UUID],
     *,
     verb: str,
     actor: str,

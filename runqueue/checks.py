@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
+if TYPE_CHECKING:
+    from psycopg import IsolationLevel
+
 
 @register(Tags.database, Tags.compatibility)
-def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: object,
+) -> list[Error]:
     """The claim needs FOR UPDATE SKIP LOCKED and LISTEN/NOTIFY: PostgreSQL only."""
     errors = []
     for alias in connections:
@@ -29,7 +38,9 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
 
 
 @register()
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[Error]:
     """Report a malformed RUNQUEUE dict as a check error, not a crash later."""
     from django.conf import settings
 
@@ -49,7 +60,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
-def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+def check_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
     """A settings schedule naming a kind no handler is registered for would
     log an error at every tick instead of firing."""
     from django.conf import settings
@@ -75,7 +88,9 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 
 
 @register()
-def check_concurrency_and_api_kinds(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+def check_concurrency_and_api_kinds(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
     """Caps need READ COMMITTED claims; API_KINDS should name handled kinds."""
     from django.conf import settings
 
@@ -112,14 +127,15 @@ def check_concurrency_and_api_kinds(app_configs: Any = None, **kwargs: Any) -> l
     return messages
 
 
-def default_isolation_level() -> Any:
-    """The isolation level the default database's OPTIONS ask for (None: the server's)."""
+def default_isolation_level() -> object:
+    """The isolation level the default database's OPTIONS ask for (None: the
+    server's); whatever the settings hold, compared with READ COMMITTED."""
     from django.conf import settings
 
     return settings.DATABASES.get("default", {}).get("OPTIONS", {}).get("isolation_level")
 
 
-def _read_committed() -> Any:
+def _read_committed() -> IsolationLevel:
     from psycopg import IsolationLevel
 
     return IsolationLevel.READ_COMMITTED

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Any
 
 #: Attributes every LogRecord has: anything else on a record came in ``extra``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -26,7 +25,7 @@ class JsonFormatter(logging.Formatter):
     message, every ``extra`` field, and the exception if any."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
                 timespec="milliseconds"
             ),

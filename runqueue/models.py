@@ -7,8 +7,9 @@ Only ``runqueue.submit`` and ``runqueue.leases`` write run state.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
-from typing import Any
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -157,6 +158,10 @@ class RunQuerySet(models.QuerySet):
         return self.filter(priority__gte=low, priority__lte=high)
 
 
+#: Run's manager: RunQuerySet's filters on ``Run.objects``; the proxies' managers extend it.
+RunManager = models.Manager.from_queryset(RunQuerySet)
+
+
 class Run(models.Model):
     """One unit of agent work: a turn, a research job, a maintenance job."""
 
@@ -190,7 +195,7 @@ class Run(models.Model):
     #: ("" without one): the worker's span links to it (runqueue.tracing).
     traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
-    objects = RunQuerySet.as_manager()
+    objects = RunManager()
 
     class Meta:
         db_table = "runqueue_run"
@@ -297,7 +302,7 @@ class Run(models.Model):
         return self.status in TERMINAL_STATUSES
 
 
-class RunViewManager(models.Manager):
+class RunViewManager(RunManager):
     """A proxy model's manager: the runs one named RunQuerySet filter selects."""
 
     def __init__(self, view: str) -> None:
@@ -311,7 +316,7 @@ class RunViewManager(models.Manager):
 class DeadLetteredRun(Run):
     """Failed runs: the dead letter, with its own admin changelist."""
 
-    objects = RunViewManager("dead_lettered")
+    objects: ClassVar[RunViewManager] = RunViewManager("dead_lettered")
 
     class Meta:
         proxy = True
@@ -322,7 +327,7 @@ class DeadLetteredRun(Run):
 class UncertainRun(Run):
     """Runs with a tool invocation that may or may not have happened, unresolved."""
 
-    objects = RunViewManager("uncertain")
+    objects: ClassVar[RunViewManager] = RunViewManager("uncertain")
 
     class Meta:
         proxy = True
@@ -605,7 +610,7 @@ class ScheduleQuerySet(models.QuerySet):
     def active(self) -> ScheduleQuerySet:
         return self.filter(paused_at__isnull=True, retired_at__isnull=True)
 
-    def due(self, now: Any) -> ScheduleQuerySet:
+    def due(self, now: dt.datetime) -> ScheduleQuerySet:
         return self.active().filter(next_fire_at__lte=now)
 
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.utils.module_loading import autodiscover_modules
 
 from runqueue.errors import UnknownKind
+from runqueue.types import JSON
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: A handler: called with the run's context, it returns the run's result (a
+#: JSON value) or ``AskUser``.
+type Handler = Callable[..., JSON]
+F = TypeVar("F", bound=Handler)
 
-_handlers: dict[str, Callable[..., Any]] = {}
+_handlers: dict[str, Handler] = {}
 
 
 def handler(kind: str) -> Callable[[F], F]:
@@ -34,11 +38,11 @@ def handler(kind: str) -> Callable[[F], F]:
     return register
 
 
-def _name(fn: Callable[..., Any]) -> str:
+def _name(fn: Handler) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def lookup(kind: str) -> Callable[..., Any]:
+def lookup(kind: str) -> Handler:
     try:
         return _handlers[kind]
     except KeyError:

@@ -8,9 +8,9 @@ event naming ``staff:<username>``, and a LogEntry goes to the admin history.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -44,14 +44,24 @@ def actor(request: HttpRequest) -> str:
     return f"staff:{request.user.get_username()}"
 
 
+def staff_id(request: HttpRequest) -> int | str | uuid.UUID:
+    """The primary key of the staff member behind an admin request, for LogEntry.
+
+    The admin serves staff only, so the user is never anonymous here.
+    """
+    pk = request.user.pk
+    assert pk is not None, "an admin request without a logged-in user"
+    return pk
+
+
 def log_change(request: HttpRequest, runs: Iterable[Run], message: str) -> None:
     """The admin-history half of the audit: one LogEntry per changed run."""
     runs = list(runs)
     if runs:
-        LogEntry.objects.log_actions(request.user.pk, runs, CHANGE, message)
+        LogEntry.objects.log_actions(staff_id(request), runs, CHANGE, message)
 
 
-def explain(exc: RunqueueError, verb: str, run_id: Any) -> str:
+def explain(exc: RunqueueError, verb: str, run_id: uuid.UUID) -> str:
     """What staff should read when the service layer refuses."""
     if isinstance(exc, ActiveRunConflict):
         return (
@@ -120,7 +130,7 @@ def _apply(
     queryset: QuerySet,
     *,
     verb: str,
-    call: Callable[[Any, str], Run],
+    call: Callable[[uuid.UUID, str], Run],
     reason_required: bool,
 ) -> HttpResponse | None:
     """Confirm, then run ``call(run_id, reason)`` per run and report."""
@@ -153,7 +163,7 @@ def _apply(
 def _confirm_page(
     modeladmin: admin.ModelAdmin,
     request: HttpRequest,
-    run_ids: list[Any],
+    run_ids: list[uuid.UUID],
     verb: str,
     reason_required: bool,
 ) -> TemplateResponse:

@@ -10,9 +10,9 @@ is reported and left.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
@@ -38,9 +38,10 @@ def filters_of(request: HttpRequest) -> str:
     return query.urlencode()
 
 
-class OperatorMixin:
+class OperatorMixin(admin.ModelAdmin):
     """Bulk pages for a run changelist (``bulk_verbs``). Mixed into the run
-    ModelAdmins, whose ``has_<verb>_permission`` say who may use them."""
+    ModelAdmins (first, so its ``changelist_view`` wraps theirs), whose
+    ``has_<verb>_permission`` say who may use them."""
 
     bulk_verbs: tuple[str, ...] = ("requeue", "cancel")
 
@@ -52,7 +53,9 @@ class OperatorMixin:
     def _may(self, request: HttpRequest, verb: str) -> bool:
         return verb in self.bulk_verbs and getattr(self, f"has_{verb}_permission")(request)
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         opts = self.model._meta
         query = filters_of(request)
         links = [
@@ -107,7 +110,7 @@ class OperatorMixin:
         return TemplateResponse(request, "admin/runqueue/run/bulk_confirm.html", context)
 
     def _bulk_apply(
-        self, request: HttpRequest, verb: str, ids: list[Any], reason: str
+        self, request: HttpRequest, verb: str, ids: list[uuid.UUID], reason: str
     ) -> HttpResponse:
         message = f"{PAST[verb].capitalize()} (bulk) by {actor(request)}" + (
             f": {reason}" if reason else ""

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
+
+from runqueue.types import JSON
 
 #: Characters of JSON shown before truncation: rendering a multi-megabyte
 #: payload is a denial of service of its own.
@@ -98,7 +99,7 @@ def duration(value: dt.timedelta | None) -> str:
     return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
 
 
-def pretty_json(value: Any, limit: int = JSON_LIMIT) -> SafeString:
+def pretty_json(value: JSON, limit: int = JSON_LIMIT) -> SafeString:
     """Indented JSON in a <pre>, truncated at ``limit`` characters."""
     if value is None:
         return format_html("<span>{}</span>", "-")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 
 #: Counted rows at most; 100 pages of 100 runs.
 COUNT_CAP = 10_000
@@ -23,7 +24,7 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
-        if not hasattr(queryset, "values"):
+        if not isinstance(queryset, QuerySet):
             return len(queryset)
         # COUNT over a LIMITed subquery: the scan stops after CAP + 1 rows.
         # Ordering is dropped: it does not change a count and costs a sort.

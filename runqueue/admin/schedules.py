@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import uuid
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django import forms
 from django.contrib import admin, messages
@@ -24,20 +26,29 @@ from django.utils.safestring import SafeString
 
 from runqueue import registry, schedules
 from runqueue.admin import display, permissions
-from runqueue.admin.actions import actor
+from runqueue.admin.actions import actor, staff_id
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
-from runqueue.models import PRIORITY_MAX, PriorityClass, Schedule, ScheduleSource
+from runqueue.models import PRIORITY_MAX, PriorityClass, Run, Schedule, ScheduleSource, ScheduleTick
 from runqueue.schedules import cron
 from runqueue.schedules.spec import check_catch_up, check_name
+
+if TYPE_CHECKING:
+    # The stubs' name for what get_fieldsets returns (a list of TypedDicts).
+    from django.contrib.admin.options import _FieldsetSpec
 
 #: Ticks listed on a schedule's page, newest first.
 LAST_TICKS = 10
 OPERATIONS = {"pause": "Pause", "resume": "Resume", "run-now": "Run now"}
 
 
+def kind_choices() -> list[tuple[str, str]]:
+    """The registered kinds, read each time the form is made."""
+    return [(k, k) for k in registry.kinds()]
+
+
 class ScheduleForm(forms.ModelForm):
-    kind = forms.ChoiceField(choices=())
+    kind = forms.ChoiceField(choices=kind_choices)
     priority = forms.IntegerField(
         min_value=0,
         max_value=PRIORITY_MAX,
@@ -60,11 +71,7 @@ class ScheduleForm(forms.ModelForm):
             "catch_up_limit",
         ]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["kind"].choices = [(k, k) for k in registry.kinds()]
-
-    def _checked(self, check: Any, *args: Any) -> Any:
+    def _checked[T](self, check: Callable[..., T], *args: object) -> T:
         try:
             return check(*args)
         except ValueError as exc:
@@ -85,11 +92,38 @@ class ScheduleForm(forms.ModelForm):
         self._checked(cron.zone, self.cleaned_data["timezone"])
         return self.cleaned_data["timezone"]
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
+    def clean(self) -> dict[str, object]:
+        super().clean()
+        data = self.cleaned_data
         if "catch_up" in data and "catch_up_limit" in data:
             self._checked(check_catch_up, data["catch_up"], data["catch_up_limit"])
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class TickLine:
+    """One line of a schedule's last ticks, its times in the schedule's zone."""
+
+    outcome: str
+    local: str
+    skipped_until: str
+    run: Run | None
+    run_url: str = ""
+    badge: str = ""
+
+    @classmethod
+    def of(cls, tick: ScheduleTick, tz: str) -> TickLine:
+        run = tick.run
+        return cls(
+            outcome=tick.outcome,
+            local=local(tick.tick_at, tz),
+            skipped_until=local(tick.skipped_before, tz),
+            run=run,
+            run_url="" if run is None else reverse("admin:runqueue_run_change", args=[run.pk]),
+            badge=""
+            if run is None
+            else display.status_badge(run.status, run.get_status_display()),
+        )
 
 
 def local(moment: dt.datetime | None, tz: str) -> str:
@@ -108,39 +142,48 @@ class ScheduleAdmin(admin.ModelAdmin):
     readonly_fields = ["state", "in_words", "next_three", "last_ticks"]
     change_form_template = "admin/runqueue/schedule/change_form.html"
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list:
-        definition = (None, {"fields": ScheduleForm.Meta.fields})
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> _FieldsetSpec:
         if obj is None:
-            return [definition]
-        status = ("Status", {"fields": ["state", "in_words", "next_three", "last_ticks"]})
-        return [status, definition]
+            return [(None, {"fields": [*ScheduleForm.Meta.fields]})]
+        return [
+            ("Status", {"fields": ["state", "in_words", "next_three", "last_ticks"]}),
+            (None, {"fields": [*ScheduleForm.Meta.fields]}),
+        ]
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         if obj is not None and obj.source == ScheduleSource.SETTINGS:
             return False  # defined in settings: change it there
         return super().has_change_permission(request, obj)
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         if obj is not None and obj.source == ScheduleSource.SETTINGS and obj.retired_at is None:
             return False  # removing it from settings retires it
         return super().has_delete_permission(request, obj)
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         # Support staff who see runs see what makes them.
         return permissions.may_view(request, self.opts)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("runqueue.operate_schedule")
 
-    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Schedule, form: forms.BaseForm, change: bool
+    ) -> None:
         schedules.save_definition(obj)
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
+    ) -> HttpResponse:
         schedules.sync_settings()  # settings schedules show before any worker ran
         return super().changelist_view(request, extra_context)
 
     def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, object] | None = None,
     ) -> HttpResponse:
         extra_context = {
             **(extra_context or {}),
@@ -197,13 +240,10 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="last runs")
     def last_ticks(self, schedule: Schedule) -> SafeString:
-        ticks = list(schedule.ticks.select_related("run").order_by("-tick_at")[:LAST_TICKS])
-        for tick in ticks:
-            tick.local = local(tick.tick_at, schedule.timezone)
-            tick.skipped_until = local(tick.skipped_before, schedule.timezone)
-            if tick.run is not None:
-                tick.run_url = reverse("admin:runqueue_run_change", args=[tick.run.pk])
-                tick.badge = display.status_badge(tick.run.status, tick.run.get_status_display())
+        ticks = [
+            TickLine.of(tick, schedule.timezone)
+            for tick in schedule.ticks.select_related("run").order_by("-tick_at")[:LAST_TICKS]
+        ]
         return render_to_string(
             "admin/runqueue/schedule/ticks.html", {"ticks": ticks, "schedule": schedule}
         )
@@ -265,6 +305,6 @@ class ScheduleAdmin(admin.ModelAdmin):
             self.message_user(request, f"Schedule {schedule.name}: {exc}", messages.ERROR)
             return
         LogEntry.objects.log_actions(
-            request.user.pk, [schedule], CHANGE, message, single_object=True
+            staff_id(request), [schedule], CHANGE, message, single_object=True
         )
         self.message_user(request, f"Schedule {schedule.name}: {message}.", messages.SUCCESS)

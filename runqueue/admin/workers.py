@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -23,7 +22,7 @@ class WorkerAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
         return False  # workers write their own rows
 
     @admin.display(boolean=True, description="live")

@@ -8,8 +8,9 @@ session): only its SHA-256 is kept.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -17,6 +18,10 @@ from django.template.response import TemplateResponse
 
 from runqueue.api import tokens
 from runqueue.models import ApiToken
+
+if TYPE_CHECKING:
+    # The stubs' name for what get_fields returns.
+    from django.contrib.admin.options import _FieldGroups
 
 
 @admin.register(ApiToken)
@@ -40,7 +45,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     #: What staff may change on a live token: what it may submit.
     LIMITS = ["max_priority_class", "submit_quota", "submit_window_seconds"]
 
-    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> _FieldGroups:
         if obj is None:
             return ["name", "user", "tenant", *self.LIMITS]
         return [
@@ -70,7 +75,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoked(self, obj: ApiToken) -> bool:
         return obj.revoked_at is not None
 
-    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: ApiToken, form: forms.BaseForm, change: bool
+    ) -> None:
         if not change:
             request._runqueue_raw_token = tokens.assign_secret(obj)  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)

@@ -10,14 +10,16 @@ keep Django's CSRF check, so a page cannot submit runs with a staff cookie.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from runqueue.api import tokens
 from runqueue.api.errors import ApiError
 from runqueue.conf import get_settings
+from runqueue.models import ApiToken
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -28,13 +30,13 @@ class Caller:
 
     tenant: str
     principal: str
-    user: Any
+    user: AbstractBaseUser
     via: Literal["token", "session"]
     #: The bearer token (its priority ceiling and submit quota); None for a session.
-    token: Any = None
+    token: ApiToken | None = None
 
 
-def principal_of(user: Any) -> str:
+def principal_of(user: AbstractBaseUser) -> str:
     """The principal string of a user: the same for its tokens and its session."""
     return f"user:{user.pk}"
 
@@ -81,11 +83,16 @@ class _CsrfCheck(CsrfViewMiddleware):
         return HttpResponse(reason)  # the reason is read back, not sent
 
 
+def _no_view(request: HttpRequest) -> HttpResponse:
+    """The view the CSRF check is shown: not ``csrf_exempt``, so the check runs."""
+    return HttpResponse()
+
+
 def _check_csrf(request: HttpRequest) -> None:
     """Django's own CSRF check (origin, referer, token) for a session request."""
-    check = _CsrfCheck(lambda _request: HttpResponse())
+    check = _CsrfCheck(_no_view)
     check.process_request(request)
-    rejected = check.process_view(request, None, (), {})
+    rejected = check.process_view(request, _no_view, (), {})
     if rejected is not None:
         raise ApiError(
             "csrf-failed",

@@ -9,8 +9,9 @@ Bodies carry no tracebacks, SQL, constraint names or another request's run:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from django.http import HttpRequest, JsonResponse
 
@@ -23,6 +24,7 @@ from runqueue.errors import (
     RunNotFound,
     UnknownKind,
 )
+from runqueue.types import JSON
 
 PROBLEM_BASE = "urn:runqueue:problem:"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -80,7 +82,7 @@ class ApiError(Exception):
     slug: str
     detail: str
     headers: dict[str, str] = field(default_factory=dict)
-    extensions: dict[str, Any] = field(default_factory=dict)
+    extensions: dict[str, JSON] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.slug not in PROBLEMS:
@@ -93,7 +95,7 @@ class ApiError(Exception):
 
     def render(self, request: HttpRequest) -> JsonResponse:
         status, title = PROBLEMS[self.slug]
-        body: dict[str, Any] = {
+        body: dict[str, JSON] = {
             "type": problem_type(self.slug),
             "title": title,
             "status": status,
@@ -129,7 +131,9 @@ def validation_failed(errors: list[FieldError]) -> ApiError:
     )
 
 
-def from_service_error(exc: Exception, *, run_url: Any) -> ApiError | None:
+def from_service_error(
+    exc: Exception, *, run_url: Callable[[uuid.UUID | None], str]
+) -> ApiError | None:
     """Map an exception of ``runqueue.submit``/``cancel`` to its answer, or None.
 
     ``run_url(run_id)`` renders a run's location. Only the conflicting run of

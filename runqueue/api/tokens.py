@@ -13,11 +13,15 @@ import hmac
 import re
 import secrets
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from runqueue.models import ApiToken
+
+if TYPE_CHECKING:
+    # AUTH_USER_MODEL as the type checker sees it (django-stubs resolves the setting).
+    from django.contrib.auth.models import User
 
 _TOKEN = re.compile(r"^rq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 #: last_used_at is refreshed at most this often, so reads stay reads.
@@ -28,7 +32,9 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def issue(*, user: Any, tenant: str, name: str = "", **limits: Any) -> tuple[ApiToken, str]:
+def issue(
+    *, user: User, tenant: str, name: str = "", **limits: int | None
+) -> tuple[ApiToken, str]:
     """Create a token for ``user`` in ``tenant``; return it and its raw value.
 
     ``limits``: ``max_priority_class``, ``submit_quota``, ``submit_window_seconds``

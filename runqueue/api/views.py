@@ -12,10 +12,15 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from django.db import OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
@@ -32,7 +37,7 @@ from runqueue.stream import TooManyStreams, open_stream
 
 logger = logging.getLogger("runqueue.api")
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def api_view(*methods: str) -> Callable[[View], View]:
@@ -45,7 +50,7 @@ def api_view(*methods: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @csrf_exempt
         @functools.wraps(view)
-        def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
             try:
                 if request.method not in methods:
                     raise ApiError(
@@ -128,7 +133,7 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
 
 
 @api_view("GET")
-def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponseBase:
     """Server-Sent Events: the run's events after ``Last-Event-ID`` (or
     ``?after=``), then each new one as it commits, until a terminal event."""
     run = _run_or_404(caller, run_id)

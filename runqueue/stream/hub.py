@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any
 
 import psycopg
 from django.db import connection
@@ -69,7 +68,7 @@ class Hub:
 
     # --- watching runs -----------------------------------------------------
 
-    def watch(self, run_id: Any) -> threading.Event:
+    def watch(self, run_id: uuid.UUID) -> threading.Event:
         """Register a stream of ``run_id``: the event is set on each wake-up.
         Writes the watch row (on the caller's connection, autocommit)."""
         if self._start():
@@ -84,7 +83,7 @@ class Hub:
                 self._waiters.setdefault(key, set()).add(wake)
         return wake
 
-    def unwatch(self, run_id: Any, wake: threading.Event) -> None:
+    def unwatch(self, run_id: uuid.UUID, wake: threading.Event) -> None:
         key = str(run_id)
         with self._watch_lock:
             with self._lock:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+import uuid
+from collections.abc import Generator
 
 from django.db import DatabaseError
 
@@ -44,7 +44,7 @@ def frame(event: RunEvent) -> bytes:
     return f"id: {event.id}\nevent: {type_}\ndata: {data}\n\n".encode()
 
 
-def has_events_after(run_id: Any, after: int) -> bool:
+def has_events_after(run_id: uuid.UUID, after: int) -> bool:
     return RunEvent.objects.filter(run_id=run_id, id__gt=after).exists()
 
 
@@ -88,7 +88,7 @@ class EventStream:
             RunEvent.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
         )
 
-    def _events(self) -> Iterator[bytes]:
+    def _events(self) -> Generator[bytes, None, None]:
         conf = get_settings()
         started = time.monotonic()
         deadline = started + conf.STREAM_MAX_SECONDS

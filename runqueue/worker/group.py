@@ -28,6 +28,7 @@ claimed starts at once or as soon as a run of the group ends.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -356,7 +357,7 @@ class Group(threading.Thread):
                 connection.close()
         for lease in self.held():
             # Queued at once; the epoch bump fences a handler still running it.
-            if retrying(lambda lease=lease: leases.release(lease, "shutdown")):
+            if retrying(functools.partial(leases.release, lease, "shutdown")):
                 logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
             with self._cond:
                 self._held.discard(lease)
