@@ -29,7 +29,14 @@ from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
-from runqueue.models import PRIORITY_MAX, PriorityClass, Run, Schedule, ScheduleSource, ScheduleTick
+from runqueue.models import (
+    PRIORITY_MAX,
+    PriorityClass,
+    Run,
+    Schedule,
+    ScheduleSource,
+    ScheduleTick,
+)
 from runqueue.schedules import cron
 from runqueue.schedules.spec import check_catch_up, check_name
 
