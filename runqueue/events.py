@@ -7,6 +7,7 @@ transaction of its own: it runs inside the caller's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from runqueue.models import QueueEvent, RunEvent
@@ -52,9 +53,13 @@ STATUS_OF: dict[str, str] = {
 }
 
 
-def append(run_id: Any, type_: str, lease_epoch: int, data: dict[str, Any] | None = None) -> None:
+def append(
+    run_id: Any, type_: str, lease_epoch: int, data: Mapping[str, Any] | None = None
+) -> None:
     """Append one event inside the caller's transaction."""
-    RunEvent.objects.create(run_id=run_id, type=type_, lease_epoch=lease_epoch, data=data or {})
+    RunEvent.objects.create(
+        run_id=run_id, type=type_, lease_epoch=lease_epoch, data=dict(data) if data else {}
+    )
 
 
 def record(type_: str, subject: str, data: dict[str, Any] | None = None) -> QueueEvent:

@@ -36,7 +36,8 @@ def claimed(lease: Lease) -> None:
     """A slot starts a run it claimed."""
     run = lease.run
     due = max(run.created_at, run.scheduled_for or run.created_at)
-    wait = max((run.heartbeat_at - due).total_seconds(), 0.0)
+    claimed_at = run.heartbeat_at or due  # a claim sets it
+    wait = max((claimed_at - due).total_seconds(), 0.0)
     metrics.claimed(run.priority, wait)
     if not logger.isEnabledFor(logging.INFO):
         return

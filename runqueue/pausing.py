@@ -14,19 +14,21 @@ from django.db import IntegrityError, transaction
 from runqueue import events
 from runqueue.leases import notify
 from runqueue.models import PausedKind, PriorityClass
+from runqueue.submission_rules import TEXT_LIMITS
 
 
 def _check(kind: object, priority_class: object) -> tuple[str, int | None]:
-    if not isinstance(kind, str) or not kind or len(kind) > 255:
-        raise ValueError(f"kind must be a 1-255 character string, got {kind!r}")
+    longest = TEXT_LIMITS["kind"]
+    if not isinstance(kind, str) or not kind or len(kind) > longest:
+        raise ValueError(f"kind must be a 1-{longest} character string, got {kind!r}")
     if priority_class is None:
         return kind, None
-    try:
-        return kind, int(PriorityClass(priority_class))
-    except ValueError:
-        raise ValueError(
-            f"priority_class must be one of {PriorityClass.values} or None, got {priority_class!r}"
-        ) from None
+    for member in PriorityClass:
+        if member.value == priority_class:
+            return kind, int(member)
+    raise ValueError(
+        f"priority_class must be one of {PriorityClass.values} or None, got {priority_class!r}"
+    )
 
 
 def pause_kind(

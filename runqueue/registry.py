@@ -57,6 +57,11 @@ def kinds() -> list[str]:
     return sorted(_handlers)
 
 
+def kind_choices() -> list[tuple[str, str]]:
+    """The registered kinds as form choices, read each time a form is made."""
+    return [(k, k) for k in kinds()]
+
+
 def autodiscover() -> None:
     """Import every installed app's ``handlers`` module and RUNQUEUE["HANDLER_MODULES"]."""
     from runqueue.conf import get_settings

@@ -243,7 +243,11 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
                 except ActiveRunConflict:
                     # The session's run may be the one a same-key request just
                     # committed: a statement's fresh snapshot now shows its key.
-                    replay = request.idempotency_key is not None and _replay(request, request_hash)
+                    replay = (
+                        _replay(request, request_hash)
+                        if request.idempotency_key is not None
+                        else None
+                    )
                     if replay:
                         return replay
                     raise
@@ -288,7 +292,10 @@ def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
         return None
     if found.request_hash != request_hash:
         raise IdempotencyConflict(request.idempotency_key or "")
-    return Submission(run=found.run, outcome="replayed", original_outcome=found.outcome)
+    original: Outcome = (
+        "input_delivered" if found.outcome == SubmitOutcome.INPUT_DELIVERED else "created"
+    )
+    return Submission(run=found.run, outcome="replayed", original_outcome=original)
 
 
 def _deliver_to_waiting_run(request: CheckedSubmission) -> Run | None:

@@ -16,14 +16,26 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import models
+
 from runqueue import registry
 from runqueue.conf import get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.validation import as_utc, json_problem, text_problem
 
+
+def _max_length(model: type[models.Model], name: str) -> int:
+    """The declared length of a text column (every one this module reads has one)."""
+    field = model._meta.get_field(name)
+    length = getattr(field, "max_length", None)
+    if not isinstance(length, int):
+        raise TypeError(f"{model.__name__}.{name} has no max_length")
+    return length
+
+
 #: The longest idempotency key: its column's length.
-KEY_MAX_LENGTH: int = IdempotencyKey._meta.get_field("key").max_length
+KEY_MAX_LENGTH = _max_length(IdempotencyKey, "key")
 _KEY = re.compile(f"[!-~]{{1,{KEY_MAX_LENGTH}}}")  # printable ASCII, no space
 #: The key's rule as a JSON Schema pattern and in words.
 KEY_PATTERN = f"^{_KEY.pattern}$"
@@ -31,7 +43,7 @@ KEY_RULE = f"1-{KEY_MAX_LENGTH} printable ASCII characters without spaces"
 
 #: The text members of a run and the longest value each column holds.
 TEXT_LIMITS: dict[str, int] = {
-    name: Run._meta.get_field(name).max_length
+    name: _max_length(Run, name)
     for name in ("kind", "tenant", "principal", "session_id", "concurrency_key")
 }
 
@@ -131,13 +143,13 @@ def check_submission(
     scheduled_for, detail = _scheduled_for(scheduled_for, from_json=from_json)
     report("scheduled_for", detail)
     payload = {} if payload is None else payload
-    text, detail = _payload(payload)
+    payload_text, detail = _payload(payload)
     report("payload", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
         kind=kind,
-        payload=json.loads(text),
+        payload=json.loads(payload_text),
         session_id=session_id,
         tenant=tenant,
         principal=principal,
@@ -146,7 +158,7 @@ def check_submission(
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
         concurrency_key=concurrency_key,
-        payload_text=text,
+        payload_text=payload_text,
     ), problems
 
 

@@ -38,6 +38,7 @@ from django.utils.module_loading import import_string
 
 from runqueue.errors import PermanentError
 from runqueue.registry import handler
+from runqueue.types import JSON
 
 if TYPE_CHECKING:
     from runqueue.models import Run
@@ -298,7 +299,7 @@ def build_result(run: Run, task: Task) -> TaskResult:
         errors.append(
             TaskError(exception_class_path=_exception_path(TaskCancelled()), traceback="")
         )
-    result = TaskResult(
+    result: TaskResult[..., JSON] = TaskResult(
         task=task,
         id=str(run.id),
         status=STATUS_MAP[run.status],

@@ -12,6 +12,7 @@ creation alone, so a requeued old run does not read as a slow claim.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,8 +120,8 @@ def class_stats() -> list[ClassStats]:
         )
         .order_by()
     )
-    for row in due:
-        stats[row["ci"]].oldest_due = display.duration(row["oldest"])
+    for oldest in due:
+        stats[oldest["ci"]].oldest_due = display.duration(oldest["oldest"])
     wait = Cast(KeyTextTransform("wait_ms", "data"), FloatField())
     latency = (
         RunEvent.objects.filter(type=events.CLAIMED, created_at__gte=Now() - WINDOW)
@@ -131,9 +132,9 @@ def class_stats() -> list[ClassStats]:
         .annotate(n=Count("*"), p50=PercentileCont(wait, 0.5), p99=PercentileCont(wait, 0.99))
         .order_by()
     )
-    for row in latency:
-        stats[row["ci"]].claims = row["n"]
-        stats[row["ci"]].p50_ms, stats[row["ci"]].p99_ms = row["p50"], row["p99"]
+    for claims in latency:
+        stats[claims["ci"]].claims = claims["n"]
+        stats[claims["ci"]].p50_ms, stats[claims["ci"]].p99_ms = claims["p50"], claims["p99"]
     return stats
 
 
@@ -174,7 +175,7 @@ def totals() -> dict[str, Any]:
     }
 
 
-def live_workers() -> list[Worker]:
+def live_workers() -> Sequence[Worker]:
     """Workers that reported within three heartbeats and have not stopped."""
     stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
     workers = list(

@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 
 from runqueue import registry
 from runqueue.admin import display, permissions
-from runqueue.admin.actions import actor
+from runqueue.admin.actions import actor, staff_id
 from runqueue.models import PausedKind, PriorityClass, QueueEvent
 from runqueue.pausing import pause_kind, resume_kind
 
@@ -32,7 +32,7 @@ def _class(value: str) -> int | None:
 
 
 def _log(request: HttpRequest, row: PausedKind, flag: int, message: str) -> None:
-    LogEntry.objects.log_actions(request.user.pk, [row], flag, message, single_object=True)
+    LogEntry.objects.log_actions(staff_id(request), [row], flag, message, single_object=True)
 
 
 @admin.action(description="Pause the kinds of selected runs", permissions=["pause"])
@@ -92,7 +92,7 @@ def resume_kinds(
 
 
 class PauseForm(forms.ModelForm):
-    kind = forms.ChoiceField(choices=())
+    kind = forms.ChoiceField(choices=registry.kind_choices)
     priority_class = forms.TypedChoiceField(
         choices=CLASS_CHOICES, coerce=_class, empty_value=None, required=False
     )
@@ -101,10 +101,6 @@ class PauseForm(forms.ModelForm):
     class Meta:
         model = PausedKind
         fields = ["kind", "priority_class", "reason"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["kind"].choices = [(k, k) for k in registry.kinds()]
 
 
 @admin.register(PausedKind)

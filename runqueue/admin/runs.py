@@ -8,7 +8,8 @@ view (resolve.py), which call the service layer.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.options import ActionLocation
@@ -37,6 +38,10 @@ from runqueue.models import (
     UncertainRun,
 )
 
+if TYPE_CHECKING:
+    # The stubs' name for what get_list_display returns.
+    from django.contrib.admin.options import _ListDisplayT
+
 #: Events shown on a run's page, newest first; a looping run can log many.
 TIMELINE_LIMIT = 200
 #: Characters of a list cell before it is shortened (the rest in its title),
@@ -47,6 +52,27 @@ TENANT_WIDTH = 14
 FAILURE_WIDTH = 60
 #: Characters of a tool call's arguments or error on the run page.
 TOOL_JSON_LIMIT = 1500
+
+
+@dataclass(frozen=True)
+class ToolLine:
+    """A tool invocation as the run page's table shows it."""
+
+    tool: ToolInvocation
+    unresolved: bool
+    resolve_url: str
+    arguments_html: SafeString
+    error_html: SafeString
+
+    @classmethod
+    def of(cls, tool: ToolInvocation) -> ToolLine:
+        return cls(
+            tool=tool,
+            unresolved=tool.status == ToolStatus.UNCERTAIN and tool.resolution is None,
+            resolve_url=reverse("admin:runqueue_run_resolve", args=[tool.pk]),
+            arguments_html=display.pretty_json(tool.arguments, TOOL_JSON_LIMIT),
+            error_html=display.pretty_json(tool.error, TOOL_JSON_LIMIT),
+        )
 
 
 def unresolved_uncertain() -> Exists:
@@ -267,12 +293,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
 
     @admin.display(description="tool invocations")
     def tools_display(self, run: Run) -> SafeString:
-        tools = list(run.tool_invocations.all())
-        for tool in tools:
-            tool.unresolved = tool.status == ToolStatus.UNCERTAIN and tool.resolution is None
-            tool.resolve_url = reverse("admin:runqueue_run_resolve", args=[tool.pk])
-            tool.arguments_html = display.pretty_json(tool.arguments, TOOL_JSON_LIMIT)
-            tool.error_html = display.pretty_json(tool.error, TOOL_JSON_LIMIT)
+        tools = [ToolLine.of(tool) for tool in run.tool_invocations.all()]
         return render_to_string(
             "admin/runqueue/run/tools.html",
             {"tools": tools, "can_resolve": getattr(run, "can_resolve", False)},
@@ -378,7 +399,7 @@ class UncertainRunAdmin(RunAdmin):
             )
         )
 
-    def get_list_display(self, request: HttpRequest) -> list[str]:
+    def get_list_display(self, request: HttpRequest) -> _ListDisplayT:
         """Staff who may resolve get links; the others see the same list."""
         if self.has_resolve_permission(request):
             return self.list_display

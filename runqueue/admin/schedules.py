@@ -49,13 +49,8 @@ LAST_TICKS = 10
 OPERATIONS = {"pause": "Pause", "resume": "Resume", "run-now": "Run now"}
 
 
-def kind_choices() -> list[tuple[str, str]]:
-    """The registered kinds, read each time the form is made."""
-    return [(k, k) for k in registry.kinds()]
-
-
 class ScheduleForm(forms.ModelForm):
-    kind = forms.ChoiceField(choices=kind_choices)
+    kind = forms.ChoiceField(choices=registry.kind_choices)
     priority = forms.IntegerField(
         min_value=0,
         max_value=PRIORITY_MAX,

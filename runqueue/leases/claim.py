@@ -167,7 +167,7 @@ def _statement(
         name, params = "finish_and_claim_capped", params | concurrency.claim_params()
     with prepared(name, params) as cursor:
         rows = cursor.fetchall()
-        names = [column.name for column in cursor.description]
+        names = [column.name for column in cursor.description or ()]
     finished = set(rows[0][0]) if rows else set()
     leases = [
         Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
@@ -186,7 +186,7 @@ def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[...,
     position = {name: index for index, name in enumerate(names)}
     loaders = []
     for field in Run._meta.concrete_fields:
-        index = position.get(field.column)
+        index = position.get(field.column) if field.column else None
         if index is None:
             continue
         col = field.get_col(Run._meta.db_table)

@@ -120,7 +120,7 @@ def record_tool_started(
     return fenced(lease, "tool.started", "fence_renew", renew_params(lease), write) is not None
 
 
-_TOOL_EVENT = {
+_TOOL_EVENT: dict[str, str] = {
     ToolStatus.COMPLETED: events.TOOL_COMPLETED,
     ToolStatus.FAILED: events.TOOL_FAILED,
     ToolStatus.UNCERTAIN: events.TOOL_UNCERTAIN,

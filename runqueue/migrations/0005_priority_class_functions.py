@@ -3,6 +3,7 @@ of ``runqueue.sql.classes``, and ``runqueue_claim_capped`` reading them
 instead of writing the class arithmetic out."""
 
 import re
+from collections.abc import Callable
 from importlib import import_module
 
 from django.db import migrations
@@ -97,10 +98,15 @@ CHANGES = [
 ]
 
 
+def _literal(new: str) -> Callable[[re.Match[str]], str]:
+    """A replacement that inserts ``new`` as it is (no backslash escapes)."""
+    return lambda _match: new
+
+
 def _changed(text: str) -> str:
     for old, new, count in CHANGES:
         pattern = r"\s+".join(re.escape(word) for word in old.split())
-        text, found = re.subn(pattern, lambda _match, new=new: new, text)
+        text, found = re.subn(pattern, _literal(new), text)
         if found != count:
             raise ValueError(f"{old!r} found {found} times in 0004's function, not {count}")
     return text

@@ -172,6 +172,8 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
 
 def _skip(schedule: Schedule, todo: Plan) -> None:
     """Record the ticks catch-up left out: never skipped silently."""
+    if todo.skipped_from is None:
+        return
     logger.warning(
         "Schedule %s skipped its ticks from %s up to %s (catch_up=%s)",
         schedule.name,

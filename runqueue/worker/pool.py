@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
@@ -89,6 +90,7 @@ class Pool:
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
         self._signals = 0
+        self._next_housekeeping = 0.0
         self.groups = [
             Group(
                 spec.label,
@@ -161,7 +163,9 @@ class Pool:
             },
         )
 
-    def _limit_transactions(self, sender: object, connection: object, **kwargs: object) -> None:
+    def _limit_transactions(
+        self, sender: object, connection: BaseDatabaseWrapper, **kwargs: object
+    ) -> None:
         """A worker frozen inside a transaction (SIGSTOP, a GC pause, a lost
         network) must not hold the run's row lock for ever: the server ends
         such a transaction after half a lease."""
