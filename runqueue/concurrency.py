@@ -18,7 +18,6 @@ processes) and on every sweeper tick.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
@@ -78,7 +77,7 @@ def refresh() -> None:
     _limits.refresh()
 
 
-def claim_params() -> dict[str, Any]:
+def claim_params() -> dict[str, object]:
     """The capped claim's extra parameter: the default cap per class index."""
     return {"default_caps": list(get_settings().CONCURRENCY)}
 
@@ -107,7 +106,7 @@ def running(key: str, priority_class: PriorityClass) -> int:
 
 @receiver(post_save, sender=ConcurrencyLimit)
 @receiver(post_delete, sender=ConcurrencyLimit)
-def _limits_changed(**kwargs: Any) -> None:
+def _limits_changed(**kwargs: object) -> None:
     """Read the limits again here, and tell the workers (on commit): a new
     limit makes their claims take the capped path, a raised one may make
     runs claimable."""

@@ -40,11 +40,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+
+if TYPE_CHECKING:
+    from runqueue.schedules.spec import ScheduleSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +71,7 @@ class Settings:
     API_MAX_BODY_BYTES: int = 262144
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
-    SCHEDULES: tuple[Any, ...] = ()
+    SCHEDULES: tuple[ScheduleSpec, ...] = ()
     STREAM_MAX_PER_PROCESS: int = 4
     STREAM_KEEPALIVE_SECONDS: float = 15
     STREAM_POLL_SECONDS: float = 5
@@ -113,7 +116,7 @@ _POSITIVE = _INTEGERS | {
 }
 
 
-def _number(name: str, value: Any, *, integer: bool = False) -> float:
+def _number(name: str, value: object, *, integer: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a number, got {value!r}")
     if integer and not isinstance(value, int):
@@ -121,7 +124,7 @@ def _number(name: str, value: Any, *, integer: bool = False) -> float:
     return value
 
 
-def _strings(name: str, value: Any) -> tuple[str, ...]:
+def _strings(name: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a list of strings, got {value!r}")
     if not all(isinstance(v, str) and v for v in value):
@@ -135,7 +138,7 @@ def _strings(name: str, value: Any) -> tuple[str, ...]:
 # functions: settings are parsed only once the apps are ready.
 
 
-def _class_name(name: str, value: Any) -> int:
+def _class_name(name: str, value: object) -> int:
     """A class's slug -> its index."""
     from runqueue.models import PriorityClass
 
@@ -147,7 +150,7 @@ def _class_name(name: str, value: Any) -> int:
     return PriorityClass.from_slug(value).index
 
 
-def _concurrency(value: Any) -> tuple[int | None, int | None, int | None]:
+def _concurrency(value: object) -> tuple[int | None, int | None, int | None]:
     """``{"interactive": 2, "async": None}`` -> caps by class index."""
     from runqueue.models import PriorityClass
 
@@ -175,7 +178,7 @@ def _concurrency(value: Any) -> tuple[int | None, int | None, int | None]:
     return caps[0], caps[1], caps[2]
 
 
-def parse(raw: Any) -> Settings:
+def parse(raw: object) -> Settings:
     """Validate a RUNQUEUE dict; raise ImproperlyConfigured naming the bad key."""
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(f"RUNQUEUE must be a dict, got {type(raw).__name__}")
@@ -186,6 +189,7 @@ def parse(raw: Any) -> Settings:
             f"Unknown RUNQUEUE setting(s): {', '.join(map(repr, unknown))}. "
             f"Known: {', '.join(sorted(known))}"
         )
+    # Each value checked for its own field above; Settings(**values) takes them.
     values: dict[str, Any] = {}
     for name, value in raw.items():
         if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
@@ -248,7 +252,7 @@ def parse(raw: Any) -> Settings:
 RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")
 
 
-def _api_kinds(value: Any) -> tuple[str, ...]:
+def _api_kinds(value: object) -> tuple[str, ...]:
     kinds = _strings("API_KINDS", value)
     reserved = [k for k in kinds if k.startswith(RESERVED_KIND_PREFIXES)]
     if reserved:
@@ -268,6 +272,6 @@ def get_settings() -> Settings:
 
 
 @receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: Any) -> None:
+def _reset(*, setting: str, **kwargs: object) -> None:
     if setting == "RUNQUEUE":
         get_settings.cache_clear()

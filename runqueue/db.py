@@ -7,14 +7,12 @@ transactions, a test's second session holding locks.
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
 
 def connect(
-    alias: str = DEFAULT_DB_ALIAS, *, autocommit: bool = True, **kwargs: Any
+    alias: str = DEFAULT_DB_ALIAS, *, autocommit: bool = True, **kwargs: str | int | None
 ) -> psycopg.Connection:
     """A new connection to the database ``alias`` names, as Django would
     open it (same server, database, user and OPTIONS), but plain psycopg:

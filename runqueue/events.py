@@ -7,10 +7,11 @@ transaction of its own: it runs inside the caller's.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from runqueue.models import QueueEvent, RunEvent
+from runqueue.types import JSON
 
 CREATED = "run.created"
 CLAIMED = "run.claimed"
@@ -54,7 +55,7 @@ STATUS_OF: dict[str, str] = {
 
 
 def append(
-    run_id: Any, type_: str, lease_epoch: int, data: Mapping[str, Any] | None = None
+    run_id: uuid.UUID | str, type_: str, lease_epoch: int, data: Mapping[str, JSON] | None = None
 ) -> None:
     """Append one event inside the caller's transaction."""
     RunEvent.objects.create(
@@ -62,7 +63,7 @@ def append(
     )
 
 
-def record(type_: str, subject: str, data: dict[str, Any] | None = None) -> QueueEvent:
+def record(type_: str, subject: str, data: dict[str, JSON] | None = None) -> QueueEvent:
     """Append a queue event (a kind paused, a schedule resumed) inside the
     caller's transaction."""
     return QueueEvent.objects.create(type=type_, subject=subject, data=data or {})

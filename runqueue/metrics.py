@@ -11,7 +11,7 @@ are made once, here.
 
 from __future__ import annotations
 
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -83,7 +83,7 @@ def uncertain(priority: int) -> None:
     _uncertain[PriorityClass.of(priority).index].inc()
 
 
-def serve(port: int, host: str, worker_id: str) -> Any:
+def serve(port: int, host: str, worker_id: str) -> WSGIServer:
     """Serve this process's metrics over HTTP (``runworker --metrics-port``);
     the server runs in a daemon thread. Returns prometheus-client's server
     (``shutdown()`` stops it)."""

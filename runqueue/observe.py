@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runqueue import metrics, tracing
 from runqueue.models import PriorityClass
@@ -122,7 +122,7 @@ class _Tool:
 
 
 @contextmanager
-def tool(lease: Lease, name: str, idempotency: Any) -> Iterator[_Tool]:
+def tool(lease: Lease, name: str, idempotency: str) -> Iterator[_Tool]:
     """Around one ``ctx.invoke_tool``: its span; ``done(outcome)`` at the end."""
     with tracing.tool_span(lease, name, idempotency) as span:
         yield _Tool(lease, span)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from runqueue.failures import Failure
+from runqueue.types import JSON
 
 
-def json_text(value: Any, what: str) -> str:
+def json_text(value: object, what: str) -> str:
     """``value`` as the JSON text jsonb will store; ValueError if it cannot be."""
     try:
         text = json.dumps(value, allow_nan=False)
@@ -33,13 +34,13 @@ def json_text(value: Any, what: str) -> str:
 class Succeeded:
     """The handler returned ``result``."""
 
-    result: Any
+    result: JSON
     #: ``result`` as JSON text, checked once when the outcome is made.
     text: str = field(repr=False)
     name: ClassVar[str] = "succeeded"
 
     @classmethod
-    def of(cls, result: Any) -> Succeeded:
+    def of(cls, result: JSON) -> Succeeded:
         """ValueError if ``result`` cannot be stored."""
         return cls(result, json_text(result, "result"))
 
@@ -65,8 +66,8 @@ class GaveUp:
 class Waiting:
     """The turn ends waiting for the user (``ctx.ask_user``)."""
 
-    question: Any
-    state: Any
+    question: JSON
+    state: JSON
     tool_seq: int
     name: ClassVar[str] = "waiting"
 
@@ -90,10 +91,10 @@ class ToolOutcome:
 
     status: ToolStatusName
     seq: int
-    value: Any = None
-    error: Any = None
+    value: JSON = None
+    error: JSON = None
     replayed: bool = False
-    resolution: Any = None
+    resolution: JSON = None
 
     @property
     def ok(self) -> bool:

@@ -16,9 +16,9 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -48,7 +48,7 @@ class QueueFigures:
     live_workers: int = 0
 
 
-def _estimate(cursor: object, status: str, low: int, high: int) -> float:
+def _estimate(cursor: CursorWrapper, status: str, low: int, high: int) -> float:
     params = {"status": status, "low": low, "high": high}
     plan = execute(cursor, "metrics_estimate", params).fetchone()[0]
     if isinstance(plan, str):
@@ -57,7 +57,7 @@ def _estimate(cursor: object, status: str, low: int, high: int) -> float:
 
 
 @contextmanager
-def bounded_reads() -> Iterator[Any]:
+def bounded_reads() -> Iterator[CursorWrapper]:
     """A cursor in a transaction where the planner walks indexes, in order,
     and stops at the LIMIT. With a LIMIT above its row estimate (per-class
     parameters, stale statistics) it would otherwise build a bitmap of every

@@ -16,7 +16,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -36,6 +35,7 @@ from runqueue.outcomes import (
     json_text,
 )
 from runqueue.stream.emit import emit as stream_emit
+from runqueue.types import JSON
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -44,8 +44,8 @@ logger = logging.getLogger("runqueue.runtime")
 class AskUser:
     """Returned by a handler (via ``ctx.ask_user``) to end the turn waiting for input."""
 
-    question: Any
-    state: Any
+    question: JSON
+    state: JSON
 
 
 class RunContext:
@@ -55,7 +55,7 @@ class RunContext:
         self,
         lease: leases.Lease,
         *,
-        state: Any,
+        state: JSON,
         tool_seq: int,
         recorded: dict[int, ToolInvocation],
     ) -> None:
@@ -69,11 +69,11 @@ class RunContext:
         return self.lease.run
 
     @property
-    def payload(self) -> Any:
+    def payload(self) -> JSON:
         return self.lease.run.payload
 
     @property
-    def input(self) -> Any:
+    def input(self) -> JSON:
         """Input delivered by the user on resume, or None."""
         return self.lease.run.input
 
@@ -89,19 +89,19 @@ class RunContext:
     def heartbeat(self) -> bool:
         return leases.heartbeat(self.lease)
 
-    def checkpoint(self, state: Any) -> bool:
+    def checkpoint(self, state: JSON) -> bool:
         """Save ``state``; a later attempt resumes with it as ``ctx.state``."""
         ok = leases.checkpoint(self.lease, state, tool_seq=self._seq)
         if ok:
             self.state = state
         return ok
 
-    def emit(self, event_type: str, data: dict[str, Any] | None = None) -> bool:
+    def emit(self, event_type: str, data: dict[str, JSON] | None = None) -> bool:
         """Publish a progress event to the run's stream (through the fence);
         False once fenced. ValueError for a reserved type or oversized data."""
         return stream_emit(self.lease, event_type, data)
 
-    def ask_user(self, question: Any, state: Any = None) -> AskUser:
+    def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
         """Return this from the handler to wait for the user's answer."""
         return AskUser(question=question, state=self.state if state is None else state)
 
@@ -112,9 +112,9 @@ class RunContext:
     def invoke_tool(
         self,
         name: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., JSON],
         *,
-        args: dict[str, Any] | None = None,
+        args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
     ) -> ToolOutcome:
         """Run a side effect at most once per record; see the module docstring."""
@@ -124,7 +124,7 @@ class RunContext:
         return outcome
 
     def _invoke_tool(
-        self, name: str, fn: Callable[..., Any], args: dict[str, Any] | None, idempotency: str
+        self, name: str, fn: Callable[..., JSON], args: dict[str, JSON] | None, idempotency: str
     ) -> ToolOutcome:
         seq = self._seq
         self._seq += 1
@@ -190,20 +190,20 @@ class RunContext:
         return ToolOutcome(status="uncertain", seq=seq, error=error)
 
 
-def _call(fn: Callable[..., Any], args: dict[str, Any], key: str) -> Any:
+def _call(fn: Callable[..., JSON], args: dict[str, JSON], key: str) -> JSON:
     if _accepts_key(fn):
         return fn(**args, idempotency_key=key)
     return fn(**args)
 
 
-def _accepts_key(fn: Callable[..., Any]) -> bool:
+def _accepts_key(fn: Callable[..., object]) -> bool:
     try:
         return "idempotency_key" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: JSON) -> JSON:
     """A tool's value as it will be replayed: JSON, with str() for the rest."""
     return json.loads(json.dumps(value, default=str))
 

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
@@ -44,7 +44,8 @@ from runqueue.models import (
     SubmitOutcome,
 )
 from runqueue.sql import execute, prepared
-from runqueue.submission_rules import CheckedSubmission, check_submission
+from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
+from runqueue.types import JSON
 
 Outcome = Literal["created", "replayed", "input_delivered"]
 
@@ -70,7 +71,7 @@ class SubmitRequest:
     """One run for ``submit_many``: ``submit``'s keyword arguments."""
 
     kind: str
-    payload: Any = None
+    payload: JSON = None
     session_id: str | None = None
     tenant: str = "default"
     principal: str = ""
@@ -106,7 +107,7 @@ def _hash(request: CheckedSubmission) -> str:
 def submit(
     *,
     kind: str,
-    payload: Any = None,
+    payload: JSON = None,
     session_id: str | None = None,
     tenant: str = "default",
     principal: str = "",
@@ -125,16 +126,18 @@ def submit(
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
     """
     request = _checked(
-        kind=kind,
-        payload=payload,
-        session_id=session_id,
-        tenant=tenant,
-        principal=principal,
-        priority=priority,
-        scheduled_for=scheduled_for,
-        max_attempts=max_attempts,
-        idempotency_key=idempotency_key,
-        concurrency_key=concurrency_key,
+        check_submission(
+            kind=kind,
+            payload=payload,
+            session_id=session_id,
+            tenant=tenant,
+            principal=principal,
+            priority=priority,
+            scheduled_for=scheduled_for,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key,
+        )
     )
     return _submit(request, durable=True)
 
@@ -142,7 +145,7 @@ def submit(
 def submit_in_transaction(
     *,
     kind: str,
-    payload: Any = None,
+    payload: JSON = None,
     session_id: str | None = None,
     tenant: str = "default",
     principal: str = "",
@@ -159,15 +162,17 @@ def submit_in_transaction(
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
     request = _checked(
-        kind=kind,
-        payload=payload,
-        session_id=session_id,
-        tenant=tenant,
-        principal=principal,
-        priority=priority,
-        scheduled_for=scheduled_for,
-        max_attempts=max_attempts,
-        concurrency_key=concurrency_key,
+        check_submission(
+            kind=kind,
+            payload=payload,
+            session_id=session_id,
+            tenant=tenant,
+            principal=principal,
+            priority=priority,
+            scheduled_for=scheduled_for,
+            max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
+        )
     )
     return _submit(request, durable=False)
 
@@ -354,7 +359,11 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
             checked.append(
-                _checked(**{f.name: getattr(item, f.name) for f in dataclasses.fields(item)})
+                _checked(
+                    check_submission(
+                        **{f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+                    )
+                )
             )
     out: list[Submission] = []
     with transaction.atomic(durable=True):
@@ -381,9 +390,9 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     return out
 
 
-def _checked(**arguments: Any) -> CheckedSubmission:
+def _checked(result: tuple[CheckedSubmission | None, list[Problem]]) -> CheckedSubmission:
     """The submission, or its first problem raised (nothing is written)."""
-    checked, problems = check_submission(**arguments)
+    checked, problems = result
     if checked is None:
         raise problems[0].error()
     return checked

@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import models
 
@@ -22,6 +21,7 @@ from runqueue import registry
 from runqueue.conf import get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
+from runqueue.types import JSON
 from runqueue.validation import as_utc, json_problem, text_problem
 
 
@@ -76,7 +76,7 @@ class CheckedSubmission:
     ``scheduled_for`` in UTC, the payload as the JSON it round-trips to."""
 
     kind: str
-    payload: Any
+    payload: JSON
     session_id: str | None
     tenant: str
     principal: str
@@ -91,16 +91,16 @@ class CheckedSubmission:
 
 def check_submission(
     *,
-    kind: Any,
-    payload: Any = None,
-    session_id: Any = None,
-    tenant: Any = "default",
-    principal: Any = "",
-    priority: Any = PriorityClass.INTERACTIVE,
-    idempotency_key: Any = None,
-    scheduled_for: Any = None,
-    max_attempts: Any = None,
-    concurrency_key: Any = None,
+    kind: object,
+    payload: object = None,
+    session_id: object = None,
+    tenant: object = "default",
+    principal: object = "",
+    priority: object = PriorityClass.INTERACTIVE,
+    idempotency_key: object = None,
+    scheduled_for: object = None,
+    max_attempts: object = None,
+    concurrency_key: object = None,
     from_json: bool = False,
     registered_only: bool = True,
 ) -> tuple[CheckedSubmission | None, list[Problem]]:
@@ -118,29 +118,42 @@ def check_submission(
         if detail is not None:
             problems.append(Problem(f"/{field}", detail))
 
-    def text(field: str, value: Any) -> str | None:
-        return text_member(field, value, from_json=from_json)
+    def text(field: str, value: object) -> str:
+        """``value`` as a string, its problem reported ("" when it has one)."""
+        report(field, text_member(field, value, from_json=from_json))
+        return value if isinstance(value, str) else ""
 
-    report("kind", text("kind", kind))
-    if registered_only and not problems and not registry.is_registered(kind):
+    def optional_text(field: str, value: object) -> str | None:
+        return None if value is None else text(field, value)
+
+    kind_text = text("kind", kind)
+    if registered_only and not problems and not registry.is_registered(kind_text):
         problems.append(
-            Problem("/kind", f"no handler is registered for kind {kind!r}", unregistered_kind=kind)
+            Problem(
+                "/kind",
+                f"no handler is registered for kind {kind_text!r}",
+                unregistered_kind=kind_text,
+            )
         )
-    tenant_problem = text("tenant", tenant)
-    report("tenant", tenant_problem)
-    report("principal", text("principal", principal))
-    if session_id is not None:
-        report("session_id", text("session_id", session_id))
-    if concurrency_key is not None or tenant_problem is None:
+    count = len(problems)
+    tenant_text = text("tenant", tenant)
+    tenant_valid = len(problems) == count
+    principal_text = text("principal", principal)
+    session_text = optional_text("session_id", session_id)
+    concurrency_text = tenant_text
+    if concurrency_key is not None or tenant_valid:
         # The tenant's problem is not reported twice for its default.
-        concurrency_key = tenant if concurrency_key is None else concurrency_key
-        report("concurrency_key", text("concurrency_key", concurrency_key))
+        concurrency_text = text(
+            "concurrency_key", tenant if concurrency_key is None else concurrency_key
+        )
     report("idempotency_key", idempotency_key_problem(idempotency_key))
-    priority, detail = _priority(priority, from_json=from_json)
+    key_text = idempotency_key if isinstance(idempotency_key, str) else None
+    priority_value, detail = _priority(priority, from_json=from_json)
     report("priority", detail)
-    max_attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
-    report("max_attempts", _max_attempts_problem(max_attempts))
-    scheduled_for, detail = _scheduled_for(scheduled_for, from_json=from_json)
+    attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
+    report("max_attempts", _max_attempts_problem(attempts))
+    attempts_value = attempts if isinstance(attempts, int) else 0
+    scheduled_value, detail = _scheduled_for(scheduled_for, from_json=from_json)
     report("scheduled_for", detail)
     payload = {} if payload is None else payload
     payload_text, detail = _payload(payload)
@@ -148,21 +161,21 @@ def check_submission(
     if problems:
         return None, problems
     return CheckedSubmission(
-        kind=kind,
+        kind=kind_text,
         payload=json.loads(payload_text),
-        session_id=session_id,
-        tenant=tenant,
-        principal=principal,
-        priority=priority,
-        scheduled_for=scheduled_for,
-        max_attempts=max_attempts,
-        idempotency_key=idempotency_key,
-        concurrency_key=concurrency_key,
+        session_id=session_text,
+        tenant=tenant_text,
+        principal=principal_text,
+        priority=priority_value,
+        scheduled_for=scheduled_value,
+        max_attempts=attempts_value,
+        idempotency_key=key_text,
+        concurrency_key=concurrency_text,
         payload_text=payload_text,
     ), problems
 
 
-def text_member(field: str, value: Any, *, from_json: bool = False) -> str | None:
+def text_member(field: str, value: object, *, from_json: bool = False) -> str | None:
     """Why a run's text member cannot be ``value``: a string, not empty
     (``principal`` may be), no longer than its column, storable."""
     if not isinstance(value, str):
@@ -175,7 +188,7 @@ def text_member(field: str, value: Any, *, from_json: bool = False) -> str | Non
     return text_problem(value)
 
 
-def idempotency_key_problem(value: Any) -> str | None:
+def idempotency_key_problem(value: object) -> str | None:
     """Why ``value`` is not an idempotency key (None: no key, or a good one)."""
     if value is None or (isinstance(value, str) and _KEY.fullmatch(value)):
         return None
@@ -186,7 +199,7 @@ def is_idempotency_key(value: str) -> bool:
     return _KEY.fullmatch(value) is not None
 
 
-def _priority(value: Any, *, from_json: bool) -> tuple[int, str | None]:
+def _priority(value: object, *, from_json: bool) -> tuple[int, str | None]:
     if from_json and isinstance(value, str):
         if value in PriorityClass.slugs():
             return int(PriorityClass.from_slug(value)), None
@@ -203,13 +216,13 @@ def _priority(value: Any, *, from_json: bool) -> tuple[int, str | None]:
     return int(value), None
 
 
-def _max_attempts_problem(value: Any) -> str | None:
+def _max_attempts_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"must be a positive integer, got {value!r}"
     return None
 
 
-def _scheduled_for(value: Any, *, from_json: bool) -> tuple[dt.datetime | None, str | None]:
+def _scheduled_for(value: object, *, from_json: bool) -> tuple[dt.datetime | None, str | None]:
     """In UTC, or why not: aware, and inside Python's years once in UTC."""
     if value is None:
         return None, None
@@ -225,7 +238,7 @@ def _scheduled_for(value: Any, *, from_json: bool) -> tuple[dt.datetime | None, 
         return None, str(exc)
 
 
-def _rfc3339(value: Any) -> dt.datetime | None:
+def _rfc3339(value: object) -> dt.datetime | None:
     """An RFC 3339 date-time with its offset, or None."""
     if not isinstance(value, str):
         return None
@@ -238,7 +251,7 @@ def _rfc3339(value: Any) -> dt.datetime | None:
     return parsed
 
 
-def _payload(payload: Any) -> tuple[str, str | None]:
+def _payload(payload: object) -> tuple[str, str | None]:
     """The payload's JSON text, and why it cannot be stored (or None)."""
     text, problem = json_problem(payload)
     limit = get_settings().MAX_PAYLOAD_BYTES
@@ -248,7 +261,7 @@ def _payload(payload: Any) -> tuple[str, str | None]:
     return text, problem
 
 
-def _type_name(value: Any, *, from_json: bool) -> str:
+def _type_name(value: object, *, from_json: bool) -> str:
     """A value's type, as JSON names it when the value came from JSON."""
     if not from_json:
         return type(value).__name__

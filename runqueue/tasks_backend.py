@@ -24,7 +24,7 @@ import datetime as dt
 import re
 import traceback
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.core import checks
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
@@ -113,16 +113,15 @@ class RunQueueBackend(BaseTaskBackend):
         classes = default_queue_classes() | dict(self.options.get("queue_classes") or {})
         return classes.get(queue_name, classes["default"])
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Task, args: list[JSON], kwargs: dict[str, JSON]) -> TaskResult:
         """Submit the task as a run; visible to workers when the caller commits."""
         from runqueue.submission import submit_in_transaction
 
         self.validate_task(task)
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         payload = {
             "task_path": task.module_path,
-            "args": args,
-            "kwargs": kwargs,
+            "args": normalize_json(list(args)),
+            "kwargs": normalize_json(dict(kwargs)),
             "backend": self.alias,
             "queue_name": task.queue_name,
             "priority": task.priority,
@@ -154,7 +153,7 @@ class RunQueueBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return build_result(run, resolve_task(run.payload))
 
-    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+    def check(self, **kwargs: object) -> list[checks.CheckMessage]:
         from django.apps import apps
 
         hint = "See the README, 'Django Tasks backend'."
@@ -240,7 +239,7 @@ class RunQueueBackend(BaseTaskBackend):
         return messages
 
 
-def resolve_task(payload: Any) -> Task:
+def resolve_task(payload: JSON) -> Task:
     """The Task a run names, refusing anything else (never run a stored path).
 
     Raises InvalidTaskPath (permanent) for a malformed path, one that does not
@@ -319,7 +318,7 @@ def build_result(run: Run, task: Task) -> TaskResult:
 
 
 @handler(KIND)
-def run_task(ctx: RunContext) -> Any:
+def run_task(ctx: RunContext) -> JSON:
     """The django.tasks kind: resolve the Task, call it, report through signals.
 
     An exception is recorded as a ``task.error`` event and re-raised, so the

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 try:
     from opentelemetry import trace as otel
@@ -44,9 +44,9 @@ _incoming: ContextVar[str] = ContextVar("runqueue_incoming_traceparent", default
 
 # The run span of each lease this process runs, until its outcome is
 # written (possibly by another thread: the completer).
-_spans: dict[Lease, Any] = {}
+_spans: dict[Lease, otel.Span] = {}
 _spans_lock = threading.Lock()
-_tracer: Any = None
+_tracer: otel.Tracer | None = None
 
 
 def enabled() -> bool:
@@ -87,7 +87,7 @@ def current_traceparent() -> str:
     return _incoming.get()
 
 
-def _span_context(traceparent: str) -> Any:
+def _span_context(traceparent: str) -> otel.SpanContext | None:
     match = _TRACEPARENT.match(traceparent or "")
     if match is None:
         return None
@@ -100,7 +100,7 @@ def _span_context(traceparent: str) -> Any:
     return context if context.is_valid else None
 
 
-def _get_tracer() -> Any:
+def _get_tracer() -> otel.Tracer:
     global _tracer  # noqa: PLW0603 - a ProxyTracer follows the provider set later
     if _tracer is None:
         _tracer = otel.get_tracer("runqueue")
@@ -151,7 +151,7 @@ def finished(lease: Lease, outcome: str) -> None:
     span.end()
 
 
-def _run_span_of(lease: Lease) -> Any:
+def _run_span_of(lease: Lease) -> otel.Span:
     with _spans_lock:
         span = _spans.get(lease)
     return span if span is not None else otel.get_current_span()
@@ -161,7 +161,10 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
     """A span event: this worker lost the run (another epoch owns it)."""
     if otel is None:
         return
-    attributes: dict[str, Any] = {"runqueue.action": action, "runqueue.run.epoch": lease.epoch}
+    attributes: dict[str, str | int] = {
+        "runqueue.action": action,
+        "runqueue.run.epoch": lease.epoch,
+    }
     if current is not None:
         attributes["runqueue.run.current_epoch"] = current[0]
         attributes["runqueue.run.current_status"] = current[1]
@@ -171,7 +174,7 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
 class ToolSpan:
     """What ``tool_span`` yields: ``done(outcome)`` records how the call ended."""
 
-    def __init__(self, span: Any = None) -> None:
+    def __init__(self, span: otel.Span | None = None) -> None:
         self.span = span
 
     def done(self, outcome: ToolOutcome) -> None:

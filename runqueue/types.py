@@ -1,5 +1,6 @@
 """Type names shared by runqueue's annotations."""
 
+from collections.abc import Mapping
 from typing import Any
 
 #: A JSON value: a run's payload, input, result or failure, an event's data,
@@ -7,3 +8,7 @@ from typing import Any
 #: ``Any`` because each reader checks the shape it needs at run time. The
 #: name marks the one kind of ``Any`` runqueue's annotations mean.
 type JSON = Any
+
+#: The named parameters of a statement from queries.sql. Values are what
+#: psycopg adapts (``Jsonb`` included), so wider than any one column type.
+type Params = Mapping[str, object]

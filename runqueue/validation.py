@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
 
 NUL = "must not contain NUL characters"
 SURROGATE = "must be valid Unicode text (it holds an unpaired surrogate such as \\ud800)"
@@ -30,12 +29,12 @@ def text_problem(value: str) -> str | None:
     return None
 
 
-def json_text_problem(value: Any) -> str | None:
+def json_text_problem(value: object) -> str | None:
     """The first unstorable string (member name or value) in a JSON value.
 
     Iterative, so nesting depth is no concern; says where, as a JSON Pointer.
     """
-    stack: list[tuple[str, Any]] = [("", value)]
+    stack: list[tuple[str, object]] = [("", value)]
     while stack:
         pointer, item = stack.pop()
         if isinstance(item, str):
@@ -53,7 +52,7 @@ def json_text_problem(value: Any) -> str | None:
     return None
 
 
-def json_text(value: Any, what: str) -> str:
+def json_text(value: object, what: str) -> str:
     """``value`` as the JSON text jsonb stores; ValueError saying why not
     (not JSON, NaN or infinity, or a string PostgreSQL refuses)."""
     text, problem = json_problem(value)
@@ -62,7 +61,7 @@ def json_text(value: Any, what: str) -> str:
     return text
 
 
-def json_problem(value: Any) -> tuple[str, str | None]:
+def json_problem(value: object) -> tuple[str, str | None]:
     """``value`` as JSON text, and why jsonb cannot store it (or None).
 
     The one JSON check: a submission's payload and every jsonb a worker

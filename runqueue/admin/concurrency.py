@@ -9,8 +9,6 @@ left to finish: no new one starts until the key is under it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
@@ -34,7 +32,7 @@ class ConcurrencyLimitAdmin(admin.ModelAdmin):
         return f"{running} of {limit.max_running}" if limit.max_running else f"{running} (paused)"
 
     def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+        self, request: HttpRequest, extra_context: dict[str, object] | None = None
     ) -> HttpResponse:
         defaults = ", ".join(
             f"{name} {'no cap' if cap is None else cap}"

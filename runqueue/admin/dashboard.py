@@ -28,7 +28,9 @@ from django.db.models import (
     IntegerField,
     Min,
     Q,
+    QuerySet,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Greatest, Now, TruncMinute
 from django.http import HttpRequest, HttpResponse
@@ -71,7 +73,9 @@ class PercentileCont(Aggregate):
     template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
     output_field = FloatField()
 
-    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+    # ``extra`` goes to Aggregate (filter=, distinct=...), whose stub types
+    # each keyword: Any is what forwarding them all can say.
+    def __init__(self, expression: Combinable | str, fraction: float, **extra: Any) -> None:
         # float() keeps the literal a number: it is inlined into the SQL.
         super().__init__(expression, fraction=float(fraction), **extra)
 
@@ -155,12 +159,12 @@ def throughput() -> list[tuple[dt.datetime, dict[str, int]]]:
     return [(m, per[m]) for m in minutes]
 
 
-def capped_count(queryset: Any) -> int:
+def capped_count(queryset: QuerySet[Run]) -> int:
     """A count that stops after COUNT_CAP + 1 rows."""
     return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
 
 
-def totals() -> dict[str, Any]:
+def totals() -> dict[str, int]:
     """Dead letters and uncertain runs: what needs a human."""
     unresolved = ToolInvocation.objects.filter(
         status=ToolStatus.UNCERTAIN, resolution__isnull=True

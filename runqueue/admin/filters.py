@@ -7,16 +7,15 @@ skip scan over an index.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
+from django.contrib.admin import ModelAdmin
 from django.db import connection
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
 from runqueue import registry
 from runqueue.errors import LEASE_EXPIRED, PERMANENT, TRANSIENT
-from runqueue.models import PriorityClass
+from runqueue.models import PriorityClass, Run
 from runqueue.sql import execute
 
 #: How many tenants the tenant filter offers; search finds the rest.
@@ -29,7 +28,7 @@ class PriorityClassFilter(admin.SimpleListFilter):
     title = "class"
     parameter_name = "class"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
         return [(str(c.value), c.label) for c in PriorityClass]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
@@ -46,7 +45,7 @@ class KindFilter(admin.SimpleListFilter):
     title = "kind"
     parameter_name = "kind"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
         return [(kind, kind) for kind in registry.kinds()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
@@ -59,7 +58,7 @@ class TenantFilter(admin.SimpleListFilter):
     title = "tenant"
     parameter_name = "tenant"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
         with connection.cursor() as cursor:
             rows = execute(cursor, "admin_tenants", {"limit": TENANT_CHOICES}).fetchall()
         return [(tenant, tenant) for (tenant,) in rows]
@@ -74,7 +73,7 @@ class FailureFilter(admin.SimpleListFilter):
     title = "failure"
     parameter_name = "failure"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
         return [
             (PERMANENT, "Permanent error"),
             (TRANSIENT, "Transient, out of attempts"),

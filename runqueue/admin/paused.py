@@ -4,13 +4,11 @@ events. Every write goes through ``runqueue.pausing``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import ADDITION, DELETION, LogEntry
-from django.contrib.admin.options import ActionLocation
+from django.contrib.admin.options import Action, ActionLocation
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -117,23 +115,25 @@ class PausedKindAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return self.has_pause_permission(request)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return False  # resume and pause again: each is an audited event
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return False  # the Resume action deletes, through the service
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return permissions.may_view(request, self.opts)
 
     def get_actions(
-        self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Any]:
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
         actions = super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)
         return actions
 
-    def save_model(self, request: HttpRequest, obj: PausedKind, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: PausedKind, form: forms.Form, change: bool
+    ) -> None:
         row, created = pause_kind(
             obj.kind, priority_class=obj.priority_class, actor=actor(request), reason=obj.reason
         )
@@ -143,7 +143,7 @@ class PausedKindAdmin(admin.ModelAdmin):
                 request, f"{row} was already paused by {row.paused_by}.", messages.WARNING
             )
 
-    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+    def log_addition(self, request: HttpRequest, obj: PausedKind, message: object) -> LogEntry:
         return super().log_addition(request, obj, f"Paused by {actor(request)}: {obj.reason}")
 
     @admin.display(description="class", ordering="priority_class")
@@ -168,11 +168,11 @@ class QueueEventAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return False
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return permissions.may_view(request, self.opts)

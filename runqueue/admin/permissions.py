@@ -7,9 +7,8 @@ page needs no ModelAdmin to know who may open it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.auth import get_permission_codename
+from django.db.models import Model
 from django.db.models.options import Options
 from django.http import HttpRequest
 
@@ -75,11 +74,11 @@ class RunPermissionsMixin:
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs are submitted, never typed in
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # state changes go through actions and the service layer
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # runs are cancelled, never deleted: their history stays
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return may_view(request, self.opts)

@@ -8,8 +8,6 @@ event; a LogEntry goes to the run's admin history.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
@@ -76,7 +74,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest, tool_id: int) -> HttpRes
                 messages.SUCCESS,
             )
         return redirect(reverse("admin:runqueue_uncertainrun_changelist"))
-    context: dict[str, Any] = {
+    context: dict[str, object] = {
         **model_admin.admin_site.each_context(request),
         "title": f"Resolve uncertain {tool.tool} #{tool.seq}",
         "opts": model_admin.opts,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.contrib import admin
-from django.contrib.admin.options import ActionLocation
+from django.contrib.admin.options import Action, ActionLocation
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -154,8 +154,8 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
         return super().get_queryset(request).annotate(has_uncertain=unresolved_uncertain())
 
     def get_actions(
-        self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Any]:
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
         actions = super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)
         return actions
@@ -188,13 +188,15 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    def dashboard_view(self, request: HttpRequest) -> Any:
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         return dashboard.view(self, request)
 
-    def resolve_view(self, request: HttpRequest, tool_id: int) -> Any:
+    def resolve_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
         return resolve.view(self, request, tool_id)
 
-    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Run | None:
         """The detail page prefetches its tables: three queries, not one per row."""
         queryset = self.get_queryset(request).prefetch_related(
             Prefetch(

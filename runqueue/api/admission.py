@@ -10,7 +10,6 @@ set per token in the admin; a browser session's ceiling is
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from django.db import connection
 
@@ -18,8 +17,9 @@ from runqueue.api.auth import Caller
 from runqueue.api.errors import ApiError
 from runqueue.api.parsing import SubmitArgs
 from runqueue.conf import get_settings
-from runqueue.models import PriorityClass
+from runqueue.models import ApiToken, PriorityClass
 from runqueue.sql import execute
+from runqueue.types import JSON
 
 
 def ceiling(caller: Caller) -> PriorityClass:
@@ -29,7 +29,7 @@ def ceiling(caller: Caller) -> PriorityClass:
     return PriorityClass.by_index(get_settings().API_SESSION_MAX_PRIORITY_CLASS)
 
 
-def admit(caller: Caller, body: dict[str, Any], args: SubmitArgs) -> SubmitArgs:
+def admit(caller: Caller, body: dict[str, JSON], args: SubmitArgs) -> SubmitArgs:
     """The checked submit arguments, or 422 ``kind-not-allowed`` /
     ``priority-not-allowed``. A body without a priority gets the caller's
     ceiling: the most urgent class it may use."""
@@ -71,7 +71,7 @@ def take_quota(caller: Caller) -> None:
         raise _limited(token, float(retry_after))
 
 
-def _limited(token: Any, retry_after: float) -> ApiError:
+def _limited(token: ApiToken, retry_after: float) -> ApiError:
     seconds = max(1, math.ceil(retry_after))
     return ApiError(
         "rate-limited",

@@ -7,8 +7,6 @@ under ``x-problem-types``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.urls import reverse
 
 from runqueue import registry
@@ -17,6 +15,7 @@ from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
+from runqueue.types import JSON
 
 _REF = "#/components/schemas/"
 _NO_NUL = "^[^\\u0000]+$"
@@ -28,7 +27,7 @@ def _path(name: str) -> str:
     return reverse(f"runqueue-api:{name}", kwargs={"run_id": "RUNID"}).replace("RUNID", "{run_id}")
 
 
-def _problems(*codes: int) -> dict[str, Any]:
+def _problems(*codes: int) -> dict[str, JSON]:
     return {
         str(code): {
             "description": ", ".join(
@@ -40,7 +39,7 @@ def _problems(*codes: int) -> dict[str, Any]:
     }
 
 
-def _json(schema: str) -> dict[str, Any]:
+def _json(schema: str) -> dict[str, JSON]:
     return {"application/json": {"schema": {"$ref": _REF + schema}}}
 
 
@@ -59,7 +58,7 @@ _REPLAYED = {
 }
 
 
-def _schemas() -> dict[str, Any]:
+def _schemas() -> dict[str, JSON]:
     nullable_time = {"type": ["string", "null"], "format": "date-time"}
     allowed = set(get_settings().API_KINDS)
     kinds = [
@@ -192,7 +191,7 @@ def _schemas() -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
+def document() -> dict[str, JSON]:
     """The OpenAPI document for this deployment."""
     limit = get_settings().API_MAX_BODY_BYTES
     return {

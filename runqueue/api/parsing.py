@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any, NotRequired, TypedDict
+from typing import NoReturn, NotRequired, TypedDict
 
 from django.http import HttpRequest
 from django.urls import reverse
@@ -23,6 +23,7 @@ from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
 from runqueue.models import PriorityClass
 from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
 from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
+from runqueue.types import JSON
 from runqueue.validation import text_problem
 
 #: RFC 8941 sf-string: printable ASCII, with \" and \\ the only escapes.
@@ -37,7 +38,7 @@ class SubmitBody(TypedDict):
     """The body of ``POST /api/runs/`` (all but kind optional)."""
 
     kind: str
-    payload: NotRequired[Any]
+    payload: NotRequired[JSON]
     session_id: NotRequired[str | None]
     priority: NotRequired[int | str]
     scheduled_for: NotRequired[str | None]
@@ -47,7 +48,7 @@ class SubmitArgs(TypedDict):
     """Validated arguments for ``runqueue.submit``."""
 
     kind: str
-    payload: Any
+    payload: JSON
     session_id: str | None
     priority: int
     scheduled_for: dt.datetime | None
@@ -74,7 +75,7 @@ def read_body(request: HttpRequest) -> bytes:
     return data
 
 
-def parse_json(request: HttpRequest, data: bytes, *, optional: bool = False) -> Any:
+def parse_json(request: HttpRequest, data: bytes, *, optional: bool = False) -> JSON:
     """The body as JSON: 415 unless application/json, 400 if it does not parse.
 
     With ``optional``, an empty body is None whatever its content type.
@@ -97,7 +98,7 @@ def parse_json(request: HttpRequest, data: bytes, *, optional: bool = False) -> 
         raise ApiError("malformed-json", "The request body is nested too deeply.") from exc
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -134,7 +135,7 @@ def _invalid_key(value: str) -> ApiError:
     return ApiError("idempotency-key-invalid", detail, extensions={"key_format": KEY_RULE})
 
 
-def submit_args(body: Any) -> SubmitArgs:
+def submit_args(body: object) -> SubmitArgs:
     """Check the submit body against its schema; 422 listing every problem.
 
     The kind's handler is looked up later, by ``runqueue.submit``: the API
@@ -175,7 +176,7 @@ def submit_args(body: Any) -> SubmitArgs:
     }
 
 
-def cancel_reason(body: Any) -> str:
+def cancel_reason(body: object) -> str:
     """The optional ``{"reason": "..."}`` of a cancel; 422 if malformed."""
     if body is None:
         return ""

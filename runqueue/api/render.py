@@ -8,11 +8,13 @@ stays in the database and the admin. Event data is shown without any
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, TypedDict
+import uuid
+from typing import TypedDict
 
 from django.urls import reverse
 
 from runqueue.models import PriorityClass, Run, RunEvent
+from runqueue.types import JSON
 
 
 class FailureBody(TypedDict):
@@ -36,9 +38,9 @@ class RunBody(TypedDict):
     concurrency_key: str
     priority: int
     priority_class: str
-    payload: Any
-    input: Any
-    result: Any
+    payload: JSON
+    input: JSON
+    result: JSON
     failure: FailureBody | None
     attempts: int
     max_attempts: int
@@ -53,15 +55,15 @@ class EventBody(TypedDict):
     id: int
     type: str
     lease_epoch: int
-    data: Any
+    data: JSON
     created_at: str | None
 
 
-def run_url(run_id: Any) -> str:
+def run_url(run_id: uuid.UUID | None) -> str:
     return reverse("runqueue-api:run", kwargs={"run_id": str(run_id)})
 
 
-def events_url(run_id: Any) -> str:
+def events_url(run_id: uuid.UUID) -> str:
     return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
 
 
@@ -114,7 +116,7 @@ def event_body(event: RunEvent) -> EventBody:
     }
 
 
-def without_tracebacks(value: Any) -> Any:
+def without_tracebacks(value: JSON) -> JSON:
     """``value`` with every ``traceback`` member removed, at any depth."""
     if isinstance(value, dict):
         return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}

@@ -7,9 +7,9 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import connection
 
@@ -64,7 +64,7 @@ class Lease:
     write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def run_id(self) -> Any:
+    def run_id(self) -> uuid.UUID:
         return self.run.id
 
     def mark_fenced(self) -> bool:
@@ -112,6 +112,6 @@ def notify(priority: int | None) -> None:
         execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
 
 
-def check_json(value: Any, what: str) -> None:
+def check_json(value: object, what: str) -> None:
     """Reject what PostgreSQL's jsonb would refuse, before anything is written."""
     json_text(value, what)

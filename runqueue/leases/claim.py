@@ -13,11 +13,11 @@ through the ordinary fence.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
@@ -44,7 +44,7 @@ class ClaimSpec:
     limit: int
     lease_seconds: float
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, object]:
         return {
             "owner": self.owner,
             "lease_seconds": self.lease_seconds,
@@ -75,10 +75,13 @@ def claim(
 
 
 def claim_one(
-    owner: str, classes: Iterable[PriorityClass] = ALL_CLASSES, **kwargs: Any
+    owner: str,
+    classes: Iterable[PriorityClass] = ALL_CLASSES,
+    *,
+    lease_seconds: float | None = None,
 ) -> Lease | None:
     """Claim the next due run from ``classes``, or None."""
-    leases = claim(owner, classes, limit=1, **kwargs)
+    leases = claim(owner, classes, limit=1, lease_seconds=lease_seconds)
     return leases[0] if leases else None
 
 
@@ -144,7 +147,9 @@ def _finish_alone(lease: Lease, outcome: Finish) -> bool:
     return fenced_transaction(lease, outcome.name, "fence_finish", params, None) is not None
 
 
-def statement_params(finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec) -> dict[str, Any]:
+def statement_params(
+    finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
+) -> dict[str, object]:
     """``finish_and_claim``'s parameters: the finishes as arrays, the claim's."""
     values = [finish_params(lease, outcome) for lease, outcome in finishes]
     return spec.params() | {
@@ -160,7 +165,7 @@ def statement_params(finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec) 
 
 def _statement(
     finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
-) -> tuple[set[Any], list[Lease]]:
+) -> tuple[set[uuid.UUID], list[Lease]]:
     """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
     name, params = "finish_and_claim", statement_params(finishes, spec)
     if spec.limit and concurrency.caps_may_apply():
@@ -178,7 +183,7 @@ def _statement(
 
 
 @cache
-def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[..., Any], ...]]]:
+def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[..., object], ...]]]:
     """Per field of a claimed row, in the model's field order (``from_db``
     expects it; the table's column order differs once a migration added a
     column): its column's position, its attname and the converters Django

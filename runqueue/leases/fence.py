@@ -4,7 +4,6 @@ the lease; zero rows means fenced, and nothing else is written."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django.db import OperationalError, connection, transaction
 
@@ -18,6 +17,7 @@ from runqueue.models import (
     RunStatus,
 )
 from runqueue.sql import prepared
+from runqueue.types import Params
 
 # --- the fence ---------------------------------------------------------------
 
@@ -65,11 +65,11 @@ def fenced(
     lease: Lease,
     action: str,
     fence: str,
-    params: dict[str, Any] | None = None,
+    params: Params | None = None,
     write: Callable[[tuple], None] | None = None,
     *,
     closes: bool = False,
-) -> tuple | None:
+) -> tuple[object, ...] | None:
     """Run one worker transaction behind the fence; the fence row, or None if
     fenced (or the lease is already spent). ``closes``: this write ends the lease."""
     with lease.write_lock:
@@ -85,9 +85,9 @@ def fenced_transaction(
     lease: Lease,
     action: str,
     fence: str,
-    params: dict[str, Any] | None,
+    params: Params | None,
     write: Callable[[tuple], None] | None,
-) -> tuple | None:
+) -> tuple[object, ...] | None:
     """The fence statement, then ``write(row)`` in the same transaction; the
     fence row, or None when fenced (``run.fenced`` recorded). Callers hold
     the lease's write lock, or know the lease is theirs alone."""
@@ -124,11 +124,11 @@ class _FencedError(Exception):
     pass
 
 
-def _fence_row(lease: Lease, fence: str, params: dict[str, Any] | None) -> tuple | None:
+def _fence_row(lease: Lease, fence: str, params: Params | None) -> tuple[object, ...] | None:
     """Run the fence statement; its row, or None when it matched nothing."""
     with prepared(fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}) as cur:
         return cur.fetchone()
 
 
-def renew_params(lease: Lease) -> dict[str, Any]:
+def renew_params(lease: Lease) -> dict[str, object]:
     return {"lease_seconds": lease.lease_seconds}

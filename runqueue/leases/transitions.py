@@ -4,8 +4,8 @@ bumps lease_epoch, so no stale owner can write again."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -70,7 +70,7 @@ def sweep(
     return swept
 
 
-def cancel(run_id: Any, *, reason: str, actor: str) -> Run:
+def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str) -> Run:
     """Cancel a non-terminal run; the epoch bump fences a worker still running it."""
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -84,7 +84,7 @@ def cancel(run_id: Any, *, reason: str, actor: str) -> Run:
     return Run.objects.get(id=run_id)
 
 
-def requeue(run_id: Any, *, actor: str, reason: str = "") -> Run:
+def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
     """An operator's requeue of a dead-lettered run.
 
     Raises RunNotFound, InvalidTransition (not failed) or ActiveRunConflict

@@ -3,9 +3,9 @@ checkpoint, tool records, events, finish, give up, wait, release."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import Any
 
 from django.db.models import Max
 from django.utils import timezone
@@ -39,6 +39,7 @@ from runqueue.outcomes import (
     json_text,
 )
 from runqueue.sql import prepared
+from runqueue.types import JSON
 
 # --- worker writes -------------------------------------------------------------
 
@@ -48,7 +49,7 @@ def heartbeat(lease: Lease) -> bool:
     return fenced(lease, "heartbeat", "fence_renew", renew_params(lease)) is not None
 
 
-def append_event(lease: Lease, type_: str, data: dict[str, Any] | None = None) -> bool:
+def append_event(lease: Lease, type_: str, data: dict[str, JSON] | None = None) -> bool:
     """A handler's own event, fenced like every worker write."""
 
     def write(_row: tuple) -> None:
@@ -57,12 +58,12 @@ def append_event(lease: Lease, type_: str, data: dict[str, Any] | None = None) -
     return fenced(lease, "event", "fence_renew", renew_params(lease), write) is not None
 
 
-def _next_checkpoint_seq(run_id: Any) -> int:
+def _next_checkpoint_seq(run_id: uuid.UUID) -> int:
     last = Checkpoint.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
     return 0 if last is None else last + 1
 
 
-def _save_checkpoint(lease: Lease, state: Any, tool_seq: int) -> None:
+def _save_checkpoint(lease: Lease, state: JSON, tool_seq: int) -> None:
     seq = _next_checkpoint_seq(lease.run_id)
     Checkpoint.objects.create(
         run_id=lease.run_id, seq=seq, state=state, tool_seq=tool_seq, lease_epoch=lease.epoch
@@ -70,7 +71,7 @@ def _save_checkpoint(lease: Lease, state: Any, tool_seq: int) -> None:
     events.append(lease.run_id, events.CHECKPOINTED, lease.epoch, {"seq": seq})
 
 
-def checkpoint(lease: Lease, state: Any, *, tool_seq: int = 0) -> bool:
+def checkpoint(lease: Lease, state: JSON, *, tool_seq: int = 0) -> bool:
     """Save the handler's state (and renew the lease); False once fenced.
 
     ``tool_seq`` is how many tool invocations the handler has made so far:
@@ -90,7 +91,7 @@ def checkpoint(lease: Lease, state: Any, *, tool_seq: int = 0) -> bool:
 
 
 def record_tool_started(
-    lease: Lease, *, seq: int, tool: str, idempotency: str, arguments: Any
+    lease: Lease, *, seq: int, tool: str, idempotency: str, arguments: JSON
 ) -> bool:
     """Record a tool call as started, committed, before it runs; False once fenced."""
 
@@ -128,7 +129,7 @@ _TOOL_EVENT: dict[str, str] = {
 
 
 def record_tool_outcome(
-    lease: Lease, *, seq: int, status: str, result: Any = None, error: Any = None
+    lease: Lease, *, seq: int, status: str, result: JSON = None, error: JSON = None
 ) -> bool:
     """Record how a started tool call ended: completed, failed or uncertain."""
     if status not in _TOOL_EVENT:
@@ -150,7 +151,7 @@ def record_tool_outcome(
     return fenced(lease, "tool." + status, "fence_renew", renew_params(lease), write) is not None
 
 
-def finish_params(lease: Lease, outcome: Finish) -> dict[str, Any]:
+def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
     """A finish's values, JSON as text: for ``fence_finish`` (one run) and, as
     arrays, ``finish_and_claim``."""
     if isinstance(outcome, Succeeded):
@@ -175,7 +176,7 @@ def _finish(lease: Lease, outcome: Finish) -> bool:
     return fenced(lease, outcome.name, "fence_finish", params, closes=True) is not None
 
 
-def succeed(lease: Lease, result: Any = None) -> bool:
+def succeed(lease: Lease, result: JSON = None) -> bool:
     """Finish the run as succeeded with ``result``; False once fenced.
     ValueError (nothing written) if ``result`` cannot be stored."""
     return _finish(lease, Succeeded.of(result))
@@ -277,7 +278,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
     return fenced(lease, "give_up", "fence_give_up", params, write, closes=True) is not None
 
 
-def wait_for_user(lease: Lease, question: Any, state: Any = None, *, tool_seq: int = 0) -> bool:
+def wait_for_user(lease: Lease, question: JSON, state: JSON = None, *, tool_seq: int = 0) -> bool:
     """End the turn waiting for the user; the run keeps its session slot."""
     check_json(question, "question")
     check_json(state, "checkpoint state")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -26,6 +26,9 @@ from runqueue.models import Run, Schedule, ScheduleSource
 from runqueue.schedules import cron
 from runqueue.schedules.clock import db_now
 from runqueue.schedules.spec import ScheduleSpec
+
+if TYPE_CHECKING:
+    from runqueue.submission import Submission
 
 logger = logging.getLogger("runqueue.schedules")
 
@@ -123,7 +126,7 @@ def save_definition(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def define(name: str, **fields: Any) -> Schedule:
+def define(name: str, **fields: object) -> Schedule:
     """Create or redefine an admin-kind schedule from code (the demo does)."""
     schedule = Schedule.objects.filter(name=name).first() or Schedule(name=name)
     for field, value in fields.items():
@@ -168,7 +171,7 @@ def resume(schedule_id: int, *, actor: str, reason: str = "") -> Schedule:
     return schedule
 
 
-def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Any:
+def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Submission:
     """A normal submit of the schedule's run, outside its ticks: the
     idempotency key makes a repeated request (a double click) one run."""
     from runqueue.submission import submit

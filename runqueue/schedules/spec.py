@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 from runqueue.models import PRIORITY_MAX, CatchUp, PriorityClass
 from runqueue.schedules import cron
+from runqueue.types import JSON
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 MAX_CATCH_UP_LIMIT = 1000
@@ -60,10 +60,10 @@ class ScheduleSpec:
     max_attempts: int | None = None
 
     @property
-    def payload(self) -> Any:
+    def payload(self) -> JSON:
         return json.loads(self.payload_json)
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         """The Schedule model's definition fields."""
         return {
             "cron": self.cron,
@@ -78,7 +78,7 @@ class ScheduleSpec:
         }
 
 
-def check_name(name: Any) -> str:
+def check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME.match(name):
         raise ValueError(
             f"schedule name {name!r} must be 1-100 letters, digits, '.', '_', ':' or '-', "
@@ -87,7 +87,7 @@ def check_name(name: Any) -> str:
     return name
 
 
-def check_priority(value: Any) -> int:
+def check_priority(value: object) -> int:
     """A class's slug (any case) or a priority value -> the priority."""
     allowed = f"{', '.join(PriorityClass.slugs())} or 0-{PRIORITY_MAX}"
     if isinstance(value, str):
@@ -100,7 +100,7 @@ def check_priority(value: Any) -> int:
     return value
 
 
-def check_catch_up(policy: Any, limit: Any) -> tuple[str, int]:
+def check_catch_up(policy: object, limit: object) -> tuple[str, int]:
     if policy not in CatchUp.values:
         raise ValueError(f"catch_up {policy!r} must be one of {', '.join(CatchUp.values)}")
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -110,13 +110,13 @@ def check_catch_up(policy: Any, limit: Any) -> tuple[str, int]:
     return policy, limit
 
 
-def _text(field: str, value: Any) -> str:
+def _text(field: str, value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
         raise ValueError(f"{field} must be a 1-255 character string, got {value!r}")
     return value
 
 
-def build(name: Any, raw: Any) -> ScheduleSpec:
+def build(name: object, raw: object) -> ScheduleSpec:
     """One schedule from its settings dict; ValueError saying what is wrong."""
     name = check_name(name)
     if not isinstance(raw, dict):
@@ -154,7 +154,7 @@ def build(name: Any, raw: Any) -> ScheduleSpec:
     )
 
 
-def parse(raw: Any) -> tuple[ScheduleSpec, ...]:
+def parse(raw: object) -> tuple[ScheduleSpec, ...]:
     """RUNQUEUE["SCHEDULES"] -> specs; ImproperlyConfigured naming the schedule."""
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(

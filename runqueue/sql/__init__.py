@@ -23,10 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
+
+from runqueue.types import Params
 
 _BLOCK = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>[a-z_]+) --$", re.MULTILINE)
 _INCLUDE = re.compile(r"^[ \t]*-- include: (?P<name>[a-z_]+) --[ \t]*$", re.MULTILINE)
@@ -72,14 +74,16 @@ def queries() -> dict[str, str]:
     return parse((Path(__file__).parent / "queries.sql").read_text())
 
 
-def execute(cursor: Any, name: str, params: dict[str, Any]) -> Any:
-    """Run the named statement on a Django or psycopg cursor."""
-    cursor.execute(queries()[name], params)
+def execute[C: (CursorWrapper, psycopg.Cursor)](cursor: C, name: str, params: Params) -> C:
+    """Run the named statement on a Django or psycopg cursor; returns it."""
+    # django-stubs lists the parameter types Django's own backends adapt;
+    # psycopg adapts more (Jsonb, arrays of UUIDs), and these reach it as is.
+    cursor.execute(queries()[name], params)  # type: ignore[arg-type]
     return cursor
 
 
 @contextmanager
-def prepared(name: str, params: dict[str, Any]) -> Iterator[psycopg.Cursor]:
+def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
     """Run a hot statement (claim, fences) as a server-side prepared statement.
 
     It runs on Django's connection, so inside or outside the caller's

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from runqueue import leases
 from runqueue.conf import get_settings
+from runqueue.types import JSON
 
 #: Types runqueue itself appends; a handler's event may not pose as one
 #: (a fake ``run.succeeded`` would end every stream of the run).
@@ -23,7 +23,7 @@ RESERVED_PREFIXES = ("run.", "tool.")
 _TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
-def check(event_type: str, data: Any) -> None:
+def check(event_type: str, data: object) -> None:
     """Raise ValueError, naming the problem, for an event emit must refuse."""
     if not isinstance(event_type, str) or not _TYPE.match(event_type):
         raise ValueError(
@@ -51,7 +51,7 @@ def check(event_type: str, data: Any) -> None:
         raise ValueError("event data contains a NUL character, which PostgreSQL cannot store")
 
 
-def emit(lease: leases.Lease, event_type: str, data: dict[str, Any] | None = None) -> bool:
+def emit(lease: leases.Lease, event_type: str, data: dict[str, JSON] | None = None) -> bool:
     """Append the event if this worker still owns the run; False once fenced.
     Raises ValueError (nothing written) for a bad type or data."""
     check(event_type, data)

@@ -10,8 +10,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -36,7 +36,7 @@ CLAIM_BATCH = 32
 CLAIM_AHEAD = 16
 
 
-def _join(threads: list[Any], deadline: float) -> None:
+def _join(threads: Sequence[threading.Thread], deadline: float) -> None:
     """Wait for ``threads`` until ``deadline``, waking every 0.2 s: a signal
     the kernel gives another thread runs its Python handler (a second
     SIGTERM: exit now) only when the main thread wakes up."""

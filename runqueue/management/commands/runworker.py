@@ -126,6 +126,7 @@ class Command(BaseCommand):
             help="this worker's name in the Worker table (default: host-pid-random)",
         )
 
+    # argparse's values are untyped, as BaseCommand.handle's stub says.
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
         try:
