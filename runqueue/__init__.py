@@ -5,7 +5,7 @@ The public API. Names backed by models load on first use, so importing
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runqueue.errors import (
     ActiveRunConflict,
@@ -20,6 +20,20 @@ from runqueue.errors import (
     UncertainOutcome,
     UnknownKind,
 )
+
+if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
+    # "as" marks each a re-export (``__all__`` names them through _LAZY).
+    from runqueue.leases import cancel as cancel
+    from runqueue.models import Idempotency as Idempotency
+    from runqueue.models import PriorityClass as PriorityClass
+    from runqueue.models import RunStatus as RunStatus
+    from runqueue.registry import handler as handler
+    from runqueue.runtime import RunContext as RunContext
+    from runqueue.runtime import ToolOutcome as ToolOutcome
+    from runqueue.submission import Submission as Submission
+    from runqueue.submission import SubmitRequest as SubmitRequest
+    from runqueue.submission import submit as submit
+    from runqueue.submission import submit_many as submit_many
 
 _LAZY = {
     "submit": "runqueue.submission",
@@ -51,7 +65,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value  # later look-ups skip this function
