@@ -60,7 +60,7 @@ class PriorityClass(models.IntegerChoices):
 
     @classmethod
     def of(cls, priority: int) -> PriorityClass:
-        """The class a priority value falls in: 0-9, 10-19, 20 and up."""
+        """The class a priority value falls in (``describe()`` lists the ranges)."""
         if not 0 <= priority <= PRIORITY_MAX:
             raise ValueError(f"priority must be between 0 and {PRIORITY_MAX}, got {priority}")
         return cls.by_index(min(priority // _CLASS_WIDTH, len(cls) - 1))
@@ -112,6 +112,11 @@ class PriorityClass(models.IntegerChoices):
         """Inclusive (low, high) priority values of this class."""
         last = self.index == len(type(self)) - 1
         return int(self), PRIORITY_MAX if last else int(self) + _CLASS_WIDTH - 1
+
+    @classmethod
+    def describe(cls) -> str:
+        """The classes' ranges for help texts: "0-9 interactive, 10-19 async, ..."."""
+        return ", ".join(f"{c.bounds[0]}-{c.bounds[1]} {c.slug}" for c in cls)
 
 
 #: Each class but the last spans this many priority values.

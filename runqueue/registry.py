@@ -25,8 +25,12 @@ _handlers: dict[str, Handler] = {}
 
 def handler(kind: str) -> Callable[[F], F]:
     """Register ``fn(ctx)`` as the handler of runs of this kind."""
-    if not isinstance(kind, str) or not kind or len(kind) > 255:
-        raise ValueError(f"a handler kind is a 1-255 character string, got {kind!r}")
+    # Imported on use: the registry is imported before the models are ready.
+    from runqueue.models import Run
+
+    limit = Run._meta.get_field("kind").max_length
+    if not isinstance(kind, str) or not kind or (limit is not None and len(kind) > limit):
+        raise ValueError(f"a handler kind is a 1-{limit} character string, got {kind!r}")
 
     def register(fn: F) -> F:
         existing = _handlers.get(kind)

@@ -70,6 +70,11 @@ class Problem:
         return InvalidSubmission(self.field, self.detail)
 
 
+def unregistered(kind: str) -> Problem:
+    """The problem of a kind no handler is registered for."""
+    return Problem("/kind", f"no handler is registered for kind {kind!r}", unregistered_kind=kind)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckedSubmission:
     """A submission as runqueue stores it: checked, defaults filled in,
@@ -128,13 +133,7 @@ def check_submission(
 
     kind_text = text("kind", kind)
     if registered_only and not problems and not registry.is_registered(kind_text):
-        problems.append(
-            Problem(
-                "/kind",
-                f"no handler is registered for kind {kind_text!r}",
-                unregistered_kind=kind_text,
-            )
-        )
+        problems.append(unregistered(kind_text))
     count = len(problems)
     tenant_text = text("tenant", tenant)
     tenant_valid = len(problems) == count

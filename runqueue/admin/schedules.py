@@ -55,7 +55,7 @@ class ScheduleForm(forms.ModelForm):
         min_value=0,
         max_value=PRIORITY_MAX,
         initial=PriorityClass.MAINTENANCE,
-        help_text="0-9 interactive, 10-19 async, 20 and up maintenance.",
+        help_text=f"{PriorityClass.describe()}.",
     )
 
     class Meta:

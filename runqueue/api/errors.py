@@ -24,6 +24,7 @@ from runqueue.errors import (
     RunNotFound,
     UnknownKind,
 )
+from runqueue.submission_rules import unregistered
 from runqueue.types import JSON
 
 PROBLEM_BASE = "urn:runqueue:problem:"
@@ -164,9 +165,8 @@ def from_service_error(
             },
         )
     if isinstance(exc, UnknownKind):
-        return validation_failed(
-            [{"pointer": "/kind", "detail": f"no handler is registered for kind {exc.kind!r}"}]
-        )
+        problem = unregistered(exc.kind)
+        return validation_failed([{"pointer": problem.pointer, "detail": problem.detail}])
     if isinstance(exc, InvalidSubmission):
         detail = str(exc).removeprefix(f"{exc.field}: ")
         return validation_failed([{"pointer": f"/{exc.field}", "detail": detail}])

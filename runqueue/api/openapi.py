@@ -86,7 +86,7 @@ def _schemas() -> dict[str, JSON]:
                         {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX},
                         {"type": "string", "enum": list(PriorityClass.slugs())},
                     ],
-                    "description": "0-9 interactive, 10-19 async, 20+ maintenance; at most "
+                    "description": f"{PriorityClass.describe()}; at most "
                     "the caller's ceiling (a token's highest priority class), which is also "
                     "the default",
                 },

@@ -1,6 +1,7 @@
 """Transitions made by others than the owner: the sweeper's requeue and
-dead letter, cancel, an operator's requeue and resolution, pruning. Each
-bumps lease_epoch, so no stale owner can write again."""
+dead letter, cancel, an operator's requeue and resolution (pruning is in
+runqueue/housekeeping.py). Each bumps lease_epoch, so no stale owner can
+write again."""
 
 from __future__ import annotations
 

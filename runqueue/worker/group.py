@@ -90,7 +90,7 @@ class Group(threading.Thread):
         super().__init__(name=f"runqueue-group-{label}", daemon=True)
         self.label = label
         self.classes = classes
-        self.class_names = frozenset(c.name.lower() for c in classes)
+        self.class_names = frozenset(c.slug for c in classes)
         self.size = size
         self.owner = owner
         self.lease_seconds = lease_seconds

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runqueue import metrics
 from runqueue.conf import get_settings
+from runqueue.models import PriorityClass
 from runqueue.worker.pool import CLAIM_AHEAD, Pool, PoolConfig, default_worker_id
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
@@ -66,7 +67,7 @@ class Command(BaseCommand):
             action="append",
             type=slot_spec,
             metavar="CLASSES=N",
-            help="N slots that claim only from CLASSES (interactive, async, maintenance, or a "
+            help=f"N slots that claim only from CLASSES ({', '.join(PriorityClass.slugs())}, or a "
             "comma list); repeatable. Default: " + " ".join(DEFAULT_SLOTS),
         )
         parser.add_argument(
