@@ -46,6 +46,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from runqueue.limits import TENANT_MAX_LENGTH
+
 if TYPE_CHECKING:
     from runqueue.schedules.spec import ScheduleSpec
 
@@ -207,9 +209,10 @@ def parse(raw: object) -> Settings:
                 )
             values[name] = value
         elif name == "API_SESSION_TENANT":
-            if not isinstance(value, str) or not value or len(value) > 255:
+            if not isinstance(value, str) or not value or len(value) > TENANT_MAX_LENGTH:
                 raise ImproperlyConfigured(
-                    "RUNQUEUE['API_SESSION_TENANT'] must be a 1-255 character string, "
+                    f"RUNQUEUE['API_SESSION_TENANT'] must be a 1-{TENANT_MAX_LENGTH} character "
+                    "string, "
                     f"got {value!r}"
                 )
             values[name] = value

@@ -16,6 +16,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -171,7 +173,7 @@ class Run(models.Model):
     """One unit of agent work: a turn, a research job, a maintenance job."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.CharField(max_length=255, default="default")
+    tenant = models.CharField(max_length=TENANT_MAX_LENGTH, default="default")
     #: Runs with the same key share a concurrency cap per class
     #: (``ConcurrencyLimit``, ``RUNQUEUE["CONCURRENCY"]``); submit makes it the
     #: tenant unless told otherwise.
@@ -179,7 +181,7 @@ class Run(models.Model):
     principal = models.CharField(max_length=255, blank=True, default="")
     # NULL, not "": runs outside a session never collide in the unique index.
     session_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
-    kind = models.CharField(max_length=255)
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
     payload = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus, default=RunStatus.QUEUED)
     priority = models.SmallIntegerField(default=PriorityClass.INTERACTIVE)
@@ -343,7 +345,7 @@ class UncertainRun(Run):
 class IdempotencyKey(models.Model):
     """A client's Idempotency-Key and what its first request did."""
 
-    tenant = models.CharField(max_length=255)
+    tenant = models.CharField(max_length=TENANT_MAX_LENGTH)
     principal = models.CharField(max_length=255, blank=True, default="")
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
@@ -514,7 +516,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runqueue_api_tokens"
     )
-    tenant = models.CharField(max_length=255, default="default")
+    tenant = models.CharField(max_length=TENANT_MAX_LENGTH, default="default")
     prefix = models.CharField(max_length=16, unique=True)
     key_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(db_default=Now())
@@ -635,10 +637,10 @@ class Schedule(models.Model):
         max_length=255, help_text="Five fields: minute hour day month weekday."
     )
     timezone = models.CharField(max_length=64, default="UTC")
-    kind = models.CharField(max_length=255)
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
     payload = models.JSONField(default=dict, blank=True)
     priority = models.SmallIntegerField(default=PriorityClass.MAINTENANCE)
-    tenant = models.CharField(max_length=255, default="default")
+    tenant = models.CharField(max_length=TENANT_MAX_LENGTH, default="default")
     max_attempts = models.IntegerField(null=True, blank=True)
     catch_up = models.CharField(max_length=10, choices=CatchUp, default=CatchUp.LATEST)
     catch_up_limit = models.IntegerField(
@@ -725,7 +727,7 @@ class PausedKind(models.Model):
     Its queued runs wait; running ones finish. The runs table is not written.
     """
 
-    kind = models.CharField(max_length=255)
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
     priority_class = models.SmallIntegerField(
         null=True, blank=True, choices=PriorityClass, help_text="Empty: every class."
     )

@@ -13,6 +13,7 @@ from typing import TypeVar
 from django.utils.module_loading import autodiscover_modules
 
 from runqueue.errors import UnknownKind
+from runqueue.limits import KIND_MAX_LENGTH
 from runqueue.types import JSON
 
 #: A handler: called with the run's context, it returns the run's result (a
@@ -25,12 +26,8 @@ _handlers: dict[str, Handler] = {}
 
 def handler(kind: str) -> Callable[[F], F]:
     """Register ``fn(ctx)`` as the handler of runs of this kind."""
-    # Imported on use: the registry is imported before the models are ready.
-    from runqueue.models import Run
-
-    limit = Run._meta.get_field("kind").max_length
-    if not isinstance(kind, str) or not kind or (limit is not None and len(kind) > limit):
-        raise ValueError(f"a handler kind is a 1-{limit} character string, got {kind!r}")
+    if not isinstance(kind, str) or not kind or len(kind) > KIND_MAX_LENGTH:
+        raise ValueError(f"a handler kind is a 1-{KIND_MAX_LENGTH} character string, got {kind!r}")
 
     def register(fn: F) -> F:
         existing = _handlers.get(kind)

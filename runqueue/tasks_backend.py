@@ -37,6 +37,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from runqueue.errors import PermanentError
+from runqueue.limits import TENANT_MAX_LENGTH
 from runqueue.registry import handler
 from runqueue.types import JSON
 
@@ -227,10 +228,11 @@ class RunQueueBackend(BaseTaskBackend):
                 )
             )
         tenant = self.options.get("tenant", "default")
-        if not isinstance(tenant, str) or not 1 <= len(tenant) <= 255:
+        if not isinstance(tenant, str) or not 1 <= len(tenant) <= TENANT_MAX_LENGTH:
             messages.append(
                 checks.Error(
-                    f"{where}['OPTIONS']['tenant'] must be a 1-255 character string, "
+                    f"{where}['OPTIONS']['tenant'] must be a 1-{TENANT_MAX_LENGTH} character "
+                    "string, "
                     f"got {tenant!r}.",
                     hint=hint,
                     id="runqueue.E015",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
 from runqueue.models import PRIORITY_MAX, CatchUp, PriorityClass
 from runqueue.schedules import cron
 from runqueue.types import JSON
@@ -110,9 +111,9 @@ def check_catch_up(policy: object, limit: object) -> tuple[str, int]:
     return policy, limit
 
 
-def _text(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
-        raise ValueError(f"{field} must be a 1-255 character string, got {value!r}")
+def _text(field: str, value: object, longest: int) -> str:
+    if not isinstance(value, str) or not value or len(value) > longest or "\x00" in value:
+        raise ValueError(f"{field} must be a 1-{longest} character string, got {value!r}")
     return value
 
 
@@ -143,11 +144,11 @@ def build(name: object, raw: object) -> ScheduleSpec:
     return ScheduleSpec(
         name=name,
         cron=cron.validate(raw["cron"]),
-        kind=_text("kind", raw["kind"]),
+        kind=_text("kind", raw["kind"], KIND_MAX_LENGTH),
         payload_json=payload_json,
         priority=check_priority(raw.get("priority", int(PriorityClass.MAINTENANCE))),
         timezone=timezone,
-        tenant=_text("tenant", raw.get("tenant", "default")),
+        tenant=_text("tenant", raw.get("tenant", "default"), TENANT_MAX_LENGTH),
         catch_up=catch_up,
         catch_up_limit=limit,
         max_attempts=max_attempts,

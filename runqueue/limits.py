@@ -1,0 +1,10 @@
+"""Limits that code reads before the models are ready.
+
+Handlers register, and settings are read, while apps are still loading, so
+these lengths live here and the models declare their columns with them.
+"""
+
+#: The longest kind: every ``kind`` column (runs, schedules, paused kinds).
+KIND_MAX_LENGTH = 255
+#: The longest tenant: every ``tenant`` column (runs, schedules, tokens).
+TENANT_MAX_LENGTH = 255
