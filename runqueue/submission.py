@@ -43,7 +43,7 @@ from runqueue.models import (
     RunStatus,
     SubmitOutcome,
 )
-from runqueue.sql import execute, prepared
+from runqueue.sql import execute, prepared, set_config
 from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
 from runqueue.types import JSON
 
@@ -125,21 +125,8 @@ def submit(
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
     """
-    request = _checked(
-        check_submission(
-            kind=kind,
-            payload=payload,
-            session_id=session_id,
-            tenant=tenant,
-            principal=principal,
-            priority=priority,
-            scheduled_for=scheduled_for,
-            max_attempts=max_attempts,
-            idempotency_key=idempotency_key,
-            concurrency_key=concurrency_key,
-        )
-    )
-    return _submit(request, durable=True)
+    # locals(): the keyword arguments exactly as given, nothing else yet.
+    return _submit(_checked(check_submission(**locals())), durable=True)
 
 
 def submit_in_transaction(
@@ -161,20 +148,8 @@ def submit_in_transaction(
     block, as django-tasks-db does). A keyed submit needs a transaction of its
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
-    request = _checked(
-        check_submission(
-            kind=kind,
-            payload=payload,
-            session_id=session_id,
-            tenant=tenant,
-            principal=principal,
-            priority=priority,
-            scheduled_for=scheduled_for,
-            max_attempts=max_attempts,
-            concurrency_key=concurrency_key,
-        )
-    )
-    return _submit(request, durable=False)
+    # locals(): the keyword arguments exactly as given, nothing else yet.
+    return _submit(_checked(check_submission(**locals())), durable=False)
 
 
 def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
@@ -272,13 +247,9 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
 
 
 def _set_lock_timeout() -> None:
-    with connection.cursor() as cursor:
-        params = {
-            "name": "lock_timeout",
-            "value": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms",
-            "is_local": True,
-        }
-        execute(cursor, "set_config", params)
+    set_config(
+        connection, "lock_timeout", f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms", local=True
+    )
 
 
 def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:

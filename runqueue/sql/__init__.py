@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psycopg
 from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from runqueue.types import Params
@@ -100,3 +101,10 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
         with psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(queries()[name], params, prepare=True)
             yield cursor
+
+
+def set_config(connection: BaseDatabaseWrapper, name: str, value: str, *, local: bool) -> None:
+    """Set a server setting on a Django connection: for its transaction
+    (``local``) or its session."""
+    with connection.cursor() as cursor:
+        execute(cursor, "set_config", {"name": name, "value": value, "is_local": local})

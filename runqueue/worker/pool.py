@@ -21,7 +21,7 @@ from django.utils import timezone
 from runqueue import concurrency, housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
-from runqueue.sql import execute
+from runqueue.sql import set_config
 from runqueue.worker.group import Group
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, retrying
@@ -170,13 +170,9 @@ class Pool:
         network) must not hold the run's row lock for ever: the server ends
         such a transaction after half a lease."""
         timeout_ms = max(int(self.config.lease_seconds * 500), 500)
-        with connection.cursor() as cursor:
-            params = {
-                "name": "idle_in_transaction_session_timeout",
-                "value": f"{timeout_ms}ms",
-                "is_local": False,
-            }
-            execute(cursor, "set_config", params)
+        set_config(
+            connection, "idle_in_transaction_session_timeout", f"{timeout_ms}ms", local=False
+        )
 
     def start(self) -> None:
         connection_created.connect(self._limit_transactions, dispatch_uid=self._uid)
