@@ -43,7 +43,7 @@ _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _incoming: ContextVar[str] = ContextVar("runqueue_incoming_traceparent", default="")
 
 # The run span of each lease this process runs, until its outcome is
-# written (possibly by another thread: the completer).
+# written (possibly by another thread: the slot group that writes it).
 _spans: dict[Lease, otel.Span] = {}
 _spans_lock = threading.Lock()
 _tracer: otel.Tracer | None = None
