@@ -32,7 +32,9 @@ def _pool(shape: list[str], *, burst: bool = False):
 def _started_pool(shape: list[str]):
     pool = _pool(shape)
     pool.start()
-    if not pool.listener.wait_listening(10):
+    # A checkout measured through --src may predate wait_listening.
+    wait = getattr(pool.listener, "wait_listening", None) or pool.listener.listening.wait
+    if not wait(10):
         raise RuntimeError("the bench pool's LISTEN connection never came up")
     time.sleep(0.2)  # every slot has made its first (empty) claim and waits
     return pool

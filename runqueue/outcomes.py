@@ -11,23 +11,12 @@ worker's observers (``runqueue.observe``, ``runqueue.tracing``) read it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from runqueue.failures import Failure
 from runqueue.types import JSON
-
-
-def json_text(value: object, what: str) -> str:
-    """``value`` as the JSON text jsonb will store; ValueError if it cannot be."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
-    if "\\u0000" in text:
-        raise ValueError(f"{what} contains a NUL character, which PostgreSQL cannot store")
-    return text
+from runqueue.validation import json_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,10 +32,10 @@ from runqueue.outcomes import (
     Succeeded,
     ToolOutcome,
     Waiting,
-    json_text,
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.types import JSON
+from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.runtime")
 

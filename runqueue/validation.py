@@ -71,6 +71,12 @@ def json_problem(value: object) -> tuple[str, str | None]:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return "", f"must be JSON-serialisable: {exc}"
+    # json.dumps escapes NUL as \u0000 and a lone surrogate as \udXXX: text
+    # without either holds no string PostgreSQL refuses, so only the rare
+    # text that has one pays for the walk (a literal backslash-u in a string
+    # is escaped too and only looks like one).
+    if "\\u0000" not in text and "\\ud" not in text:
+        return text, None
     return text, json_text_problem(value)
 
 

@@ -31,8 +31,8 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
-from runqueue.outcomes import json_text
 from runqueue.sql import execute
+from runqueue.validation import json_text
 
 # --- transitions by others: sweep, cancel ------------------------------------
 

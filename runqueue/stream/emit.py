@@ -16,6 +16,7 @@ import re
 from runqueue import leases
 from runqueue.conf import get_settings
 from runqueue.types import JSON
+from runqueue.validation import json_text_problem
 
 #: Types runqueue itself appends; a handler's event may not pose as one
 #: (a fake ``run.succeeded`` would end every stream of the run).
@@ -47,8 +48,9 @@ def check(event_type: str, data: object) -> None:
             f"event data is {len(text.encode())} bytes as JSON; the limit is {limit} "
             "(RUNQUEUE['EMIT_MAX_BYTES'])"
         )
-    if "\\u0000" in text:
-        raise ValueError("event data contains a NUL character, which PostgreSQL cannot store")
+    problem = json_text_problem(data or {})
+    if problem is not None:
+        raise ValueError(f"event data {problem}")
 
 
 def emit(lease: leases.Lease, event_type: str, data: dict[str, JSON] | None = None) -> bool:
