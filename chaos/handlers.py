@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from chaos import ledger
+from demo import payload as fields
 from runqueue import Idempotency, RunContext
 from runqueue.registry import handler
 
@@ -15,12 +16,6 @@ KIND = "chaos.turn"
 #: MAX_STEPS steps of at most MAX_WORK_MS per tool call.
 MAX_WORK_MS = 2000
 MAX_STEPS = 8
-
-
-def _bounded(value: Any, default: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return default
-    return max(0, min(value, high))
 
 
 def _tool(name: str, idempotency: str):  # noqa: ANN202 - a tool function
@@ -38,16 +33,15 @@ pay = _tool("pay", Idempotency.NON_IDEMPOTENT)
 
 @handler(KIND)
 def turn(ctx: RunContext) -> Any:
-    payload = ctx.payload
+    payload = fields.fields(KIND, ctx.payload, ("ask", "work_ms", "steps", "answer"))
+    ask = fields.flag(payload, "ask")
+    work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
+    steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)
     state = ctx.state or {"step": 0}
-    if payload.get("ask") and ctx.input is None:
+    if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
-    args = {
-        "run_id": str(ctx.run.id),
-        "work_ms": _bounded(payload.get("work_ms"), 100, MAX_WORK_MS),
-    }
+    args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
     statuses = []
-    steps = _bounded(payload.get("steps"), 2, MAX_STEPS)
     while state["step"] < steps:
         for name, fn, idem in (
             ("fetch", fetch, Idempotency.IDEMPOTENT),

@@ -14,20 +14,19 @@ import time
 from typing import Any
 
 import runqueue
+from demo import payload as fields
 from runqueue import Idempotency, RunContext
 
-#: The demo's handlers cap what a payload may ask of them: its kinds are
-#: open to API tokens while the demo is on.
-MAX_RESEARCH_STEPS = 8
+#: The demo's handlers check their whole payload and cap what it may ask of
+#: them (demo.payload): its kinds are open to API tokens while the demo is on.
+#: A research run sleeps at most MAX_RESEARCH_STEPS x MAX_STEP_SECONDS (five
+#: minutes), and stops within one step once its lease is lost.
+MAX_RESEARCH_STEPS = 60
+MAX_STEP_SECONDS = 5.0
 MAX_ORDER_ID = 64
+MAX_TOPIC = 200
+MAX_DAY = 32
 SCENARIOS = ("ok", "ask", "decline", "flaky", "timeout")
-
-
-def bounded(value: Any, default: int, high: int) -> int:
-    """An integer payload field, within 0..high (the default if it is not one)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return default
-    return max(0, min(value, high))
 
 
 def lookup_order(order_id: str) -> dict:
@@ -51,9 +50,10 @@ def charge_card(amount_cents: int, scenario: str) -> dict:
 
 @runqueue.handler("demo.agent_turn")
 def agent_turn(ctx: RunContext) -> Any:
-    scenario = ctx.payload.get("scenario", "ok")
-    scenario = scenario if scenario in SCENARIOS else "ok"
-    order_id = str(ctx.payload.get("order_id", "A-100"))[:MAX_ORDER_ID]
+    # "answer" is what a user's reply carries when no run of the session waits.
+    payload = fields.fields("demo.agent_turn", ctx.payload, ("scenario", "order_id", "answer"))
+    scenario = fields.text(payload, "scenario", "ok", 16, SCENARIOS)
+    order_id = fields.text(payload, "order_id", "A-100", MAX_ORDER_ID)
     if scenario == "flaky" and ctx.attempt < 3:
         raise runqueue.TransientError("model provider rate-limited the request")
     if scenario == "ask" and ctx.input is None:
@@ -101,22 +101,24 @@ def agent_turn(ctx: RunContext) -> Any:
 @runqueue.handler("demo.research")
 def research(ctx: RunContext) -> dict:
     """A longer async job: steps with checkpoints, resumable from the last."""
+    payload = fields.fields("demo.research", ctx.payload, ("steps", "step_seconds", "topic"))
+    steps = fields.integer(payload, "steps", 4, 0, MAX_RESEARCH_STEPS)
+    step_seconds = fields.number(payload, "step_seconds", None, 0, MAX_STEP_SECONDS)
+    topic = fields.text(payload, "topic", "", MAX_TOPIC)
     state = ctx.state or {"step": 0, "notes": []}
-    step_seconds = ctx.payload.get("step_seconds")
-    steps = bounded(ctx.payload.get("steps"), 4, MAX_RESEARCH_STEPS)
     while state["step"] < steps:
         # simulated work; a fixed step_seconds makes a long job (the demo's
         # "running" run)
-        time.sleep(step_seconds or random.uniform(0.3, 1.0))  # noqa: S311
+        time.sleep(random.uniform(0.3, 1.0) if step_seconds is None else step_seconds)  # noqa: S311
         state = {"step": state["step"] + 1, "notes": [*state["notes"], f"finding {state['step']}"]}
         if not ctx.checkpoint(state):
             return {"stopped": "lease lost"}
-    topic = ctx.payload.get("topic")
-    return {"summary": f"{len(state['notes'])} findings", "topic": str(topic)[:200]}
+    return {"summary": f"{len(state['notes'])} findings", "topic": topic}
 
 
 @runqueue.handler("demo.digest")
 def digest(ctx: RunContext) -> dict:
     """A maintenance job: quick, low priority."""
+    day = fields.text(fields.fields("demo.digest", ctx.payload, ("day",)), "day", "today", MAX_DAY)
     time.sleep(random.uniform(0.05, 0.2))  # noqa: S311
-    return {"digested": str(ctx.payload.get("day"))[:32]}
+    return {"digested": day}

@@ -55,8 +55,8 @@ def showcase(now: dt.datetime) -> list[tuple[str, dict]]:
                 "kind": "demo.research",
                 "payload": {
                     "topic": "quarterly churn deep dive",
-                    "steps": RUNNING_SECONDS // 2,
-                    "step_seconds": 2,
+                    "steps": RUNNING_SECONDS // 5,
+                    "step_seconds": 5,
                 },
                 "priority": PriorityClass.ASYNC,
                 "scheduled_for": now,
