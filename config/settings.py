@@ -174,6 +174,10 @@ if env("RUNQUEUE_METRICS_TOKEN", default=""):
 LOG_FORMAT = env("RUNQUEUE_LOG_FORMAT", default="plain")
 if LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"RUNQUEUE_LOG_FORMAT must be plain or json, got {LOG_FORMAT!r}")
+# Every logger writes to the console in LOG_FORMAT whatever DEBUG is: Django's
+# own defaults send request errors (a 500's traceback) only to mail_admins and
+# to a console handler that is on only with DEBUG, so an operator would see a
+# 500 in the access log and nothing to debug.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -182,11 +186,15 @@ LOGGING = {
         "json": {"()": "runqueue.logfmt.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "runqueue": {"handlers": ["console"], "level": env("RUNQUEUE_LOG_LEVEL", default="INFO")}
+        "runqueue": {
+            "handlers": ["console"],
+            "level": env("RUNQUEUE_LOG_LEVEL", default="INFO"),
+            "propagate": False,
+        },
+        # Replaces Django's default handlers for "django" (DEBUG-only console,
+        # mail_admins): request errors with their traceback, 4xx warnings.
+        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
-if LOG_FORMAT == "json":
-    # Everything else (Django's warnings and errors) as JSON lines too.
-    LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
-    LOGGING["loggers"]["runqueue"]["propagate"] = False

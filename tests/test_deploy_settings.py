@@ -4,6 +4,7 @@ environment, and the local .env the two commands keep."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -95,3 +96,47 @@ def test_the_local_env_adds_only_what_is_missing(tmp_path) -> None:
     local_env.main(path)
     lines = path.read_text().splitlines()
     assert lines == ["SECRET_KEY=mine", "RUNQUEUE_LOG_LEVEL=DEBUG", "HTTPS_ONLY=off"]
+
+
+#: A request that fails inside its view, in a process set up as a deployment.
+FAILING_REQUEST = """
+import sys, types
+from django.test import Client, override_settings
+from django.urls import path
+
+def boom(request):
+    raise RuntimeError("boom-in-view")
+
+urls = types.ModuleType("boom_urls")
+urls.urlpatterns = [path("boom/", boom)]
+sys.modules["boom_urls"] = urls
+with override_settings(ROOT_URLCONF="boom_urls"):
+    print(Client(raise_request_exception=False).get("/boom/").status_code)
+"""
+
+
+@pytest.mark.parametrize("log_format", ["plain", "json"])
+@pytest.mark.parametrize("debug", ["off", "on"])
+def test_a_request_error_is_logged_with_its_traceback(log_format: str, debug: str) -> None:
+    proc = manage(
+        "shell",
+        "--no-imports",
+        "-c",
+        FAILING_REQUEST,
+        SECRET_KEY=secrets.token_urlsafe(50),
+        DEBUG=debug,
+        HTTPS_ONLY="off",
+        ALLOWED_HOSTS="testserver",
+        DATABASE_URL="postgres://nobody@/none?host=/nonexistent",
+        RUNQUEUE_LOG_FORMAT=log_format,
+    )
+    assert proc.stdout.strip() == "500", proc.stderr
+    assert proc.stderr.count("RuntimeError: boom-in-view") == 1, proc.stderr
+    if log_format == "json":
+        lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+        [error] = [line for line in lines if line["logger"] == "django.request"]
+        assert error["level"] == "ERROR"
+        assert "Traceback" in error["exception"] and "boom-in-view" in error["exception"]
+    else:
+        assert "ERROR django.request Internal Server Error: /boom/" in proc.stderr
+        assert "Traceback (most recent call last)" in proc.stderr

@@ -13,12 +13,13 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
 from runqueue import concurrency
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.conf import get_settings
 from runqueue.models import ConcurrencyLimit, PriorityClass
 
 
 @admin.register(ConcurrencyLimit)
-class ConcurrencyLimitAdmin(admin.ModelAdmin):
+class ConcurrencyLimitAdmin(GuardedAdmin):
     list_display = ["key", "priority_class", "max_running", "running_now", "note", "updated_at"]
     list_filter = ["priority_class"]
     search_fields = ["=key"]

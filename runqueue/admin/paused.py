@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from runqueue import registry
 from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.models import PausedKind, PriorityClass, QueueEvent
 from runqueue.pausing import pause_kind, resume_kind
 
@@ -102,7 +103,7 @@ class PauseForm(forms.ModelForm):
 
 
 @admin.register(PausedKind)
-class PausedKindAdmin(admin.ModelAdmin):
+class PausedKindAdmin(GuardedAdmin):
     """What is paused, by whom, since when and why. Add pauses a kind."""
 
     list_display = ["kind", "class_display", "paused_by", "since", "paused_at", "reason"]
@@ -158,7 +159,7 @@ class PausedKindAdmin(admin.ModelAdmin):
 
 
 @admin.register(QueueEvent)
-class QueueEventAdmin(admin.ModelAdmin):
+class QueueEventAdmin(GuardedAdmin):
     """Kinds paused and resumed, schedules paused, resumed and run: read-only."""
 
     list_display = ["created_at", "type", "subject", "data"]

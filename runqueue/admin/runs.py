@@ -25,6 +25,7 @@ from runqueue.admin import dashboard, display, resolve
 from runqueue.admin.actions import cancel_runs, requeue_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
 from runqueue.admin.permissions import RunPermissionsMixin
@@ -86,7 +87,7 @@ def unresolved_uncertain() -> Exists:
 
 
 @admin.register(Run)
-class RunAdmin(OperatorMixin, RunPermissionsMixin, admin.ModelAdmin):
+class RunAdmin(OperatorMixin, RunPermissionsMixin, GuardedAdmin):
     list_display = [
         "short_id",
         "status_display",

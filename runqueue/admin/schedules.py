@@ -16,8 +16,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -27,6 +26,7 @@ from django.utils.safestring import SafeString
 from runqueue import registry, schedules
 from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import (
@@ -136,7 +136,7 @@ def local(moment: dt.datetime | None, tz: str) -> str:
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(GuardedAdmin):
     form = ScheduleForm
     list_display = ["name", "cron", "in_words", "timezone", "kind", "next_fire", "state", "source"]
     list_filter = ["source", "catch_up"]
@@ -255,7 +255,10 @@ class ScheduleAdmin(admin.ModelAdmin):
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         if operation not in OPERATIONS or not self.has_operate_permission(request):
             raise PermissionDenied
-        schedule = get_object_or_404(Schedule, pk=object_id)
+        try:
+            schedule = Schedule.objects.get(pk=int(object_id))
+        except (ValueError, Schedule.DoesNotExist):
+            raise Http404(f"No schedule {object_id[:40]!r}.") from None
         reason = request.POST.get("reason", "").strip()
         missing_reason = False
         if request.method == "POST":

@@ -9,12 +9,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from runqueue.admin import display
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunStatus, Worker
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(GuardedAdmin):
     list_display = ["id", "hostname", "pid", "slots", "held", "live", "last_seen", "started_at"]
     list_filter = ["stopped_at"]
     search_fields = ["=id", "hostname"]

@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from runqueue.admin.guard import GuardedAdmin
 from runqueue.api import tokens
 from runqueue.models import ApiToken
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(GuardedAdmin):
     list_display = (
         "__str__",
         "user",

@@ -1,0 +1,161 @@
+"""Every runqueue admin URL against hostile query strings and path values:
+no 500 for a NUL, a 10 KB value, a non-number where a number is expected, or
+an id of nothing, on every changelist filter and every custom URL."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from django.contrib import admin
+from django.contrib.admin import ModelAdmin
+from django.contrib.auth.models import User
+from django.test import Client, RequestFactory
+from django.urls import URLPattern
+
+import runqueue
+from runqueue import pausing, schedules
+from runqueue.api import tokens
+from runqueue.models import ConcurrencyLimit, PriorityClass
+from tests.admin_support import PASSWORD, dead_lettered, uncertain
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = ["\x00", "a\x00b", "x" * 10_000, "abc", "-1", "1.5", "99999999999999999999999"]
+#: Query parameters every changelist reads besides its filters.
+LIST_PARAMETERS = ["q", "o", "p", "e", "all", "_changelist_filters", "_to_field", "_popup"]
+#: The views Django's ModelAdmin serves; the rest are runqueue's own.
+STANDARD = re.compile(r"_(changelist|add|change|delete|history)$")
+
+
+@pytest.fixture
+def superuser_client() -> Client:
+    client = Client(raise_request_exception=False)  # a 500 is counted, not raised
+    User.objects.create_superuser("root", password=PASSWORD)
+    assert client.login(username="root", password=PASSWORD)
+    return client
+
+
+@pytest.fixture
+def rows() -> dict[str, str]:
+    """One row in every list, and the ids path values need."""
+    dead_lettered(tenant="acme")
+    _run, tool = uncertain()
+    runqueue.submit(kind="test.echo")
+    schedule = schedules.define(
+        "hourly", cron="0 * * * *", timezone="UTC", kind="test.echo", payload={}
+    )
+    pausing.pause_kind("test.echo", actor="staff:t", reason="walk")
+    ConcurrencyLimit.objects.create(key="acme", priority_class=PriorityClass.ASYNC, max_running=1)
+    tokens.issue(user=User.objects.create_user("owner"), tenant="acme")
+    return {"tool_id": str(tool.pk), "schedule": str(schedule.pk)}
+
+
+def runqueue_admins() -> Iterator[tuple[type, ModelAdmin]]:
+    for model, model_admin in admin.site._registry.items():
+        if model._meta.app_label == "runqueue":
+            yield model, model_admin
+
+
+def filter_parameters(model_admin: ModelAdmin, user: User) -> list[str]:
+    request = RequestFactory().get("/")
+    request.user = user
+    changelist = model_admin.get_changelist_instance(request)
+    names = [name for spec in changelist.filter_specs for name in spec.expected_parameters()]
+    assert names or not model_admin.list_filter
+    return names
+
+
+def custom_urls(model_admin: ModelAdmin) -> list[URLPattern]:
+    return [
+        p
+        for p in model_admin.urls
+        if isinstance(p, URLPattern) and p.name and not STANDARD.search(p.name)
+    ]
+
+
+def fill(route: str, value: str, valid: dict[str, str]) -> str:
+    """The route with each converter given ``value`` (or a valid value when None)."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(2)
+        chosen = value if value is not None else valid.get(name, "cancel")
+        return quote(chosen, safe="")
+
+    return re.sub(r"<(?:(\w+):)?(\w+)>", one, route)
+
+
+def get(client: Client, url: str) -> int:
+    response = client.get(url, follow=True)
+    return response.status_code
+
+
+def test_every_changelist_filter_survives_hostile_values(superuser_client, rows) -> None:
+    user = User.objects.get(username="root")
+    failures = []
+    walked = 0
+    for model, model_admin in runqueue_admins():
+        base = f"/admin/runqueue/{model._meta.model_name}/"
+        for name in [*filter_parameters(model_admin, user), *LIST_PARAMETERS]:
+            for value in HOSTILE:
+                url = f"{base}?{quote(name)}={quote(value, safe='')}"
+                walked += 1
+                if (status := get(superuser_client, url)) >= 500:
+                    failures.append((url[:120], status))
+    assert walked > 300
+    assert failures == []
+
+
+def test_every_custom_admin_url_survives_hostile_values(superuser_client, rows) -> None:
+    user = User.objects.get(username="root")
+    valid = {"tool_id": rows["tool_id"], "object_id": rows["schedule"], "verb": "cancel"}
+    failures = []
+    walked = []
+    for model, model_admin in runqueue_admins():
+        base = f"/admin/runqueue/{model._meta.model_name}/"
+        parameters = [*filter_parameters(model_admin, user), "q"]
+        for pattern in custom_urls(model_admin):
+            route = str(pattern.pattern)
+            walked.append(f"{base}{route}")
+            # Path values: each hostile value in every converter.
+            urls = [f"{base}{fill(route, value, valid)}" for value in HOSTILE if "<" in route]
+            # Query strings on the page with valid path values.
+            page = f"{base}{fill(route, None, valid)}"
+            urls += [
+                f"{page}?{quote(name)}={quote(value, safe='')}"
+                for name in parameters
+                for value in HOSTILE
+            ]
+            for url in urls:
+                if (status := get(superuser_client, url)) >= 500:
+                    failures.append((url[:120], status))
+    assert {"/admin/runqueue/run/dashboard/", "/admin/runqueue/run/bulk/<str:verb>/"} <= set(
+        walked
+    ), walked
+    assert any("run-now" in url for url in walked), walked
+    assert failures == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/runqueue/run/?kind=%00",
+        "/admin/runqueue/run/?tenant=%00",
+        "/admin/runqueue/run/?status__exact=%00",
+        "/admin/runqueue/deadletteredrun/?failure=%00",
+        "/admin/runqueue/run/bulk/cancel/?kind=%00",
+    ],
+)
+def test_a_nul_in_a_filter_is_dropped_with_a_message(superuser_client, rows, url) -> None:
+    response = superuser_client.get(url)
+    assert response.status_code == 302
+    assert "%00" not in response["Location"]
+    page = superuser_client.get(response["Location"])
+    assert page.status_code == 200
+    assert "null characters are not allowed" in page.content.decode()
+
+
+def test_run_now_of_a_schedule_id_that_is_not_a_number_is_404(superuser_client) -> None:
+    assert superuser_client.get("/admin/runqueue/schedule/abc/run-now/").status_code == 404
