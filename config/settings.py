@@ -6,7 +6,8 @@ none when empty): ``DATABASE_URL``, ``SECRET_KEY`` (required unless DEBUG),
 ``DEBUG``, ``ALLOWED_HOSTS``, ``HTTPS_ONLY`` (default on unless DEBUG),
 ``SECURE_HSTS_SECONDS``, ``RUNQUEUE_PGDATA`` (embedded server's data folder
 when DATABASE_URL is unset), ``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``),
-``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_METRICS_TOKEN``,
+``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_STREAMS_PER_TOKEN``,
+``RUNQUEUE_STREAMS_PER_TENANT``, ``RUNQUEUE_METRICS_TOKEN``,
 ``RUNQUEUE_DEMO`` (default on: the demo app, and its kinds in the HTTP API),
 ``RUNQUEUE_CHAOS`` (default off: the chaos runner's app and its ``chaos.turn``
 kind; ``manage.py runqueue_chaos`` turns it on for itself and its workers).
@@ -165,6 +166,16 @@ TASKS = {
 # to give each process that many threads more than the admin and API need).
 if env("RUNQUEUE_STREAMS_PER_PROCESS", default=""):
     RUNQUEUE.setdefault("STREAM_MAX_PER_PROCESS", env.int("RUNQUEUE_STREAMS_PER_PROCESS"))
+# Stream places per API token and per tenant in each web process (429 past
+# them): by default one tenant holds at most half of a process's places.
+RUNQUEUE.setdefault("STREAM_MAX_PER_TOKEN", env.int("RUNQUEUE_STREAMS_PER_TOKEN", default=2))
+RUNQUEUE.setdefault(
+    "STREAM_MAX_PER_TENANT",
+    env.int(
+        "RUNQUEUE_STREAMS_PER_TENANT",
+        default=max(1, RUNQUEUE.get("STREAM_MAX_PER_PROCESS", 4) // 2),
+    ),
+)
 # The web side's Prometheus scrape URL (/metrics) asks for this bearer token when set.
 if env("RUNQUEUE_METRICS_TOKEN", default=""):
     RUNQUEUE.setdefault("METRICS_TOKEN", env("RUNQUEUE_METRICS_TOKEN"))

@@ -24,6 +24,8 @@ Defaults (every key optional)::
         "API_EVENTS_PAGE_SIZE": 100,  # HTTP API: default page of GET .../events/ (max 1000)
         "SCHEDULES": {},              # recurring runs by name: runqueue/schedules/spec.py
         "STREAM_MAX_PER_PROCESS": 4,  # open event streams per web process; more get 503
+        "STREAM_MAX_PER_TOKEN": 2,    # ... per API token (or session user) per process; 429
+        "STREAM_MAX_PER_TENANT": None,  # ... per tenant per process (None: no bound); 429
         "STREAM_KEEPALIVE_SECONDS": 15,  # a comment line this often keeps proxies open
         "STREAM_POLL_SECONDS": 5,     # re-read a stream's events this often without a NOTIFY
         "STREAM_MAX_SECONDS": 3600,   # close a stream after this long (clients resume)
@@ -75,6 +77,8 @@ class Settings:
     API_EVENTS_PAGE_SIZE: int = 100
     SCHEDULES: tuple[ScheduleSpec, ...] = ()
     STREAM_MAX_PER_PROCESS: int = 4
+    STREAM_MAX_PER_TOKEN: int | None = 2
+    STREAM_MAX_PER_TENANT: int | None = None
     STREAM_KEEPALIVE_SECONDS: float = 15
     STREAM_POLL_SECONDS: float = 5
     STREAM_MAX_SECONDS: float = 3600
@@ -102,8 +106,12 @@ _INTEGERS = {
     "API_MAX_BODY_BYTES",
     "API_EVENTS_PAGE_SIZE",
     "STREAM_MAX_PER_PROCESS",
+    "STREAM_MAX_PER_TOKEN",
+    "STREAM_MAX_PER_TENANT",
     "EMIT_MAX_BYTES",
 }
+#: Numbers that None turns off.
+_MAY_BE_NONE = {"TERMINAL_RUN_RETENTION_SECONDS", "STREAM_MAX_PER_TOKEN", "STREAM_MAX_PER_TENANT"}
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
     "LEASE_SECONDS",
@@ -228,7 +236,11 @@ def parse(raw: object) -> Settings:
                     "RUNQUEUE['METRICS_TOKEN'] must be None or a string of 16 or more characters"
                 )
             values[name] = value
-        elif name == "TERMINAL_RUN_RETENTION_SECONDS" and value is None:
+        elif (
+            name
+            in ("TERMINAL_RUN_RETENTION_SECONDS", "STREAM_MAX_PER_TOKEN", "STREAM_MAX_PER_TENANT")
+            and value is None
+        ):
             values[name] = None
         else:
             number = _number(name, value, integer=name in _INTEGERS)

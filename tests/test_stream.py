@@ -279,3 +279,79 @@ def test_a_fenced_workers_emit_is_never_published(fast_retry) -> None:
     assert b'"from":"old"' not in text and b'"from":"new"' in text
     assert b"event: run.fenced" in text
     assert Run.objects.get(id=run.id).status == RunStatus.SUCCEEDED
+
+
+def _open(caller, run_id: object):
+    return Client().get(_stream_url(run_id), headers=caller.headers())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streams_per_token_are_bounded_with_429(settings) -> None:
+    """Issue 26: one token took every stream place of every process."""
+    settings.RUNQUEUE = {"STREAM_MAX_PER_PROCESS": 4, "STREAM_MAX_PER_TOKEN": 1}
+    alice = make_caller("alice", "acme")
+    other_token = make_caller("alice2", "acme")
+    run = runqueue.submit(kind="k", tenant="acme").run
+    first = _open(alice, run.id)
+    assert first.status_code == 200
+    refused = _open(alice, run.id)
+    body = problem(refused, 429, "stream-limit")
+    assert (body["scope"], body["limit"]) == ("token", 1)
+    assert refused["Retry-After"] == "5"
+    second = _open(other_token, run.id)  # another token of the tenant: its own place
+    assert second.status_code == 200
+    first.close()
+    again = _open(alice, run.id)
+    assert again.status_code == 200
+    again.close()
+    second.close()
+    assert hub_module.process_hub().open_streams == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_streams_per_tenant_are_bounded_and_other_tenants_still_stream(settings) -> None:
+    settings.RUNQUEUE = {
+        "STREAM_MAX_PER_PROCESS": 3,
+        "STREAM_MAX_PER_TOKEN": None,
+        "STREAM_MAX_PER_TENANT": 2,
+    }
+    acme = [make_caller(f"acme{i}", "acme") for i in range(3)]
+    bob = make_caller("bob", "other")
+    mine = runqueue.submit(kind="k", tenant="acme").run
+    theirs = runqueue.submit(kind="k", tenant="other").run
+    held = [_open(acme[0], mine.id), _open(acme[1], mine.id)]
+    assert [r.status_code for r in held] == [200, 200]
+    body = problem(_open(acme[2], mine.id), 429, "stream-limit")
+    assert (body["scope"], body["limit"]) == ("tenant", 2)
+    other = _open(bob, theirs.id)
+    assert other.status_code == 200
+    for response in [*held, other]:
+        response.close()
+    assert hub_module.process_hub().held("tenant:acme") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_runs_stream_takes_no_process_place(settings) -> None:
+    """Issue 26: another tenant's stream of its own finished run got 503
+    while one tenant's live streams held every place."""
+    settings.RUNQUEUE = {"STREAM_MAX_PER_PROCESS": 1}
+    alice = make_caller("alice", "acme")
+    bob = make_caller("bob", "other")
+    finished = runqueue.submit(kind="k", tenant="other").run
+    lease = leases.claim_one("w")
+    assert lease is not None and lease.run_id == finished.id
+    leases.succeed(lease, {"ok": True})
+    live = runqueue.submit(kind="k", tenant="acme").run
+    holding = _open(alice, live.id)
+    assert holding.status_code == 200
+    assert problem(_open(alice, live.id), 503, "too-many-streams")
+
+    replay = _open(bob, finished.id)
+    assert replay.status_code == 200
+    text = b"".join(replay.streaming_content).decode()  # ends by itself
+    assert text.rstrip().split("\n\n")[-1].split("\n")[1] == "event: run.succeeded"
+    replay.close()
+    assert not StreamWatch.objects.filter(run_id=finished.id).exists()
+    assert hub_module.process_hub().open_streams == 1  # alice's live stream only
+    holding.close()
+    assert hub_module.process_hub().open_streams == 0

@@ -234,7 +234,11 @@ def test_keep_alive_tenants_and_the_bound_on_open_streams(gunicorn: int) -> None
     quiet = open_streams[0].next()
     assert quiet is not None and quiet.comment == "keep-alive"
 
-    refused = _stream(gunicorn, alice, runs[STREAMS].id)
+    over_its_share = _stream(gunicorn, alice, runs[STREAMS].id)
+    assert over_its_share.response.status == 429  # STREAM_MAX_PER_TOKEN (2) first
+    over_its_share.close()
+    carol = make_caller("carol", "acme")
+    refused = _stream(gunicorn, carol, runs[STREAMS].id)
     assert refused.response.status == 503
     assert refused.response.getheader("Retry-After") == "5"
     body = json.loads(refused.response.read())
@@ -246,7 +250,7 @@ def test_keep_alive_tenants_and_the_bound_on_open_streams(gunicorn: int) -> None
     open_streams[0].close()  # the server notices at its next write (a keep-alive)
 
     def accepted() -> bool:
-        stream = _stream(gunicorn, alice, runs[STREAMS].id)
+        stream = _stream(gunicorn, carol, runs[STREAMS].id)
         ok = stream.response.status == 200
         stream.close()
         return ok

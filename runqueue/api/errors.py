@@ -49,6 +49,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "kind-not-allowed": (422, "This kind cannot be submitted over the API"),
     "priority-not-allowed": (422, "Priority above what this caller may submit"),
     "rate-limited": (429, "Too many submits"),
+    "stream-limit": (429, "Too many open event streams for this caller"),
     "validation-failed": (422, "Request body failed validation"),
     "unavailable": (503, "Service temporarily unavailable"),
     "too-many-streams": (503, "Too many open event streams"),

@@ -297,7 +297,7 @@ def document() -> dict[str, JSON]:
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
                         "204": {"description": "the run is finished and nothing follows"},
-                        **_problems(400, 401, 404, 405, 500, 503),
+                        **_problems(400, 401, 404, 405, 429, 500, 503),
                     },
                 }
             },

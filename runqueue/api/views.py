@@ -33,7 +33,7 @@ from runqueue.api.render import event_body, events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
-from runqueue.stream import TooManyStreams, open_stream
+from runqueue.stream import StreamLimit, open_stream
 
 logger = logging.getLogger("runqueue.api")
 
@@ -143,12 +143,20 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     else:
         after = _int_param(request, "after", 0, 0, 2**63 - 1)
     try:
-        stream = open_stream(run, after)
-    except TooManyStreams:
+        stream = open_stream(run, after, _stream_owners(caller))
+    except StreamLimit as exc:
+        if exc.scope == "process":
+            raise ApiError(
+                "too-many-streams",
+                "This server process streams as many runs as it may; retry shortly.",
+                headers={"Retry-After": "5"},
+            ) from None
         raise ApiError(
-            "too-many-streams",
-            "This server process streams as many runs as it may; retry shortly.",
+            "stream-limit",
+            f"This {exc.scope} already has {exc.limit} open event stream(s) here; close one "
+            "or retry shortly.",
             headers={"Retry-After": "5"},
+            extensions={"scope": exc.scope, "limit": exc.limit},
         ) from None
     if stream is None:
         # Finished, and the client has every event: 204 tells a browser's
@@ -158,6 +166,16 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
+
+
+def _stream_owners(caller: Caller) -> list[tuple[str, int | None]]:
+    """The caller's stream bounds: its token (a session: its user) and its tenant."""
+    conf = get_settings()
+    who = f"token:{caller.token.pk}" if caller.token is not None else f"token:{caller.principal}"
+    return [
+        (who, conf.STREAM_MAX_PER_TOKEN),
+        (f"tenant:{caller.tenant}", conf.STREAM_MAX_PER_TENANT),
+    ]
 
 
 @api_view("POST")

@@ -4,24 +4,34 @@ with ``ctx.emit``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from runqueue.models import Run
-from runqueue.stream.hub import process_hub
+from runqueue.stream.hub import StreamLimit, process_hub
 from runqueue.stream.sse import EventStream, has_events_after
 
+#: The old name: a bound on open streams is full.
+TooManyStreams = StreamLimit
 
-class TooManyStreams(Exception):
-    """This process already serves ``STREAM_MAX_PER_PROCESS`` streams."""
 
-
-def open_stream(run: Run, after: int) -> EventStream | None:
+def open_stream(
+    run: Run, after: int, owners: Sequence[tuple[str, int | None]] = ()
+) -> EventStream | None:
     """The stream of ``run``'s events after event id ``after``; None when the
-    run is finished and nothing follows ``after``. Raises TooManyStreams."""
+    run is finished and nothing follows ``after``.
+
+    A live run's stream takes one of the process's places and one of each
+    owner's (``(key, limit)``: the caller's token, its tenant). A finished
+    run's stream only replays and closes, so it takes no process place: a
+    live run's stream never waits behind one. It still counts for its
+    owners, so one caller cannot hold every thread with replays. Raises
+    ``StreamLimit`` when a bound is full.
+    """
     if run.is_terminal and not has_events_after(run.id, after):
         return None
     process = process_hub()
-    if not process.acquire():
-        raise TooManyStreams
-    return EventStream(process, run, after)
+    place = process.acquire(owners, live=not run.is_terminal)
+    return EventStream(process, run, after, place)
 
 
-__all__ = ["EventStream", "TooManyStreams", "open_stream"]
+__all__ = ["EventStream", "StreamLimit", "TooManyStreams", "open_stream"]

@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 
 import psycopg
 from django.db import connection
@@ -38,6 +40,30 @@ WATCH_TTL_SECONDS = 300.0
 REFRESH_SECONDS = 60.0
 
 
+class StreamLimit(Exception):
+    """A bound on open streams is full: ``scope`` is process, token or tenant."""
+
+    def __init__(self, scope: str, limit: int) -> None:
+        self.scope = scope
+        self.limit = limit
+        super().__init__(f"{scope} streams at their limit of {limit}")
+
+
+class Place:
+    """Stream places held by one stream; ``release`` gives them back once."""
+
+    def __init__(self, hub: Hub, keys: tuple[str, ...], live: bool) -> None:
+        self._hub = hub
+        self._keys = keys
+        self._live = live
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._hub._give_back(self._keys, self._live)
+
+
 class Hub:
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -48,23 +74,48 @@ class Hub:
         self._watch_lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self.open_streams = 0
+        self._held: Counter[str] = Counter()
         self.listening = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # --- the bound on open streams --------------------------------------
+    # --- the bounds on open streams ---------------------------------------
 
-    def acquire(self) -> bool:
-        """Take a stream slot of this process; False when all are taken."""
-        with self._lock:
-            if self.open_streams >= get_settings().STREAM_MAX_PER_PROCESS:
-                return False
-            self.open_streams += 1
-            return True
+    def acquire(
+        self, owners: Sequence[tuple[str, int | None]] = (), *, live: bool = True
+    ) -> Place:
+        """Take a stream place of this process (``live``) and one of each
+        owner (a token, a tenant: ``(key, limit)``, None for no limit).
 
-    def release(self) -> None:
+        Raises ``StreamLimit`` naming the first bound that is full; the
+        caller's own bounds are checked before the process's, so a caller
+        past its share hears that it is the one to wait.
+        """
         with self._lock:
-            self.open_streams -= 1
+            for key, limit in owners:
+                if limit is not None and self._held[key] >= limit:
+                    raise StreamLimit(key.partition(":")[0], limit)
+            if live and self.open_streams >= get_settings().STREAM_MAX_PER_PROCESS:
+                raise StreamLimit("process", get_settings().STREAM_MAX_PER_PROCESS)
+            for key, _limit in owners:
+                self._held[key] += 1
+            if live:
+                self.open_streams += 1
+        return Place(self, tuple(key for key, _ in owners), live)
+
+    def _give_back(self, keys: tuple[str, ...], live: bool) -> None:
+        with self._lock:
+            for key in keys:
+                self._held[key] -= 1
+                if self._held[key] <= 0:
+                    del self._held[key]
+            if live:
+                self.open_streams -= 1
+
+    def held(self, key: str) -> int:
+        """Places an owner holds in this process (tests, metrics)."""
+        with self._lock:
+            return self._held[key]
 
     # --- watching runs -----------------------------------------------------
 

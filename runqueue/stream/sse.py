@@ -25,7 +25,7 @@ from runqueue import events
 from runqueue.api.render import event_body
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunEvent
-from runqueue.stream.hub import Hub
+from runqueue.stream.hub import Hub, Place
 
 TERMINAL_EVENTS = frozenset({events.SUCCEEDED, events.FAILED, events.CANCELLED})
 #: Events read per query while replaying.
@@ -51,10 +51,11 @@ def has_events_after(run_id: uuid.UUID, after: int) -> bool:
 class EventStream:
     """The response body of one stream: an iterator of bytes whose
     ``close()`` (called by the WSGI server, also on a client disconnect)
-    gives the process's stream slot back."""
+    gives the stream's places back."""
 
-    def __init__(self, hub: Hub, run: Run, after: int) -> None:
+    def __init__(self, hub: Hub, run: Run, after: int, place: Place) -> None:
         self.hub = hub
+        self.place = place
         self.run_id = run.id
         self.after = after
         # A run already finished is streamed up to now, then the stream ends
@@ -81,7 +82,7 @@ class EventStream:
         try:
             self._body.close()
         finally:
-            self.hub.release()
+            self.place.release()
 
     def _read(self) -> list[RunEvent]:
         return list(
@@ -93,6 +94,15 @@ class EventStream:
         started = time.monotonic()
         deadline = started + conf.STREAM_MAX_SECONDS
         yield f"retry: {RETRY_MS}\n\n".encode()
+        if self.ends_when_replayed:
+            # Nothing to wait for: no watch row, no wake-ups, just the replay.
+            while batch := self._read():
+                for event in batch:
+                    yield frame(event)
+                    self.after = event.id
+                    if event.type in TERMINAL_EVENTS:
+                        return
+            return
         # Watch before the first read: an event committed after the read
         # wakes this stream.
         wake = self.hub.watch(self.run_id)
