@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import sys
 from typing import NoReturn, NotRequired, TypedDict
 
 from django.http import HttpRequest
@@ -32,6 +33,8 @@ KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
 SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for"})
 MAX_REASON = 1000
+#: The longest integer a body may hold (Python's own bound on converting one).
+MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 
 
 class SubmitBody(TypedDict):
@@ -66,13 +69,38 @@ def read_body(request: HttpRequest) -> bytes:
         f"The request body is larger than {limit} bytes.",
         extensions={"max_bytes": limit},
     )
-    declared = request.META.get("CONTENT_LENGTH") or "0"
+    declared = request.META.get("CONTENT_LENGTH") or ""
     if declared.isdigit() and int(declared) > limit:
         raise too_large
-    data = request.read(limit + 1)
+    chunked = "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+    if not declared and chunked and "wsgi.input" in request.META:
+        data = _read_chunked(request, limit + 1)
+    else:
+        data = request.read(limit + 1)
     if len(data) > limit:
         raise too_large
     return data
+
+
+def _read_chunked(request: HttpRequest, most: int) -> bytes:
+    """A chunked body (no Content-Length): Django reads none of it, so read
+    the server's input, which ends at the last chunk when the server says so
+    (``wsgi.input_terminated``, as gunicorn does). Without that: 411."""
+    stream = request.META["wsgi.input"]
+    if not request.META.get("wsgi.input_terminated"):
+        raise ApiError(
+            "length-required",
+            "This server cannot read a chunked request body: send a Content-Length.",
+        )
+    parts: list[bytes] = []
+    size = 0
+    while size < most:
+        part = stream.read(most - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
 
 
 def parse_json(request: HttpRequest, data: bytes, *, optional: bool = False) -> JSON:
@@ -91,11 +119,32 @@ def parse_json(request: HttpRequest, data: bytes, *, optional: bool = False) -> 
             headers={"Accept-Post": "application/json"},
         )
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_int=_int)
+    except _LongNumber as exc:
+        raise ApiError(
+            "malformed-json",
+            f"A number in the request body has {exc.digits} digits; "
+            f"at most {MAX_DIGITS} are read.",
+        ) from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise ApiError("malformed-json", "The request body is not valid UTF-8 JSON.") from exc
     except RecursionError as exc:
         raise ApiError("malformed-json", "The request body is nested too deeply.") from exc
+
+
+class _LongNumber(ValueError):
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+        super().__init__(f"{digits} digits")
+
+
+def _int(text: str) -> int:
+    """An integer of the body; Python refuses to convert one of more than
+    ``MAX_DIGITS`` digits, which must not read as "not valid JSON"."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:
+        raise _LongNumber(digits)
+    return int(text)
 
 
 def _refuse_constant(name: str) -> NoReturn:
