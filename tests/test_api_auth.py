@@ -130,3 +130,34 @@ def test_admin_revoke_action(admin_client, admin_user) -> None:
     )
     assert "Revoked 1 token(s)." in response.content.decode()
     assert tokens.verify(raw) is None
+
+
+def test_reloading_the_token_created_page_mints_no_second_token(admin_client, admin_user) -> None:
+    """Issue 26: a reload re-posted the add form and issued a second live token."""
+    form = admin_client.get("/admin/runqueue/apitoken/add/").content.decode()
+    nonce = re.search(r'name="issue_nonce" value="([0-9a-f]{32})"', form)
+    assert nonce is not None
+    data = {
+        "name": "ci",
+        "user": admin_user.pk,
+        "tenant": "acme",
+        "max_priority_class": 10,
+        "submit_quota": 60,
+        "submit_window_seconds": 60,
+        "issue_nonce": nonce.group(1),
+    }
+    first = admin_client.post("/admin/runqueue/apitoken/add/", data)
+    assert first.status_code == 200 and 'id="raw-token"' in first.content.decode()
+    token = ApiToken.objects.get()
+    reload = admin_client.post("/admin/runqueue/apitoken/add/", data, follow=True)
+    assert ApiToken.objects.count() == 1
+    page = reload.content.decode()
+    assert reload.redirect_chain[-1][0] == f"/admin/runqueue/apitoken/{token.pk}/change/"
+    assert "a reload creates no other" in page
+    assert 'id="raw-token"' not in page
+    # A fresh form (its own nonce) still adds a token.
+    fresh = admin_client.get("/admin/runqueue/apitoken/add/").content.decode()
+    other = re.search(r'name="issue_nonce" value="([0-9a-f]{32})"', fresh)
+    assert other is not None and other.group(1) != nonce.group(1)
+    admin_client.post("/admin/runqueue/apitoken/add/", {**data, "issue_nonce": other.group(1)})
+    assert ApiToken.objects.count() == 2

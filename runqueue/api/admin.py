@@ -8,13 +8,16 @@ session): only its SHA-256 is kept.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.api import tokens
@@ -23,6 +26,26 @@ from runqueue.models import ApiToken
 if TYPE_CHECKING:
     # The stubs' name for what get_fields returns.
     from django.contrib.admin.options import _FieldGroups
+
+
+#: Where a session remembers the add forms it already turned into tokens.
+ISSUED_KEY = "runqueue_issued_tokens"
+#: How many of them it remembers.
+ISSUED_KEPT = 20
+
+
+class ApiTokenForm(forms.ModelForm):
+    """The add form carries a one-time id: reloading the "token created"
+    page posts it again, and that must not mint a second live token."""
+
+    issue_nonce = forms.CharField(
+        widget=forms.HiddenInput, required=False, initial=lambda: uuid.uuid4().hex
+    )
+
+    class Meta:
+        model = ApiToken
+        # The admin passes the fields of each page (get_fields).
+        fields = ("name", "user", "tenant")
 
 
 @admin.register(ApiToken)
@@ -42,13 +65,14 @@ class ApiTokenAdmin(GuardedAdmin):
     search_fields = ("name", "prefix", "user__username", "tenant")
     raw_id_fields = ("user",)
     actions = ("revoke_tokens",)
+    form = ApiTokenForm
 
     #: What staff may change on a live token: what it may submit.
     LIMITS = ["max_priority_class", "submit_quota", "submit_window_seconds"]
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> _FieldGroups:
         if obj is None:
-            return ["name", "user", "tenant", *self.LIMITS]
+            return ["name", "user", "tenant", *self.LIMITS, "issue_nonce"]
         return [
             "name",
             "user",
@@ -82,6 +106,31 @@ class ApiTokenAdmin(GuardedAdmin):
         if not change:
             request._runqueue_raw_token = tokens.assign_secret(obj)  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)
+        nonce = form.cleaned_data.get("issue_nonce") if not change else None
+        if nonce:
+            issued = dict(request.session.get(ISSUED_KEY, {}))
+            issued[nonce] = obj.pk
+            request.session[ISSUED_KEY] = dict(list(issued.items())[-ISSUED_KEPT:])
+
+    def add_view(
+        self,
+        request: HttpRequest,
+        form_url: str = "",
+        extra_context: dict[str, object] | None = None,
+    ) -> HttpResponse:
+        """A form posted again (a reload of the page that showed the token)
+        goes to the token it made, with no new token and no secret."""
+        nonce = request.POST.get("issue_nonce", "") if request.method == "POST" else ""
+        issued = request.session.get(ISSUED_KEY, {}) if nonce else {}
+        if nonce in issued:
+            self.message_user(
+                request,
+                "This form already created this token, and its secret was shown once: a reload "
+                "creates no other. If the secret was lost, revoke the token and add a new one.",
+                messages.WARNING,
+            )
+            return redirect(reverse("admin:runqueue_apitoken_change", args=[issued[nonce]]))
+        return super().add_view(request, form_url, extra_context)
 
     def response_add(
         self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
