@@ -82,6 +82,24 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     )
 
 
+def test_bulk_requeue_warns_when_matches_failed_permanently() -> None:
+    """Issue 26: the single run's page warned, "Requeue all matching" did not."""
+    failed_runs(3, kind="test.echo")
+    transient = failed_runs(2, kind="k")
+    Run.objects.filter(id__in=[r.id for r in transient]).update(
+        failure={"classification": "transient", "error_type": "E", "message": "m"}
+    )
+    client = login("ann", *ALL_PERMS)
+    url = reverse("admin:runqueue_deadletteredrun_bulk", args=["requeue"])
+    page = client.get(url).content.decode()
+    assert "rq-requeue-warning" in page
+    assert "3 of these run(s) failed permanently." in page
+    assert "will fail the same way" in page
+    only_transient = client.get(url + "?kind=k").content.decode()
+    assert "<strong>2</strong> dead-lettered run(s)" in only_transient
+    assert "rq-requeue-warning" not in only_transient
+
+
 def test_bulk_cancel_needs_a_reason_and_only_counts_what_it_can_cancel() -> None:
     queued = [runqueue.submit(kind="k", tenant="acme").run for _ in range(3)]
     failed_runs(2, kind="k", tenant="acme")

@@ -22,6 +22,7 @@ from django.urls import URLPattern, path, reverse
 from runqueue import bulk
 from runqueue.admin import pagination
 from runqueue.admin.actions import PAST, actor, explain, log_change
+from runqueue.errors import PERMANENT
 
 #: Refusals listed one by one after a bulk action; the rest are counted.
 REPORT_LIMIT = 20
@@ -93,10 +94,19 @@ class OperatorMixin(admin.ModelAdmin):
                 error = "A reason is required."
             else:
                 return self._bulk_apply(request, verb, ids, reason)
+        permanent = 0
+        if verb == "requeue" and 0 < count <= cap:
+            # Warn as the single run's page does: these will fail the same way.
+            permanent = (
+                self.model._default_manager.filter(pk__in=ids)
+                .filter(failure__classification=PERMANENT)
+                .count()
+            )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"{LABELS[verb]}?",
+            "permanent": permanent,
             "verb": verb,
             "count": count,
             "capped": count > cap,
