@@ -60,6 +60,11 @@ def test_heartbeat_must_be_shorter_than_the_lease() -> None:
         (["--lease-seconds", "-1"], "must be more than 0"),
         (["--poll-seconds", "soon"], "expected a number of seconds, got 'soon'"),
         (["--lease-seconds", "5", "--heartbeat-seconds", "6"], "make --heartbeat-seconds shorter"),
+        (["--worker-id", "w" * 300], "expected 1-255 printable characters, got 300 characters"),
+        (["--worker-id", ""], "expected 1-255 printable characters"),
+        (["--worker-id", "a\x01b"], "expected 1-255 printable characters, got 'a\\x01b'"),
+        (["--claim-ahead", "9" * 5000], "expected a whole number"),
+        (["--metrics-port", "1", "--metrics-host", "a\x00b"], "cannot serve metrics"),
     ],
 )
 def test_runworker_rejects_bad_options(args: list[str], message: str, capsys) -> None:

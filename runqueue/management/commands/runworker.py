@@ -49,6 +49,20 @@ def port(text: str) -> int:
     return int(text)
 
 
+#: The longest worker id: it is the Worker row's key and each lease's owner.
+WORKER_ID_MAX = 255
+
+
+def worker_id(text: str) -> str:
+    if not 0 < len(text) <= WORKER_ID_MAX or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"expected 1-{WORKER_ID_MAX} printable characters, got {len(text)} characters"
+            if len(text) > WORKER_ID_MAX or not text
+            else f"expected 1-{WORKER_ID_MAX} printable characters, got {text!r}"
+        )
+    return text
+
+
 def grace(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else seconds(text)
 
@@ -123,6 +137,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--worker-id",
+            type=worker_id,
             default=None,
             help="this worker's name in the Worker table (default: host-pid-random)",
         )
@@ -148,7 +163,7 @@ class Command(BaseCommand):
         if options["metrics_port"] is not None:
             try:
                 metrics.serve(options["metrics_port"], options["metrics_host"], config.worker_id)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # a NUL or an unencodable host: ValueError
                 raise CommandError(
                     f"cannot serve metrics on {options['metrics_host']}:"
                     f"{options['metrics_port']}: {exc}"
