@@ -17,6 +17,15 @@ class InvalidSubmission(RunqueueError, ValueError):
         super().__init__(f"{field}: {message}")
 
 
+class InvalidArgument(RunqueueError, ValueError):
+    """An operation's argument (a run id, a reason) is malformed; nothing was written."""
+
+    def __init__(self, operation: str, name: str, message: str) -> None:
+        self.operation = operation
+        self.name = name
+        super().__init__(f"{operation}: {name} {message}")
+
+
 class ActiveRunConflict(RunqueueError):
     """The session already has a queued or running run."""
 

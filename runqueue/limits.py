@@ -8,3 +8,5 @@ these lengths live here and the models declare their columns with them.
 KIND_MAX_LENGTH = 255
 #: The longest tenant: every ``tenant`` column (runs, schedules, tokens).
 TENANT_MAX_LENGTH = 255
+#: The longest reason or actor an operation records (cancel, requeue).
+REASON_MAX_LENGTH = 1000

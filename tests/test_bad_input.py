@@ -137,3 +137,34 @@ def test_seconds_option_is_valid_or_says_why(text: str) -> None:
 def test_runworker_refuses_bad_arguments(args: list[str]) -> None:
     with pytest.raises(CommandError):
         call_command("runworker", *args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"reason": "a\x00b"}, "cancel: reason must not contain NUL characters"),
+        ({"reason": "\ud800"}, "cancel: reason must be valid Unicode text"),
+        ({"reason": "x" * 1001}, "cancel: reason must be at most 1000 characters, got 1001"),
+        ({"reason": 5}, "cancel: reason must be a string, got int"),
+        ({"actor": "staff\x00"}, "cancel: actor must not contain NUL characters"),
+    ],
+)
+def test_cancel_checks_its_reason_before_writing(kwargs: dict, message: str) -> None:
+    """Issue 26: a reason the database cannot store hit a database error."""
+    run = runqueue.submit(kind="test.echo").run
+    events = RunEvent.objects.count()
+    with pytest.raises(runqueue.InvalidArgument) as excinfo:
+        runqueue.cancel(run.id, **({"reason": "r", "actor": "a"} | kwargs))
+    assert str(excinfo.value).startswith(message)
+    assert isinstance(excinfo.value, ValueError)
+    assert Run.objects.get(id=run.id).status == "queued"
+    assert RunEvent.objects.count() == events
+
+
+def test_cancel_and_requeue_check_the_run_id() -> None:
+    with pytest.raises(runqueue.InvalidArgument, match="cancel: run_id must be a UUID, got 'abc'"):
+        runqueue.cancel("abc", reason="r", actor="a")
+    from runqueue import leases
+
+    with pytest.raises(runqueue.InvalidArgument, match="requeue: reason must not contain NUL"):
+        leases.requeue(runqueue.submit(kind="test.echo").run.id, actor="a", reason="\x00")

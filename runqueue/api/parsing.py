@@ -21,6 +21,7 @@ from django.urls import reverse
 
 from runqueue.api.errors import ApiError, FieldError, validation_failed
 from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
+from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import PriorityClass
 from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
 from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
@@ -32,7 +33,7 @@ _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
 SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for"})
-MAX_REASON = 1000
+MAX_REASON = REASON_MAX_LENGTH
 #: The longest integer a body may hold (Python's own bound on converting one).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from runqueue import events
 from runqueue.errors import (
     ActiveRunConflict,
+    InvalidArgument,
     InvalidTransition,
     RunNotFound,
     ToolInvocationNotFound,
@@ -25,6 +26,7 @@ from runqueue.leases.base import (
     logger,
     notify,
 )
+from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import (
     Run,
     RunStatus,
@@ -32,7 +34,7 @@ from runqueue.models import (
     ToolStatus,
 )
 from runqueue.sql import execute
-from runqueue.validation import json_text
+from runqueue.validation import json_text, text_problem
 
 # --- transitions by others: sweep, cancel ------------------------------------
 
@@ -71,8 +73,32 @@ def sweep(
     return swept
 
 
+def checked_operation(operation: str, run_id: uuid.UUID | str, **texts: object) -> uuid.UUID:
+    """The run id as a UUID, and each text (reason, actor) one the run's
+    event can store: InvalidArgument naming it otherwise, before any write."""
+    try:
+        parsed = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        shown = str(run_id)[:40]
+        raise InvalidArgument(operation, "run_id", f"must be a UUID, got {shown!r}") from None
+    for name, value in texts.items():
+        if not isinstance(value, str):
+            raise InvalidArgument(operation, name, f"must be a string, got {type(value).__name__}")
+        if len(value) > REASON_MAX_LENGTH:
+            raise InvalidArgument(
+                operation,
+                name,
+                f"must be at most {REASON_MAX_LENGTH} characters, got {len(value)}",
+            )
+        if (problem := text_problem(value)) is not None:
+            raise InvalidArgument(operation, name, problem)
+    return parsed
+
+
 def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str) -> Run:
-    """Cancel a non-terminal run; the epoch bump fences a worker still running it."""
+    """Cancel a non-terminal run; the epoch bump fences a worker still running it.
+    Raises InvalidArgument (a malformed id or reason), RunNotFound, InvalidTransition."""
+    run_id = checked_operation("cancel", run_id, reason=reason, actor=actor)
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             row = execute(cursor, "cancel", {"run_id": run_id}).fetchone()
@@ -89,8 +115,9 @@ def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
     """An operator's requeue of a dead-lettered run.
 
     Raises RunNotFound, InvalidTransition (not failed) or ActiveRunConflict
-    (its session has another active run now).
+    (its session has another active run now); InvalidArgument before any write.
     """
+    run_id = checked_operation("requeue", run_id, reason=reason, actor=actor)
     previous = Run.objects.filter(id=run_id).values_list("status", "failure", "session_id").first()
     if previous is None:
         raise RunNotFound(run_id)
