@@ -6,7 +6,9 @@ per class and status through the partial indexes, exact up to ``CAP`` runs
 per series and the planner's estimate above (as fresh as the table's
 statistics); the oldest due run per class among the first ``HEAD`` due runs
 in claim order; dead letters and unresolved uncertain tool invocations
-through their partial indexes, capped. Three statements per scrape.
+through their partial indexes, capped. Three statements per scrape, and
+``runqueue.waiting``'s bounded reads of why due runs wait (paused kinds,
+keys at their cap, classes without a worker).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from runqueue import waiting
 from runqueue.conf import get_settings
-from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PriorityClass, RunStatus
+from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
 from runqueue.sql import execute
 
 #: Counts stop here; above it, a series is the planner's estimate.
@@ -150,6 +153,44 @@ class QueueCollector(Collector):
             "Workers seen within three heartbeats and not stopped.",
             value=figures.live_workers,
         )
+        yield from why_waiting()
+
+
+def why_waiting() -> Iterator[Metric]:
+    """Why due runs wait (runqueue.waiting): a few more bounded reads."""
+    yield GaugeMetricFamily(
+        "runqueue_paused_kinds",
+        "Kinds paused (rows: a kind in one class or in every class).",
+        value=PausedKind.objects.count(),
+    )
+    held = GaugeMetricFamily(
+        "runqueue_due_runs_held",
+        f"Due queued runs held back, per class and cause: paused_kind, key_at_cap "
+        f"(a concurrency key at its cap), no_worker (no live worker has a slot for the "
+        f"class); counted up to {waiting.CAP:,} per paused kind or key.",
+        labels=["class", "reason"],
+    )
+    totals: dict[tuple[str, str], int] = {
+        (cls.slug, reason): 0
+        for cls in PriorityClass
+        for reason in (waiting.PAUSED_KIND, waiting.KEY_AT_CAP, waiting.NO_WORKER)
+    }
+    capped_keys = dict.fromkeys((cls.slug for cls in PriorityClass), 0)
+    for cause in waiting.causes():
+        totals[(cause.cls.slug, cause.reason)] += cause.waiting
+        if cause.reason == waiting.KEY_AT_CAP:
+            capped_keys[cause.cls.slug] += 1
+    for (cls_slug, reason), n in totals.items():
+        held.add_metric([cls_slug, reason], n)
+    yield held
+    keys = GaugeMetricFamily(
+        "runqueue_keys_at_cap",
+        "Concurrency keys at their cap (or limited to 0) with due runs waiting, per class.",
+        labels=["class"],
+    )
+    for cls_slug, n in capped_keys.items():
+        keys.add_metric([cls_slug], n)
+    yield keys
 
 
 registry = CollectorRegistry(auto_describe=False)

@@ -37,7 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import events
+from runqueue import events, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP
 from runqueue.conf import get_settings
@@ -257,6 +257,8 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "totals": totals(),
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
         "workers": live_workers(),
+        "causes": waiting.causes(),
+        "holders": waiting.slot_holders(),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,
     }
