@@ -7,7 +7,8 @@ none when empty): ``DATABASE_URL``, ``SECRET_KEY`` (required unless DEBUG),
 ``SECURE_HSTS_SECONDS``, ``RUNQUEUE_PGDATA`` (embedded server's data folder
 when DATABASE_URL is unset), ``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``),
 ``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_STREAMS_PER_TOKEN``,
-``RUNQUEUE_STREAMS_PER_TENANT``, ``RUNQUEUE_METRICS_TOKEN``,
+``RUNQUEUE_STREAMS_PER_TENANT``, ``RUNQUEUE_TENANT_INTERACTIVE_CAP`` (default 1: the
+interactive runs one tenant runs at once), ``RUNQUEUE_METRICS_TOKEN``,
 ``RUNQUEUE_DEMO`` (default on: the demo app, and its kinds in the HTTP API),
 ``RUNQUEUE_CHAOS`` (default off: the chaos runner's app and its ``chaos.turn``
 kind; ``manage.py runqueue_chaos`` turns it on for itself and its workers).
@@ -166,6 +167,12 @@ TASKS = {
 # to give each process that many threads more than the admin and API need).
 if env("RUNQUEUE_STREAMS_PER_PROCESS", default=""):
     RUNQUEUE.setdefault("STREAM_MAX_PER_PROCESS", env.int("RUNQUEUE_STREAMS_PER_PROCESS"))
+# Tenants apart by default: one tenant (a run's default concurrency key) runs
+# at most this many interactive runs at once, so another tenant's turn never
+# waits behind its long ones. RUNQUEUE_SETTINGS='{"CONCURRENCY": {}}' removes it.
+RUNQUEUE.setdefault(
+    "CONCURRENCY", {"interactive": env.int("RUNQUEUE_TENANT_INTERACTIVE_CAP", default=1)}
+)
 # Stream places per API token and per tenant in each web process (429 past
 # them): by default one tenant holds at most half of a process's places.
 RUNQUEUE.setdefault("STREAM_MAX_PER_TOKEN", env.int("RUNQUEUE_STREAMS_PER_TOKEN", default=2))

@@ -24,11 +24,19 @@ TEST_API_KINDS = [
 ]
 
 
+#: RUNQUEUE keys config/settings.py sets by default that change what a claim does.
+PROJECT_DEFAULTS = {"CONCURRENCY"}
+
+
 @pytest.fixture(autouse=True)
 def _api_kinds(settings) -> None:
     """The API admits the test kinds (a test that sets RUNQUEUE keeps them
-    by merging: ``settings.RUNQUEUE = {**settings.RUNQUEUE, ...}``)."""
-    configured = getattr(settings, "RUNQUEUE", {})
+    by merging: ``settings.RUNQUEUE = {**settings.RUNQUEUE, ...}``). The
+    deployable project's default caps are left out: the library's tests
+    start from its own defaults (no caps), test_project tests the project's."""
+    configured = {
+        k: v for k, v in getattr(settings, "RUNQUEUE", {}).items() if k not in PROJECT_DEFAULTS
+    }
     kinds = list(dict.fromkeys([*configured.get("API_KINDS", []), *TEST_API_KINDS]))
     settings.RUNQUEUE = {**configured, "API_KINDS": kinds}
 

@@ -71,3 +71,36 @@ def test_demo_handlers_cap_their_inputs(monkeypatch) -> None:
     assert slept == [demo.MAX_STEP_SECONDS] * demo.MAX_RESEARCH_STEPS
     assert sum(slept) <= 300  # a research run holds a slot for five minutes at most
     assert result["summary"] == f"{demo.MAX_RESEARCH_STEPS} findings"
+
+
+@pytest.mark.slow
+def test_the_projects_defaults_keep_tenants_apart() -> None:
+    """Issue 26: tenant B's interactive run waited 126 s behind tenant A's
+    four long ones; the project now caps each tenant's interactive runs."""
+    show = (
+        "from runqueue.conf import get_settings as g; c = g();"
+        " print(c.CONCURRENCY, c.STREAM_MAX_PER_TOKEN, c.STREAM_MAX_PER_TENANT)"
+    )
+    default = _manage("shell", "--no-imports", "-c", show)
+    assert default.stdout.strip() == "(1, None, None) 2 2", default.stderr
+    wider = _manage("shell", "--no-imports", "-c", show, RUNQUEUE_TENANT_INTERACTIVE_CAP="3")
+    assert wider.stdout.strip().startswith("(3, None, None)"), wider.stderr
+    off = _manage("shell", "--no-imports", "-c", show, RUNQUEUE_SETTINGS='{"CONCURRENCY": {}}')
+    assert off.stdout.strip().startswith("(None, None, None)"), off.stderr
+
+
+@pytest.mark.django_db
+def test_with_the_projects_cap_another_tenants_turn_is_claimed_first(settings) -> None:
+    import runqueue
+    from config import settings as project
+    from runqueue import leases
+
+    default_cap = project.RUNQUEUE["CONCURRENCY"]
+    assert default_cap == {"interactive": 1}  # conftest leaves it out of the tests' own
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "CONCURRENCY": default_cap}
+    first_a = runqueue.submit(kind="test.echo", tenant="a").run
+    runqueue.submit(kind="test.echo", tenant="a")
+    runqueue.submit(kind="test.echo", tenant="a")
+    b = runqueue.submit(kind="test.echo", tenant="b").run
+    claimed = {lease.run_id for lease in leases.claim("w", limit=3)}
+    assert claimed == {first_a.id, b.id}
