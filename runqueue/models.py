@@ -608,9 +608,19 @@ class ScheduleSource(models.TextChoices):
     ADMIN = "admin", "Admin"
 
 
+class Overlap(models.TextChoices):
+    """What a schedule's tick does while a run of an earlier tick is still active."""
+
+    SKIP = "skip", "Skip the tick while the last run is active"
+    ALLOW = "allow", "Fire anyway: runs may overlap"
+    CANCEL_PREVIOUS = "cancel_previous", "Fire, and cancel the runs still active"
+
+
 class TickOutcome(models.TextChoices):
     FIRED = "fired", "Fired"
     SKIPPED = "skipped", "Skipped"
+    #: Not fired: a run of an earlier tick was still active (overlap "skip").
+    OVERLAPPED = "overlapped", "Skipped: the last run was still active"
 
 
 class ScheduleQuerySet(models.QuerySet):
@@ -646,6 +656,14 @@ class Schedule(models.Model):
     catch_up_limit = models.IntegerField(
         default=10, help_text="With catch-up 'all': at most this many missed ticks fire."
     )
+    overlap = models.CharField(
+        max_length=16,
+        choices=Overlap,
+        default=Overlap.SKIP,
+        db_default=Overlap.SKIP,
+        help_text="When a tick comes while a run of an earlier tick is still queued, running "
+        "or waiting: skip the tick, fire anyway, or fire and cancel the earlier run.",
+    )
     handled_until = models.DateTimeField(editable=False)
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     paused_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -664,6 +682,9 @@ class Schedule(models.Model):
             models.CheckConstraint(condition=~Q(name=""), name="runqueue_schedule_name_not_empty"),
             models.CheckConstraint(
                 condition=Q(catch_up__in=CatchUp.values), name="runqueue_schedule_catch_up_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(overlap__in=Overlap.values), name="runqueue_schedule_overlap_valid"
             ),
             models.CheckConstraint(
                 condition=Q(catch_up_limit__gte=1, catch_up_limit__lte=1000),

@@ -204,6 +204,7 @@ def add_schedule(client, **fields):
         "max_attempts": "",
         "catch_up": "latest",
         "catch_up_limit": "10",
+        "overlap": "skip",
     } | fields
     return client.post(reverse("admin:runqueue_schedule_add"), data)
 

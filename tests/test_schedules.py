@@ -23,8 +23,10 @@ HOUR = dt.timedelta(hours=1)
 
 
 def make(name: str = "hourly", expr: str = "0 * * * *", *, at=T0, **fields) -> Schedule:
-    """An admin schedule whose cursor is ``at``: its first tick is the next after."""
-    values = {"kind": "test.echo", "payload": {"n": 1}, "timezone": "UTC"} | fields
+    """An admin schedule whose cursor is ``at``: its first tick is the next after.
+    Runs may overlap (these tests are about ticks; overlap has its own)."""
+    values = {"kind": "test.echo", "payload": {"n": 1}, "timezone": "UTC", "overlap": "allow"}
+    values |= fields
     return schedules.save_definition(Schedule(name=name, cron=expr, handled_until=at, **values))
 
 
@@ -358,3 +360,57 @@ def test_the_demo_defines_its_schedule() -> None:
         "Europe/Paris",
         "demo.digest",
     )
+
+
+# --- overlap ----------------------------------------------------------------------
+
+
+def _finish(run_id) -> None:
+    from runqueue import leases
+
+    lease = leases.claim_one("w-overlap")
+    assert lease is not None and lease.run_id == run_id
+    leases.succeed(lease, {"ok": True})
+
+
+def test_overlap_skip_is_the_default_and_records_the_skipped_tick() -> None:
+    """Issue 26: a schedule fired again while its last run was still running."""
+    schedule = make(overlap="skip")
+    assert Schedule._meta.get_field("overlap").default == "skip"
+    [first] = schedules.tick(T0 + HOUR)
+    assert schedules.tick(T0 + 2 * HOUR) == []  # the first run is still queued
+    overlapped = schedule.ticks.get(outcome="overlapped")
+    assert overlapped.tick_at == (T0 + 2 * HOUR).replace(minute=0, second=0)
+    assert overlapped.run is None
+    assert Run.objects.count() == 1
+    _finish(first.run_id)
+    [third] = schedules.tick(T0 + 3 * HOUR)
+    assert third.run_id != first.run_id and Run.objects.count() == 2
+
+
+def test_overlap_allow_fires_beside_the_active_run() -> None:
+    make(overlap="allow")
+    schedules.tick(T0 + HOUR)
+    schedules.tick(T0 + 2 * HOUR)
+    assert Run.objects.filter(status="queued").count() == 2
+
+
+def test_overlap_cancel_previous_fires_and_cancels_the_earlier_run(
+    django_capture_on_commit_callbacks,
+) -> None:
+    make(overlap="cancel_previous")
+    [first] = schedules.tick(T0 + HOUR)
+    with django_capture_on_commit_callbacks(execute=True):
+        [second] = schedules.tick(T0 + 2 * HOUR)
+    assert Run.objects.get(id=first.run_id).status == "cancelled"
+    assert Run.objects.get(id=second.run_id).status == "queued"
+    cancelled = RunEvent.objects.get(run_id=first.run_id, type="run.cancelled")
+    assert cancelled.data["actor"] == "schedule:hourly"
+    assert "replaced by its tick" in cancelled.data["reason"]
+
+
+def test_overlap_is_validated_in_settings() -> None:
+    with pytest.raises(ImproperlyConfigured, match="overlap 'sometimes' must be one of skip"):
+        parse({"SCHEDULES": {"s": {"cron": "* * * * *", "kind": "k", "overlap": "sometimes"}}})
+    conf = parse({"SCHEDULES": {"s": {"cron": "* * * * *", "kind": "k"}}})
+    assert conf.SCHEDULES[0].overlap == "skip"

@@ -71,6 +71,7 @@ class ScheduleForm(forms.ModelForm):
             "max_attempts",
             "catch_up",
             "catch_up_limit",
+            "overlap",
         ]
 
     def _checked[T](self, check: Callable[..., T], *args: object) -> T:

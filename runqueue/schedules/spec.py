@@ -12,6 +12,7 @@
             "tenant": "acme",               # default "default"
             "catch_up": "latest",           # latest | all | none
             "catch_up_limit": 10,           # with "all": at most this many missed ticks
+            "overlap": "skip",              # skip | allow | cancel_previous
             "max_attempts": 3,              # default RUNQUEUE["MAX_ATTEMPTS"]
         },
     }}
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ImproperlyConfigured
 
 from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
-from runqueue.models import PRIORITY_MAX, CatchUp, PriorityClass
+from runqueue.models import PRIORITY_MAX, CatchUp, Overlap, PriorityClass
 from runqueue.schedules import cron
 from runqueue.types import JSON
 
@@ -41,6 +42,7 @@ _KEYS = {
     "tenant",
     "catch_up",
     "catch_up_limit",
+    "overlap",
     "max_attempts",
 }
 
@@ -58,6 +60,7 @@ class ScheduleSpec:
     tenant: str = "default"
     catch_up: str = CatchUp.LATEST
     catch_up_limit: int = 10
+    overlap: str = Overlap.SKIP
     max_attempts: int | None = None
 
     @property
@@ -75,6 +78,7 @@ class ScheduleSpec:
             "tenant": self.tenant,
             "catch_up": self.catch_up,
             "catch_up_limit": self.catch_up_limit,
+            "overlap": self.overlap,
             "max_attempts": self.max_attempts,
         }
 
@@ -109,6 +113,12 @@ def check_catch_up(policy: object, limit: object) -> tuple[str, int]:
     if not 1 <= limit <= MAX_CATCH_UP_LIMIT:
         raise ValueError(f"catch_up_limit must be between 1 and {MAX_CATCH_UP_LIMIT}")
     return policy, limit
+
+
+def check_overlap(policy: object) -> str:
+    if policy not in Overlap.values:
+        raise ValueError(f"overlap {policy!r} must be one of {', '.join(Overlap.values)}")
+    return str(policy)
 
 
 def _text(field: str, value: object, longest: int) -> str:
@@ -151,6 +161,7 @@ def build(name: object, raw: object) -> ScheduleSpec:
         tenant=_text("tenant", raw.get("tenant", "default"), TENANT_MAX_LENGTH),
         catch_up=catch_up,
         catch_up_limit=limit,
+        overlap=check_overlap(raw.get("overlap", Overlap.SKIP)),
         max_attempts=max_attempts,
     )
 

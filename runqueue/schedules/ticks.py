@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
-from runqueue.models import CatchUp, Schedule, ScheduleTick, TickOutcome
+from runqueue.errors import RunqueueError
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    CatchUp,
+    Overlap,
+    Run,
+    Schedule,
+    ScheduleTick,
+    TickOutcome,
+)
 from runqueue.schedules import cron
 from runqueue.schedules.clock import db_now
 from runqueue.schedules.operate import sync_settings
@@ -30,6 +40,8 @@ ON_TIME_SECONDS = 60
 #: Due schedules one ``tick()`` call handles; the rest wait for the next.
 DUE_BATCH = 100
 _TICK_CONSTRAINT = "runqueue_schedule_tick_once"
+#: A tick looks for active runs among the runs of this many latest ticks.
+OVERLAP_LOOKBACK = 20
 
 
 @dataclass
@@ -138,19 +150,48 @@ def fire_due(pk: int, now: dt.datetime) -> list[ScheduleTick]:
     return ticks
 
 
+def still_active(schedule: Schedule) -> list[uuid.UUID]:
+    """Runs of the schedule's last ticks still queued, running or waiting
+    (a run of an older tick that is still active is among them: ticks fire in
+    order, and the last OVERLAP_LOOKBACK ticks bound the read)."""
+    recent = (
+        ScheduleTick.objects.filter(schedule=schedule, run__isnull=False)
+        .order_by("-tick_at")
+        .values("run_id")[:OVERLAP_LOOKBACK]
+    )
+    return list(
+        Run.objects.filter(id__in=recent, status__in=ACTIVE_STATUSES).values_list("id", flat=True)
+    )
+
+
 def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
-    """The tick's row, then its run, in the schedule's transaction."""
+    """The tick's row, then its run, in the schedule's transaction; with
+    a run of an earlier tick still active, what ``schedule.overlap`` says."""
     from runqueue.submission import submit_in_transaction
 
+    active = [] if schedule.overlap == Overlap.ALLOW else still_active(schedule)
+    skip = bool(active) and schedule.overlap == Overlap.SKIP
     try:
         with transaction.atomic():
             tick = ScheduleTick.objects.create(
-                schedule=schedule, tick_at=at, outcome=TickOutcome.FIRED
+                schedule=schedule,
+                tick_at=at,
+                outcome=TickOutcome.OVERLAPPED if skip else TickOutcome.FIRED,
             )
     except IntegrityError as exc:
         if _constraint(exc) != _TICK_CONSTRAINT:
             raise
         return None  # fired (or skipped) before: the cursor was moved back
+    if skip:
+        logger.info(
+            "Schedule %s skipped tick %s: run id=%s is still active (overlap=skip)",
+            schedule.name,
+            at,
+            active[0],
+        )
+        return None
+    if active:  # cancel_previous: once this tick's run is committed
+        transaction.on_commit(lambda: _cancel_previous(schedule.name, at, active))
     sub = submit_in_transaction(
         kind=schedule.kind,
         payload=schedule.payload,
@@ -168,6 +209,22 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
     tick.run = sub.run
     tick.save(update_fields=["run"])
     return tick
+
+
+def _cancel_previous(name: str, at: dt.datetime, run_ids: list[uuid.UUID]) -> None:
+    """Cancel the runs a new tick replaces (overlap=cancel_previous); one
+    that finished meanwhile is left as it is."""
+    from runqueue.leases import cancel
+
+    for run_id in run_ids:
+        try:
+            cancel(
+                run_id,
+                reason=f"schedule {name}: replaced by its tick at {at.isoformat()}",
+                actor=f"schedule:{name}",
+            )
+        except RunqueueError as exc:
+            logger.info("Schedule %s did not cancel run id=%s: %s", name, run_id, exc)
 
 
 def _skip(schedule: Schedule, todo: Plan) -> None:
