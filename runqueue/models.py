@@ -621,6 +621,8 @@ class TickOutcome(models.TextChoices):
     SKIPPED = "skipped", "Skipped"
     #: Not fired: a run of an earlier tick was still active (overlap "skip").
     OVERLAPPED = "overlapped", "Skipped: the last run was still active"
+    #: Not a tick of the cron: staff's Run now, listed with the schedule's runs.
+    RUN_NOW = "run_now", "Run now"
 
 
 class ScheduleQuerySet(models.QuerySet):

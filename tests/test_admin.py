@@ -377,7 +377,12 @@ def test_the_count_is_capped_and_the_page_says_so(monkeypatch) -> None:
 
 def row_of(page: str, run: Run) -> str:
     """The changelist row (its <tr>) that lists this run."""
-    rows = [row for row in page.split("<tr") if f'value="{run.id}"' in row]
+    # Its checkbox, or its link where the list has no actions (uncertain runs).
+    rows = [
+        row
+        for row in page.split("<tr")
+        if f'value="{run.id}"' in row or f"/{run.id}/change/" in row
+    ]
     assert len(rows) == 1, run.id
     return rows[0]
 
@@ -436,3 +441,39 @@ def test_long_values_are_shortened_with_the_whole_value_in_a_title() -> None:
         assert f">{value}<" not in row
     cells = row.split("<td")  # [checkbox, ...] with the id in a <th> before the status
     assert "field-short_id" in cells[1] and "field-status_display" in cells[2]
+
+
+def test_the_uncertain_list_offers_no_cancel_and_workers_and_tokens_no_delete(
+    admin_client,
+) -> None:
+    """Issue 26: Cancel was offered on the uncertain list, bulk delete on
+    workers and tokens."""
+    uncertain()
+    page = admin_client.get(UNCERTAIN).content.decode()
+    assert "cancel_runs" not in page and "Cancel all matching" not in page
+    for url in ("/admin/runqueue/worker/", "/admin/runqueue/apitoken/"):
+        assert "delete_selected" not in admin_client.get(url).content.decode(), url
+
+
+def test_the_resolve_page_does_not_promise_a_finished_run_sees_the_answer(admin_client) -> None:
+    run, tool = uncertain()
+    assert run.status == "succeeded"
+    page = admin_client.get(reverse("admin:runqueue_run_resolve", args=[tool.pk])).content
+    text = page.decode()
+    assert "handler sees your answer" not in text
+    assert "its handler will not run again unless it is requeued" in text
+
+
+def test_the_token_created_page_has_the_admins_breadcrumbs(admin_client, admin_user) -> None:
+    response = admin_client.post(
+        "/admin/runqueue/apitoken/add/",
+        {
+            "name": "ci",
+            "user": admin_user.pk,
+            "tenant": "acme",
+            "max_priority_class": 10,
+            "submit_quota": 60,
+            "submit_window_seconds": 60,
+        },
+    )
+    assert '<ol class="breadcrumbs">' in response.content.decode()

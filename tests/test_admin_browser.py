@@ -230,3 +230,47 @@ def test_admin_pages_load_without_a_404(page) -> None:
     assert failed == []
     response = page.request.get("/favicon.ico")
     assert response.status == 200 and response.headers["content-type"] == "image/x-icon"
+
+
+LINES = """e => new Set(Array.from((() => { const r = document.createRange();
+    r.selectNodeContents(e); return r.getClientRects(); })()).map(x => Math.round(x.top))).size"""
+
+
+def test_kinds_pids_and_token_columns_fit_1366_px(page, tmp_path) -> None:
+    """Issue 26: every kind wrapped in the runs list, the worker list's PID
+    took three lines, the tokens list hid Last used and Revoked at 1366 px."""
+    from django.contrib.auth.models import Permission, User
+
+    from runqueue.api import tokens
+    from runqueue.models import Worker
+
+    User.objects.get(username="support").user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_worker", "view_apitoken"])
+    )
+    runqueue.submit(kind="demo.agent_turn", tenant="acme")
+    page.goto(reverse("admin:runqueue_run_changelist"))
+    kind = page.locator("#result_list td.field-kind_display").first
+    assert kind.evaluate(LINES) == 1, "the kind wraps"
+
+    Worker.objects.create(
+        id="worker-" + "a1b2" * 8,
+        hostname="host-" + "x" * 40,
+        pid=4194304,
+        slots={"interactive": 2, "async": 2, "maintenance": 1},
+    )
+    page.goto(reverse("admin:runqueue_worker_changelist"))
+    pid = page.locator("#result_list td.field-pid").first
+    assert pid.evaluate(LINES) == 1, "the PID wraps"
+    screenshot(page, "workers-list-1366", tmp_path)
+    no_horizontal_scroll(page, "#changelist-form .results")
+
+    owner = User.objects.create_user("a-support-agent-with-a-long-name")
+    tokens.issue(user=owner, tenant="acme-corporation-europe", name="nightly export " * 4)
+    page.goto(reverse("admin:runqueue_apitoken_changelist"))
+    screenshot(page, "tokens-list-1366", tmp_path)
+    no_horizontal_scroll(page, "#changelist-form .results")
+    headers = page.locator("#result_list thead th")
+    texts = [t.strip().lower() for t in headers.all_inner_texts()]
+    assert "last used" in texts and "revoked" in texts, texts
+    for header in headers.all():
+        inside_viewport(header)

@@ -40,6 +40,7 @@ def test_created_answers_201_with_location_and_the_run(client, alice) -> None:
     assert body["status"] == "queued"
     assert body["priority_class"] == "async"
     assert body["links"]["events"] == f"/api/runs/{run.id}/events/"
+    assert body["links"]["stream"] == f"/api/runs/{run.id}/stream/"  # issue 26
     assert IdempotencyKey.objects.get().key == "key-1"
 
 

@@ -384,8 +384,10 @@ class UncertainRunAdmin(RunAdmin):
         "tenant_display",
     ]
     list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter]
-    actions = [cancel_runs]
-    bulk_verbs = ("cancel",)
+    # Resolving is what this list is for; cancelling stays on the runs list
+    # and the run's page (most runs here have finished anyway).
+    actions: list = []
+    bulk_verbs = ()
 
     def get_urls(self) -> list[URLPattern]:
         return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.contrib import admin
+from django.contrib.admin.options import Action, ActionLocation
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -16,12 +17,20 @@ from runqueue.models import Run, RunStatus, Worker
 
 @admin.register(Worker)
 class WorkerAdmin(GuardedAdmin):
-    list_display = ["id", "hostname", "pid", "slots", "held", "live", "last_seen", "started_at"]
+    list_display = ["id", "hostname", "pid", "slot_groups", "held", "live", "last_seen", "started"]
     list_filter = ["stopped_at"]
     search_fields = ["=id", "hostname"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_actions(
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
+        """No bulk delete: a live worker's row comes back at its next heartbeat."""
+        actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)
+        return actions
 
     def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
         return False  # workers write their own rows
@@ -37,6 +46,15 @@ class WorkerAdmin(GuardedAdmin):
         return Run.objects.filter(
             status=RunStatus.RUNNING, lease_owner__startswith=f"{worker.id}/"
         ).count()
+
+    @admin.display(description="slots")
+    def slot_groups(self, worker: Worker) -> str:
+        """{"interactive": 2, "async,maintenance": 1} -> "interactive 2 · async,maintenance 1"."""
+        return " · ".join(f"{label} {n}" for label, n in (worker.slots or {}).items()) or "-"
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, worker: Worker) -> str:
+        return display.age(worker.started_at) + " ago"
 
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, worker: Worker) -> str:

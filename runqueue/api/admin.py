@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import Action, ActionLocation
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.api import tokens
 from runqueue.models import ApiToken
@@ -50,20 +52,21 @@ class ApiTokenForm(forms.ModelForm):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(GuardedAdmin):
+    # Short headers and values: every column fits a 1366 px screen.
     list_display = (
         "__str__",
         "user",
         "tenant",
-        "max_priority_class",
+        "ceiling",
         "quota",
         "prefix",
-        "created_at",
-        "last_used_at",
+        "created",
+        "last_used",
         "revoked",
     )
     list_filter = ("tenant", "revoked_at")
     search_fields = ("name", "prefix", "user__username", "tenant")
-    raw_id_fields = ("user",)
+    autocomplete_fields = ("user",)  # search users by name, not a raw id box
     actions = ("revoke_tokens",)
     form = ApiTokenForm
 
@@ -90,11 +93,23 @@ class ApiTokenAdmin(GuardedAdmin):
         # A token's owner and tenant are what it grants: issue a new one instead.
         return ["user", "tenant", "prefix", "created_at", "last_used_at", "revoked_at"]
 
-    @admin.display(description="submit quota")
+    @admin.display(description="up to class", ordering="max_priority_class")
+    def ceiling(self, obj: ApiToken) -> str:
+        return obj.get_max_priority_class_display()
+
+    @admin.display(description="quota")
     def quota(self, obj: ApiToken) -> str:
         if obj.submit_quota is None:
             return "none"
         return f"{obj.submit_quota} per {obj.submit_window_seconds} s"
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: ApiToken) -> str:
+        return display.age(obj.created_at) + " ago"
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, obj: ApiToken) -> str:
+        return "never" if obj.last_used_at is None else display.age(obj.last_used_at) + " ago"
 
     @admin.display(boolean=True, description="revoked")
     def revoked(self, obj: ApiToken) -> bool:
@@ -148,6 +163,14 @@ class ApiTokenAdmin(GuardedAdmin):
         response = TemplateResponse(request, "admin/runqueue/apitoken/token_created.html", context)
         response["Cache-Control"] = "no-store"
         return response
+
+    def get_actions(
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
+        """Revoke, never delete: a deleted token's runs lose who submitted them."""
+        actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)
+        return actions
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

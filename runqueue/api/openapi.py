@@ -143,6 +143,7 @@ def _schemas() -> dict[str, JSON]:
                     "properties": {
                         "self": {"type": "string"},
                         "events": {"type": "string"},
+                        "stream": {"type": "string"},
                         "cancel": {"type": "string"},
                     },
                 },

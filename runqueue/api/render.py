@@ -27,6 +27,7 @@ class FailureBody(TypedDict):
 class RunLinks(TypedDict):
     self: str
     events: str
+    stream: str
     cancel: str
 
 
@@ -101,6 +102,7 @@ def run_body(run: Run) -> RunBody:
         "links": {
             "self": run_url(run.id),
             "events": events_url(run.id),
+            "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
             "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
         },
     }

@@ -22,7 +22,7 @@ from django.db.models import Q
 from runqueue import events
 from runqueue.conf import Settings, get_settings
 from runqueue.errors import RunqueueError
-from runqueue.models import Run, Schedule, ScheduleSource
+from runqueue.models import Run, Schedule, ScheduleSource, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
 from runqueue.schedules.clock import db_now
 from runqueue.schedules.spec import ScheduleSpec
@@ -197,6 +197,10 @@ def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Submission
             )
             data = {"schedule": schedule.name, "run_now": True, "actor": actor}
             events.append(sub.run.id, events.SCHEDULE_FIRED, epoch, data)
+            # Listed with the schedule's last runs; overlap looks at fired ticks only.
+            ScheduleTick.objects.create(
+                schedule=schedule, tick_at=db_now(), outcome=TickOutcome.RUN_NOW, run=sub.run
+            )
             events.record(
                 events.SCHEDULE_RUN_NOW, schedule.name, {"actor": actor, "run": str(sub.run.id)}
             )

@@ -155,7 +155,9 @@ def still_active(schedule: Schedule) -> list[uuid.UUID]:
     (a run of an older tick that is still active is among them: ticks fire in
     order, and the last OVERLAP_LOOKBACK ticks bound the read)."""
     recent = (
-        ScheduleTick.objects.filter(schedule=schedule, run__isnull=False)
+        ScheduleTick.objects.filter(
+            schedule=schedule, outcome=TickOutcome.FIRED, run__isnull=False
+        )
         .order_by("-tick_at")
         .values("run_id")[:OVERLAP_LOOKBACK]
     )
