@@ -161,3 +161,9 @@ def test_reloading_the_token_created_page_mints_no_second_token(admin_client, ad
     assert other is not None and other.group(1) != nonce.group(1)
     admin_client.post("/admin/runqueue/apitoken/add/", {**data, "issue_nonce": other.group(1)})
     assert ApiToken.objects.count() == 2
+
+
+def test_the_token_form_picks_the_user_by_search(admin_client) -> None:
+    """Issue 26: the user was a raw id box."""
+    form = admin_client.get("/admin/runqueue/apitoken/add/").content.decode()
+    assert "admin-autocomplete" in form and "vForeignKeyRawIdAdminField" not in form

@@ -66,7 +66,14 @@ class ApiTokenAdmin(GuardedAdmin):
     )
     list_filter = ("tenant", "revoked_at")
     search_fields = ("name", "prefix", "user__username", "tenant")
-    autocomplete_fields = ("user",)  # search users by name, not a raw id box
+    raw_id_fields = ("user",)  # where the user model has no searchable admin
+
+    def get_autocomplete_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        """Pick the user by searching names where the site's user admin can
+        search (Django's own can), rather than typing a raw id."""
+        user_admin = self.admin_site._registry.get(ApiToken._meta.get_field("user").related_model)
+        return ("user",) if user_admin is not None and user_admin.search_fields else ()
+
     actions = ("revoke_tokens",)
     form = ApiTokenForm
 
