@@ -97,3 +97,21 @@ def test_every_demo_start_reaches_every_state(start_worker) -> None:
     }
     wait_until(lambda: wanted <= states(), timeout=60, what="a run in every state")
     assert worker.proc.poll() is None, worker.output()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runs", "-5"], "expected a whole number from 0 to 10000"),
+        (["--runs", "9" * 5000], "expected a whole number from 0 to 10000"),
+        (["--spread-seconds", "nan"], "must be from 0 to 86400 seconds"),
+        (["--spread-seconds", "1e300"], "must be from 0 to 86400 seconds"),
+        (["--seed", "x"], "invalid int value"),
+    ],
+)
+def test_bad_demo_arguments_are_one_line_errors(args: list[str], message: str) -> None:
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match=message):
+        call_command("runqueue_demo", *args, stdout=StringIO())
+    assert not Run.objects.exists()

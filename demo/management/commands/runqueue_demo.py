@@ -10,6 +10,7 @@ payloads, principals, schedule); run and session ids stay unique.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import random
 import uuid
@@ -24,6 +25,9 @@ from runqueue import PriorityClass, schedules
 
 SCENARIOS = ["ok"] * 6 + ["ask", "decline", "flaky", "timeout"]
 
+#: The most --runs and --spread-seconds may ask for.
+MAX_RUNS = 10_000
+MAX_SPREAD_SECONDS = 86_400
 #: How long the showcase's running research job runs (a worker holds it).
 RUNNING_SECONDS = 300
 #: When the showcase's queued digest is due: a newcomer finds it waiting.
@@ -114,6 +118,28 @@ def mix(rng: random.Random, runs: int, spread: float, now: dt.datetime) -> list[
     return planned
 
 
+def count(text: str) -> int:
+    """--runs: a whole number of runs, 0-10000."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= MAX_RUNS):
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_RUNS}, got {text[:20]!r}"
+        )
+    return int(text)
+
+
+def spread(text: str) -> float:
+    """--spread-seconds: 0 to a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value <= MAX_SPREAD_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_SPREAD_SECONDS} seconds, got {text!r}"
+        )
+    return value
+
+
 class Command(BaseCommand):
     help = (
         "Submit demo runs: one bound for each state (succeeded, dead-lettered, uncertain, "
@@ -123,10 +149,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--runs", type=int, default=40, help="random runs (default 40)")
+        parser.add_argument("--runs", type=count, default=40, help="random runs (default 40)")
         parser.add_argument(
             "--spread-seconds",
-            type=float,
+            type=spread,
             default=120,
             help="schedule runs over this many seconds from now (default 120)",
         )
