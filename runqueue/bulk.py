@@ -11,16 +11,20 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from django.apps import apps
 from django.db.models import QuerySet
 
 from runqueue import leases
 from runqueue.errors import RunqueueError
-from runqueue.models import ACTIVE_STATUSES, Run, RunStatus
+from runqueue.models import ACTIVE_STATUSES, PriorityClass, Run, RunStatus
+from runqueue.registry import handler
+from runqueue.runtime import RunContext
 
 #: Runs per batch: their ids are read, acted on one by one, then reported.
 BATCH = 200
 
 VERBS = ("requeue", "cancel")
+PAST = {"requeue": "requeued", "cancel": "cancelled"}
 
 
 def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
@@ -69,3 +73,79 @@ def apply(
         if after_batch is not None and done:
             after_batch(done)
     return result
+
+
+# --- in the background: a maintenance run -------------------------------------
+
+#: The kind of the maintenance run that acts on many runs (reserved: not over HTTP).
+KIND = "runqueue.bulk"
+#: Refusals a background run keeps in its checkpoint and result; the rest are counted.
+KEEP_REFUSALS = 20
+
+
+def submit_in_background(
+    run_ids: Sequence[uuid.UUID],
+    *,
+    verb: str,
+    actor: str,
+    reason: str,
+    user_id: object = None,
+) -> Run:
+    """A maintenance run that acts on ``run_ids`` in batches, checkpointing
+    its progress after each: a web request cannot outlive its timeout, a run
+    can (and resumes from its last batch if its worker dies). ``user_id``
+    names the staff member whose admin history records each change."""
+    from runqueue.submission import submit
+
+    if verb not in VERBS:
+        raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
+    payload = {
+        "verb": verb,
+        "ids": [str(run_id) for run_id in run_ids],
+        "actor": actor,
+        "reason": reason,
+        "user_id": user_id if user_id is None else str(user_id),
+    }
+    return submit(
+        kind=KIND, payload=payload, tenant="runqueue", priority=PriorityClass.MAINTENANCE
+    ).run
+
+
+def _admin_history(user_id: str | None, verb: str, message: str) -> Callable[[list[Run]], None]:
+    def log(runs: list[Run]) -> None:
+        if user_id is None or not apps.is_installed("django.contrib.admin"):
+            return
+        from django.contrib.admin.models import CHANGE, LogEntry
+
+        LogEntry.objects.log_actions(user_id, runs, CHANGE, message)
+
+    return log
+
+
+@handler(KIND)
+def run_in_background(ctx: RunContext) -> dict:
+    """Act on the payload's runs a batch at a time; the checkpoint holds the
+    position, so a retried attempt goes on from the last batch done."""
+    payload = ctx.payload
+    ids = [uuid.UUID(run_id) for run_id in payload["ids"]]
+    verb, actor, reason = payload["verb"], payload["actor"], payload["reason"]
+    message = f"{PAST[verb].capitalize()} (bulk, run {ctx.run.id}) by {actor}" + (
+        f": {reason}" if reason else ""
+    )
+    log = _admin_history(payload.get("user_id"), verb, message)
+    state = ctx.state or {"of": len(ids), "position": 0, "done": 0, "refused": 0, "refusals": []}
+    while state["position"] < len(ids):
+        chunk = ids[state["position"] : state["position"] + BATCH]
+        result = apply(chunk, verb=verb, actor=actor, reason=reason, after_batch=log)
+        refusals = state["refusals"] + [f"{run_id}: {exc}" for run_id, exc in result.refused]
+        state = {
+            "of": len(ids),
+            "position": state["position"] + len(chunk),
+            "done": state["done"] + result.done,
+            "refused": state["refused"] + len(result.refused),
+            "refusals": refusals[:KEEP_REFUSALS],
+        }
+        if not ctx.checkpoint(state):
+            return state  # the lease is lost: another attempt goes on from here
+        ctx.emit("progress", {k: state[k] for k in ("of", "position", "done", "refused")})
+    return state

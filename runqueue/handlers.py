@@ -1,6 +1,7 @@
 """runqueue's own handlers, found by ``registry.autodiscover``: importing
-these modules registers housekeeping's kinds (``runqueue.housekeeping``) and
+these modules registers housekeeping's kinds (``runqueue.housekeeping``), the
+background bulk action's (``runqueue.bulk``) and
 the ``django.tasks`` kind (the tasks backend, which also registers Django's
 ``check_tasks``)."""
 
-from runqueue import housekeeping, tasks_backend  # noqa: F401 - registers their kinds
+from runqueue import bulk, housekeeping, tasks_backend  # noqa: F401 - registers their kinds

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 import runqueue
-from runqueue import schedules
+from runqueue import leases, runtime, schedules
 from runqueue.models import PausedKind, QueueEvent, Run, RunEvent, RunStatus, Schedule
 from tests.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
 from tests.test_admin_scheduled_work import failed_runs
@@ -113,9 +113,18 @@ def test_bulk_requeue_every_matching_run(page, tmp_path) -> None:  # noqa: F811
     page.fill("#id_reason", "provider is back")
     screenshot(page, "bulk-requeue", tmp_path)
     page.click("input[type=submit][value='Requeue all 60 matching']")
+    # More than a page: a maintenance run does it; its page shows the progress.
     playwright.expect(page.locator(".messagelist")).to_contain_text(
-        "Requeued 60 of 60 matching run(s)."
+        "60 run(s) will be requeued in the background"
     )
+    background = Run.objects.get(kind="runqueue.bulk")
+    lease = leases.claim_one("w-bulk")
+    assert lease is not None and lease.run_id == background.id
+    assert runtime.execute(lease) == "succeeded"
+    page.reload()
+    playwright.expect(page.locator("body")).to_contain_text('"done": 60')
+    screenshot(page, "bulk-requeue-progress", tmp_path)
+    page.goto(reverse("admin:runqueue_deadletteredrun_changelist") + "?kind=test.echo")
     playwright.expect(page.locator(".paginator")).to_contain_text("0 dead-lettered runs")
     ids = [r.id for r in matching]
     assert set(Run.objects.filter(id__in=ids).values_list("status", flat=True)) == {

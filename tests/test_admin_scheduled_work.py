@@ -11,8 +11,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 import runqueue
-from runqueue import schedules
-from runqueue.models import PausedKind, QueueEvent, Run, RunEvent, RunStatus, Schedule
+from runqueue import leases, runtime, schedules
+from runqueue.models import (
+    PausedKind,
+    PriorityClass,
+    QueueEvent,
+    Run,
+    RunEvent,
+    RunStatus,
+    Schedule,
+)
 from tests.admin_support import ALL_PERMS
 from tests.test_admin import DEAD, RUNS, login, messages_of
 
@@ -63,11 +71,24 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     assert "Type 60 to confirm" in wrong.content.decode()
     assert Run.objects.filter(status=RunStatus.QUEUED, kind="test.echo").count() == 0
 
+    # More than a page (50): a maintenance run does it, not the request.
     done = client.post(bulk_url, {"typed_count": "60", "reason": "provider back"})
-    assert done.status_code == 302 and done.url == DEAD + "?kind=test.echo"
-    notes = messages_of(done)
-    assert "Requeued 59 of 60 matching run(s)." in notes
-    assert any(str(busy.id) in n and "conv-1" in n for n in notes), notes
+    background = Run.objects.get(kind="runqueue.bulk")
+    assert done.status_code == 302
+    assert done.url == reverse("admin:runqueue_run_change", args=[background.pk])
+    assert any("60 run(s) will be requeued in the background" in n for n in messages_of(done))
+    assert background.priority_class == PriorityClass.MAINTENANCE
+    assert Run.objects.filter(status=RunStatus.QUEUED, kind="test.echo").count() == 0
+    lease = leases.claim_one("w-bulk", [PriorityClass.MAINTENANCE])
+    assert lease is not None and lease.run_id == background.id
+    assert runtime.execute(lease) == "succeeded"
+    summary = Run.objects.get(id=background.id).result
+    assert (summary["of"], summary["done"], summary["refused"]) == (60, 59, 1)
+    assert str(busy.id) in summary["refusals"][0] and "conv-1" in summary["refusals"][0]
+    progress = RunEvent.objects.filter(run_id=background.id, type="progress")
+    assert progress.count() == 1 and progress.get().data["done"] == 59
+    page = client.get(done.url).content.decode()
+    assert "&quot;done&quot;: 59" in page  # the checkpoint: progress in the console
     requeued = Run.objects.filter(id__in=[r.id for r in matching])
     assert set(requeued.values_list("status", flat=True)) == {RunStatus.QUEUED}
     assert Run.objects.get(id=busy.id).status == RunStatus.FAILED
@@ -77,7 +98,10 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     events = RunEvent.objects.filter(type="run.operator_requeued")
     assert events.count() == 59 and {e.data["actor"] for e in events} == {"staff:ann"}
     assert (
-        LogEntry.objects.filter(change_message__startswith="Requeued (bulk) by staff:ann").count()
+        LogEntry.objects.filter(
+            change_message__startswith=f"Requeued (bulk, run {background.id}) by staff:ann",
+            user__username="ann",
+        ).count()
         == 59
     )
 

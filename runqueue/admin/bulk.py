@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 
 from runqueue import bulk
 from runqueue.admin import pagination
-from runqueue.admin.actions import PAST, actor, explain, log_change
+from runqueue.admin.actions import PAST, actor, explain, log_change, staff_id
 from runqueue.errors import PERMANENT
 
 #: Refusals listed one by one after a bulk action; the rest are counted.
@@ -92,6 +92,8 @@ class OperatorMixin(admin.ModelAdmin):
                 error = f"Type {count} to confirm: that many runs match now."
             elif verb == "cancel" and not reason:
                 error = "A reason is required."
+            elif count > self.list_per_page:
+                return self._bulk_in_background(request, verb, ids, reason)
             else:
                 return self._bulk_apply(request, verb, ids, reason)
         permanent = 0
@@ -118,6 +120,23 @@ class OperatorMixin(admin.ModelAdmin):
             "error": error,
         }
         return TemplateResponse(request, "admin/runqueue/run/bulk_confirm.html", context)
+
+    def _bulk_in_background(
+        self, request: HttpRequest, verb: str, ids: list[uuid.UUID], reason: str
+    ) -> HttpResponse:
+        """More runs than a page: a maintenance run does it, so the request
+        cannot time out; its page shows the progress (checkpoints, events)."""
+        run = bulk.submit_in_background(
+            ids, verb=verb, actor=actor(request), reason=reason, user_id=staff_id(request)
+        )
+        self.message_user(
+            request,
+            f"{LABELS[verb]}: {len(ids):,} run(s) will be {PAST[verb]} in the background by "
+            f"maintenance run {run.id}. This page shows its progress (its checkpoints and "
+            "events); each run changed gets its own event and admin history entry.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:runqueue_run_change", args=[run.pk]))
 
     def _bulk_apply(
         self, request: HttpRequest, verb: str, ids: list[uuid.UUID], reason: str
