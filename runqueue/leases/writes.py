@@ -34,6 +34,7 @@ from runqueue.outcomes import (
     Finish,
     GaveUp,
     Outcome,
+    Reported,
     Succeeded,
     Waiting,
     json_text,
@@ -203,15 +204,15 @@ def write(lease: Lease, outcome: Outcome) -> bool:
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
-def label(lease: Lease, outcome: Outcome, written: bool) -> str:
+def label(lease: Lease, outcome: Outcome, written: bool) -> Reported:
     """What the run became, for logs and metrics: succeeded, failed,
     requeued, waiting, or fenced when the write matched nothing."""
     if not written:
-        return "fenced"
+        return Reported.FENCED
     if isinstance(outcome, GaveUp):
         # attempts has not moved since the claim: the same test the SQL makes.
-        return "failed" if lease.attempt >= lease.run.max_attempts else "requeued"
-    return outcome.name
+        return Reported.FAILED if lease.attempt >= lease.run.max_attempts else Reported.REQUEUED
+    return Reported(outcome.name)
 
 
 def heartbeat_many(held: Sequence[Lease]) -> list[Lease]:

@@ -21,10 +21,11 @@ from django.utils import timezone
 from runqueue import concurrency, housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.outcomes import Reported
 from runqueue.sql import set_config
-from runqueue.worker.group import Group
+from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
-from runqueue.worker.services import Periodic, retrying
+from runqueue.worker.services import Periodic, Service, retrying
 from runqueue.worker.slot import Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
@@ -90,22 +91,37 @@ class Pool:
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
         self._signals = 0
-        self._next_housekeeping = 0.0
         self.groups = [
             Group(
-                spec.label,
-                spec.classes,
-                spec.count,
-                owner=f"{config.worker_id}/{spec.label}",
-                lease_seconds=config.lease_seconds,
-                claim_batch=config.claim_batch,
-                ahead=config.claim_ahead,
-                poll_seconds=config.poll_seconds,
-                burst=config.burst,
+                GroupConfig(
+                    label=spec.label,
+                    classes=spec.classes,
+                    size=spec.count,
+                    owner=f"{config.worker_id}/{spec.label}",
+                    lease_seconds=config.lease_seconds,
+                    claim_batch=config.claim_batch,
+                    ahead=config.claim_ahead,
+                    poll_seconds=config.poll_seconds,
+                    burst=config.burst,
+                ),
                 finished=self.finished,
             )
             for spec in config.slots
         ]
+        #: Renews every held lease; runs until the last lease is given back.
+        self.heartbeat_services = (
+            Service("heartbeat", config.heartbeat_seconds, self._heartbeat),
+        )
+        #: The worker's maintenance, each on its own clock; runs until the
+        #: pool stops claiming (none in burst mode: one sweep at start).
+        self.maintenance_services = (
+            Service("sweeper", config.sweep_seconds, leases.sweep),
+            # Every worker may fire a due tick; each fires once.
+            Service("schedule-ticker", config.sweep_seconds, schedules.tick),
+            Service("caps-refresh", config.sweep_seconds, concurrency.refresh),
+            Service("worker-row", config.sweep_seconds, self._seen),
+            Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
+        )
         self.slots = [
             Slot(f"{spec.label}-{i}", group)
             for spec, group in zip(config.slots, self.groups, strict=True)
@@ -114,7 +130,7 @@ class Pool:
 
     # --- leases held by this process ---------------------------------------------
 
-    def finished(self, lease: leases.Lease, outcome: str) -> None:
+    def finished(self, lease: leases.Lease, outcome: Reported) -> None:
         """A group wrote a run's outcome (or left it to lease expiry)."""
         seconds = time.monotonic() - lease.started if lease.started else None
         observe.finished(lease, outcome, seconds)
@@ -139,14 +155,9 @@ class Pool:
         for lease in leases.heartbeat_many(self.held()):
             logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
 
-    def _sweep(self) -> None:
-        leases.sweep()
-        concurrency.refresh()
+    def _seen(self) -> None:
+        """The worker row's ``last_seen_at``: the admin tells live workers by it."""
         Worker.objects.filter(id=self.config.worker_id).update(last_seen_at=timezone.now())
-        if time.monotonic() >= self._next_housekeeping:
-            self._next_housekeeping = time.monotonic() + self.config.housekeeping_seconds
-            housekeeping.schedule()
-        schedules.tick()  # every worker may fire a due tick; each fires once
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -178,10 +189,7 @@ class Pool:
         connection_created.connect(self._limit_transactions, dispatch_uid=self._uid)
         connection.close()  # the next connection gets the setting too
         self._register()
-        self._next_housekeeping = 0.0
-        self.heartbeat = Periodic(
-            "runqueue-heartbeat", self.config.heartbeat_seconds, self._heartbeat, self.stopped
-        )
+        self.heartbeat = Periodic("runqueue-heartbeat", self.heartbeat_services, self.stopped)
         self.heartbeat.start()
         for group in self.groups:
             group.start()
@@ -190,10 +198,10 @@ class Pool:
         else:
             self.listener = Listener(get_settings().NOTIFY_CHANNEL, self.wake, self.stopping)
             self.listener.start()
-            self.sweeper = Periodic(
-                "runqueue-sweeper", self.config.sweep_seconds, self._sweep, self.stopping
+            self.maintenance = Periodic(
+                "runqueue-maintenance", self.maintenance_services, self.stopping
             )
-            self.sweeper.start()
+            self.maintenance.start()
         for slot in self.slots:
             slot.start()
         logger.info(
