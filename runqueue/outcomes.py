@@ -62,7 +62,16 @@ class Waiting:
     name: ClassVar[str] = "waiting"
 
 
-Outcome = Succeeded | Failed | GaveUp | Waiting
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The handler stopped because its worker is stopping: the run is given
+    back (queued at once, the attempt returned), as a shutdown does."""
+
+    reason: str
+    name: ClassVar[str] = "released"
+
+
+Outcome = Succeeded | Failed | GaveUp | Waiting | Released
 
 
 class Reported(StrEnum):

@@ -34,6 +34,7 @@ from runqueue.outcomes import (
     Finish,
     GaveUp,
     Outcome,
+    Released,
     Reported,
     Succeeded,
     Waiting,
@@ -201,6 +202,8 @@ def write(lease: Lease, outcome: Outcome) -> bool:
             return give_up(lease, error)
         case Waiting(question=question, state=state, tool_seq=tool_seq):
             return wait_for_user(lease, question, state, tool_seq=tool_seq)
+        case Released(reason=reason):
+            return release(lease, reason)
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
@@ -209,6 +212,8 @@ def label(lease: Lease, outcome: Outcome, written: bool) -> Reported:
     requeued, waiting, or fenced when the write matched nothing."""
     if not written:
         return Reported.FENCED
+    if isinstance(outcome, Released):
+        return Reported.GIVEN_BACK
     if isinstance(outcome, GaveUp):
         # attempts has not moved since the claim: the same test the SQL makes.
         return Reported.FAILED if lease.attempt >= lease.run.max_attempts else Reported.REQUEUED

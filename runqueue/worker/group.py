@@ -166,8 +166,8 @@ class Group(threading.Thread):
                 return None
             while self._ready:
                 lease = self._ready.popleft()
-                if lease.fenced:
-                    # Lost while held ahead (a heartbeat found it fenced): never started.
+                if lease.fenced or lease.cancelled.is_set():
+                    # Lost or cancelled while held ahead: never started.
                     self._held.discard(lease)
                     continue
                 return self._start(lease)

@@ -3,6 +3,7 @@ sweeper and graceful shutdown. One per ``runworker`` process."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import concurrency, housekeeping, leases, observe, schedules
+from runqueue import aio, concurrency, housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.outcomes import Reported
@@ -32,6 +33,11 @@ from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 logger = logging.getLogger("runqueue.worker")
 
 CLAIM_BATCH = 32
+#: At shutdown, running handlers are told to stop once this share of the
+#: grace period has passed (the rest is theirs to return).
+CANCEL_AT_GRACE = 0.5
+#: A handler told to stop that still holds its slot this long is logged.
+IGNORED_AFTER_SECONDS = 2.0
 #: Leases a slot group may claim beyond its idle slots while its runs are
 #: short (docs/performance.md: chosen by measurement).
 CLAIM_AHEAD = 16
@@ -91,6 +97,8 @@ class Pool:
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
         self._signals = 0
+        #: Runs whose handler was logged as ignoring its cancellation.
+        self._reported_ignoring: set[uuid.UUID] = set()
         self.groups = [
             Group(
                 GroupConfig(
@@ -140,7 +148,12 @@ class Pool:
         return [lease for group in self.groups for lease in group.held()]
 
     def wake(self, payload: str) -> None:
-        """Wake the groups that may claim the class a NOTIFY names ("" = all)."""
+        """Wake the groups that may claim the class a NOTIFY names ("" = all),
+        or stop the handler of a run a cancel names."""
+        cancel = leases.parse_cancel(payload)
+        if cancel is not None:
+            self.cancel_run(*cancel)
+            return
         if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
             concurrency.invalidate()
             payload = ""
@@ -148,16 +161,67 @@ class Pool:
             if not payload or payload in group.class_names:
                 group.wake()
 
+    def cancel_run(self, run_id: uuid.UUID, epoch: int) -> None:
+        """The run is at ``epoch`` now (a cancel): a lease of an older epoch
+        tells its handler to stop. Writes nothing: the fence still judges."""
+        for lease in self.held():
+            if lease.run_id == run_id and lease.epoch < epoch:
+                lease.cancel("cancelled")
+
+    def cancel_all(self, reason: str) -> None:
+        """Tell every running handler to stop (the worker is stopping)."""
+        for lease in self.held():
+            if lease.started:
+                lease.cancel(reason)
+
+    def ignoring_cancellation(self, older_than: float = 0.0) -> list[leases.Lease]:
+        """Leases whose handler was told to stop ``older_than`` seconds ago or
+        more and still holds its slot."""
+        now = time.monotonic()
+        return [
+            lease
+            for lease in self.held()
+            if lease.started and lease.cancelled_at and now - lease.cancelled_at >= older_than
+        ]
+
     # --- background ticks -------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        """Renew every held lease in one statement."""
+        """Renew every held lease in one statement; report handlers that
+        ignore a cancellation."""
         for lease in leases.heartbeat_many(self.held()):
             logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
+        for lease in self.ignoring_cancellation(IGNORED_AFTER_SECONDS):
+            if lease.run_id not in self._reported_ignoring:
+                self._reported_ignoring.add(lease.run_id)
+                logger.warning(
+                    "Run id=%s: its handler was told to stop (%s) %.1fs ago and still "
+                    "holds its slot",
+                    lease.run_id,
+                    lease.cancel_reason,
+                    time.monotonic() - lease.cancelled_at,
+                    extra={"run_id": lease.run_id, "reason": lease.cancel_reason},
+                )
+
+    def cancelled_slots(self) -> list[dict[str, str]]:
+        """The Worker row's ``cancelled_slots``: slots held by a handler told to stop."""
+        now, wall = time.monotonic(), timezone.now()
+        return [
+            {
+                "run_id": str(lease.run_id),
+                "group": lease.owner.rpartition("/")[2],
+                "reason": lease.cancel_reason,
+                "since": (wall - dt.timedelta(seconds=now - lease.cancelled_at)).isoformat(),
+            }
+            for lease in self.ignoring_cancellation()
+        ]
 
     def _seen(self) -> None:
-        """The worker row's ``last_seen_at``: the admin tells live workers by it."""
-        Worker.objects.filter(id=self.config.worker_id).update(last_seen_at=timezone.now())
+        """The worker row's ``last_seen_at`` (the admin tells live workers by
+        it) and the slots held by cancelled runs."""
+        Worker.objects.filter(id=self.config.worker_id).update(
+            last_seen_at=timezone.now(), cancelled_slots=self.cancelled_slots()
+        )
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -248,8 +312,22 @@ class Pool:
 
     def shutdown(self) -> None:
         self.stop()
-        deadline = time.monotonic() + self.config.grace_seconds
+        now = time.monotonic()
+        deadline = now + self.config.grace_seconds
+        # Handlers get part of the grace to finish; then they are told to
+        # stop (ctx.cancelled, RunCancelled, CancelledError), and a handler
+        # that stops is given back at once, its attempt returned.
+        _join(self.slots, now + self.config.grace_seconds * CANCEL_AT_GRACE)
+        self.cancel_all("stopping")
         _join(self.slots, deadline)
+        for lease in self.ignoring_cancellation():
+            logger.warning(
+                "Run id=%s: its handler ignored the stop for %.1fs; giving the run back "
+                "(the epoch bump fences it)",
+                lease.run_id,
+                time.monotonic() - lease.cancelled_at,
+                extra={"run_id": lease.run_id, "reason": lease.cancel_reason},
+            )
         # Each group writes the outcomes handed over and gives back what did
         # not finish in time: queued at once, and the epoch bump fences the
         # handler still running it.
@@ -257,6 +335,7 @@ class Pool:
             group.close()
         _join(self.groups, max(deadline, time.monotonic() + 10.0))
         self.stopped.set()
+        aio.close_connections()
         connection.close()  # the main thread's connection sat idle since start
         retrying(
             lambda: Worker.objects.filter(id=self.config.worker_id).update(
