@@ -86,34 +86,35 @@ def call_soon(callback: Callable[[], object]) -> None:
     loop().call_soon_threadsafe(callback)
 
 
-_handlers: concurrent.futures.ThreadPoolExecutor | None = None
-
-#: Threads for sync handlers claimed by slots on the loop (each runs one).
-HANDLER_THREADS = 64
-
-
 async def in_thread[T](fn: Callable[..., T], *args: Any) -> T:
-    """A sync handler claimed by a slot on the loop: in a thread of its own
-    (at most ``HANDLER_THREADS`` at once), closing its connection after."""
-    global _handlers
-    with _lock:
-        if _handlers is None:
-            _handlers = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, "runqueue-sync")
-        executor = _handlers
+    """Run a blocking call (a sync handler claimed by a slot on the loop, a
+    sync tool in an async handler) in a daemon thread of its own, closing
+    its connection after, and await it: the loop stays free. One thread per
+    call, so at most one per slot; a daemon, so a handler that ignores its
+    cancellation never keeps the process from exiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
 
-    def call() -> T:
+    def settle(value: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)  # type: ignore[arg-type]
+
+    def call() -> None:
         try:
-            return fn(*args)
+            value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, value, None)
         finally:
             connection.close()
 
-    return await asyncio.wrap_future(executor.submit(call))
-
-
-async def to_thread[T](fn: Callable[..., T], *args: Any) -> T:
-    """A sync call that must not block the loop (a sync tool in an async
-    handler): on the loop's default executor, not the database threads."""
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    threading.Thread(target=call, name="runqueue-sync", daemon=True).start()
+    return await future
 
 
 def close_connections() -> None:

@@ -323,7 +323,7 @@ class AsyncRunContext:
                     if aio.is_async(fn):
                         value = await _acall(fn, call_args, key)
                     else:
-                        value = await aio.to_thread(_call, fn, call_args, key)
+                        value = await aio.in_thread(_call, fn, call_args, key)
                 except asyncio.CancelledError:
                     await aio.db(sync.tool_interrupted, seq, idempotency)
                     raise

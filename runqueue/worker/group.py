@@ -38,6 +38,7 @@ the same slot.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -62,6 +63,14 @@ AHEAD_BELOW_SECONDS = 0.1
 #: A lease claimed ahead that waited this long for a slot is given back.
 AHEAD_WAIT_SECONDS = 1.0
 
+
+#: ``Group._exchange``: no lease ready, the box waits for one.
+class _Wait:
+    pass
+
+
+_WAIT = _Wait()
+
 #: What a slot hands over: its lease and how the run ended (None: the
 #: runtime failed or lost the database; the lease is left to expire).
 Done = tuple[leases.Lease, Outcome | None]
@@ -74,13 +83,48 @@ class Dispatch(Protocol):
 
 
 class Box:
-    """A slot's mailbox: its next lease, or None when the group stops."""
+    """A slot thread's mailbox: its next lease, or None when the group stops."""
 
     __slots__ = ("event", "lease")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.lease: leases.Lease | None = None
+
+    def arm(self) -> None:
+        """About to wait (under the group's lock)."""
+        self.event.clear()
+        self.lease = None
+
+    def deliver(self, lease: leases.Lease | None) -> None:
+        """Hand over the next lease (None: stop), from any thread."""
+        self.lease = lease
+        self.event.set()
+
+
+class LoopBox(Box):
+    """The mailbox of a slot on the event loop: a future instead of an event."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.future: asyncio.Future[leases.Lease | None] = loop.create_future()
+
+    def arm(self) -> None:
+        self.lease = None
+        self.future = self.loop.create_future()  # on the loop's thread
+
+    def deliver(self, lease: leases.Lease | None) -> None:
+        self.lease = lease
+        future = self.future
+        self.loop.call_soon_threadsafe(_resolve, future, lease)
+
+
+def _resolve(future: asyncio.Future[leases.Lease | None], lease: leases.Lease | None) -> None:
+    if not future.done():
+        future.set_result(lease)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +201,21 @@ class Group(threading.Thread):
 
     def exchange(self, box: Box, done: Done | None) -> leases.Lease | None:
         """Hand over how the last run ended; wait for the next lease (None: stop)."""
+        lease = self._exchange(box, done)
+        if not isinstance(lease, _Wait):
+            return lease
+        box.event.wait()
+        return box.lease
+
+    async def exchange_async(self, box: LoopBox, done: Done | None) -> leases.Lease | None:
+        """``exchange`` for a slot on the event loop: awaits instead of blocking."""
+        lease = self._exchange(box, done)
+        if not isinstance(lease, _Wait):
+            return lease
+        return await box.future
+
+    def _exchange(self, box: Box, done: Done | None) -> leases.Lease | None | _Wait:
+        """A lease ready now, None to stop, or ``_WAIT`` (the box is idle)."""
         with self._cond:
             if done is not None:
                 self._busy -= 1
@@ -171,12 +230,10 @@ class Group(threading.Thread):
                     self._held.discard(lease)
                     continue
                 return self._start(lease)
-            box.event.clear()
-            box.lease = None
+            box.arm()
             self._idle.append(box)
             self._cond.notify()
-        box.event.wait()
-        return box.lease
+        return _WAIT
 
     def _start(self, lease: leases.Lease) -> leases.Lease:
         self._busy += 1
@@ -229,16 +286,14 @@ class Group(threading.Thread):
                 if self._stopping:
                     # Held, never started: the group thread gives it back.
                     self._ready.append(lease)
-                    box.lease = None
+                    box.deliver(None)
                 else:
-                    box.lease = self._start(lease)
-                box.event.set()
+                    box.deliver(self._start(lease))
             # Short: the queue is drained, unless a wake-up landed meanwhile.
             self._due = failed or not boxes or self._wakes != wakes
             if self._stopping:
                 for box in boxes:
-                    box.lease = None
-                    box.event.set()
+                    box.deliver(None)
             else:
                 self._idle.extendleft(reversed(boxes))
             self._cond.notify()
@@ -265,9 +320,7 @@ class Group(threading.Thread):
 
     def _release_idle(self) -> None:
         while self._idle:
-            box = self._idle.popleft()
-            box.lease = None
-            box.event.set()
+            self._idle.popleft().deliver(None)
 
     # --- the thread ---------------------------------------------------------------------
 
@@ -394,9 +447,7 @@ class Group(threading.Thread):
                     self._due = len(claimed) >= want or self._wakes != wakes
             for lease in claimed:
                 if self._idle and not self._stopping:
-                    box = self._idle.popleft()
-                    box.lease = self._start(lease)
-                    box.event.set()
+                    self._idle.popleft().deliver(self._start(lease))
                 else:
                     self._ready.append(lease)
 

@@ -27,7 +27,7 @@ from runqueue.sql import set_config
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, Service, retrying
-from runqueue.worker.slot import Slot
+from runqueue.worker.slot import LoopSlots, Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
@@ -43,7 +43,7 @@ IGNORED_AFTER_SECONDS = 2.0
 CLAIM_AHEAD = 16
 
 
-def _join(threads: Sequence[threading.Thread], deadline: float) -> None:
+def _join(threads: Sequence[threading.Thread | LoopSlots], deadline: float) -> None:
     """Wait for ``threads`` until ``deadline``, waking every 0.2 s: a signal
     the kernel gives another thread runs its Python handler (a second
     SIGTERM: exit now) only when the main thread wakes up."""
@@ -130,11 +130,12 @@ class Pool:
             Service("worker-row", config.sweep_seconds, self._seen),
             Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
         )
-        self.slots = [
-            Slot(f"{spec.label}-{i}", group)
-            for spec, group in zip(config.slots, self.groups, strict=True)
-            for i in range(spec.count)
-        ]
+        self.slots: list[Slot | LoopSlots] = []
+        for spec, group in zip(config.slots, self.groups, strict=True):
+            if spec.loop:
+                self.slots.append(LoopSlots(f"{spec.label}-loop", group, spec.count))
+            else:
+                self.slots.extend(Slot(f"{spec.label}-{i}", group) for i in range(spec.count))
 
     # --- leases held by this process ---------------------------------------------
 
