@@ -7,6 +7,7 @@ import datetime as dt
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from runqueue.admin import display
 from runqueue.conf import get_settings
@@ -15,7 +16,17 @@ from runqueue.models import Run, RunStatus, Worker
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ["id", "hostname", "pid", "slots", "held", "live", "last_seen", "started_at"]
+    list_display = [
+        "id",
+        "hostname",
+        "pid",
+        "slots",
+        "held",
+        "held_by_cancelled",
+        "live",
+        "last_seen",
+        "started_at",
+    ]
     list_filter = ["stopped_at"]
     search_fields = ["=id", "hostname"]
 
@@ -40,3 +51,18 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, worker: Worker) -> str:
         return display.age(worker.last_seen_at) + " ago"
+
+    @admin.display(description="slots held by cancelled runs")
+    def held_by_cancelled(self, worker: Worker) -> str:
+        """Slots whose handler was told to stop (cancelled, lost, shutdown) and
+        has not returned: which run, why, and for how long (as of the worker's
+        last report)."""
+        if worker.stopped_at is not None or not worker.cancelled_slots:
+            return "-"
+        return "; ".join(_held(slot) for slot in worker.cancelled_slots)
+
+
+def _held(slot: dict[str, str]) -> str:
+    since = parse_datetime(slot.get("since", ""))
+    age = display.duration(timezone.now() - since) if since else "?"
+    return f"{slot.get('group')} slot: run {slot.get('run_id')} ({slot.get('reason')}) for {age}"
