@@ -58,6 +58,9 @@ class Lease:
     #: (``time.monotonic()``; 0 until then).
     claimed: float = field(default_factory=time.monotonic)
     started: float = 0.0
+    #: The handler returned and its slot handed the outcome over (the lease
+    #: is held until the outcome is written).
+    returned: bool = False
     #: Set when the handler must stop: the run was cancelled or lost
     #: (``cancel_reason`` says which: cancelled, fenced, stopping). A sync
     #: handler may wait on it or hand it to an HTTP client.

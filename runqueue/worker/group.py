@@ -218,6 +218,7 @@ class Group(threading.Thread):
         """A lease ready now, None to stop, or ``_WAIT`` (the box is idle)."""
         with self._cond:
             if done is not None:
+                done[0].returned = True
                 self._busy -= 1
                 self._outcomes.append(done)
                 self._cond.notify()

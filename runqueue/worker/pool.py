@@ -172,7 +172,7 @@ class Pool:
     def cancel_all(self, reason: str) -> None:
         """Tell every running handler to stop (the worker is stopping)."""
         for lease in self.held():
-            if lease.started:
+            if lease.started and not lease.returned:
                 lease.cancel(reason)
 
     def ignoring_cancellation(self, older_than: float = 0.0) -> list[leases.Lease]:
@@ -182,7 +182,10 @@ class Pool:
         return [
             lease
             for lease in self.held()
-            if lease.started and lease.cancelled_at and now - lease.cancelled_at >= older_than
+            if lease.started
+            and not lease.returned
+            and lease.cancelled_at
+            and now - lease.cancelled_at >= older_than
         ]
 
     # --- background ticks -------------------------------------------------------------
