@@ -37,3 +37,58 @@ def hold(ctx: runqueue.RunContext) -> None:
     ``payload.seconds``, 600 by default, pass)."""
     seconds = ctx.payload.get("seconds", 600) if isinstance(ctx.payload, dict) else 600
     release.wait(seconds)
+
+
+def _seconds(ctx: Any, default: float) -> float:
+    return ctx.payload.get("seconds", default) if isinstance(ctx.payload, dict) else default
+
+
+@runqueue.handler("bench.turn_async")
+async def turn_async(ctx: Any) -> None:
+    """An agent turn: awaits a fake model call (``payload.seconds``, 2 s)."""
+    import asyncio
+
+    await asyncio.sleep(_seconds(ctx, 2.0))
+
+
+@runqueue.handler("bench.turn_sync")
+def turn_sync(ctx: runqueue.RunContext) -> None:
+    """The same turn on a thread: blocks for the fake model call."""
+    time.sleep(_seconds(ctx, 2.0))
+
+
+#: Set by an in-process benchmark: called with the payload when the handler
+#: learns it was cancelled, and when it has returned (``finally``).
+on_cancelled: Callable[[Any], None] | None = None
+on_returned: Callable[[Any], None] | None = None
+
+
+@runqueue.handler("bench.cancel_async")
+async def cancel_async(ctx: Any) -> None:
+    """Awaits until cancelled; reports the CancelledError's arrival."""
+    import asyncio
+
+    if on_start is not None:
+        on_start(ctx.payload)
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        if on_cancelled is not None:
+            on_cancelled(ctx.payload)
+        raise
+    finally:
+        if on_returned is not None:
+            on_returned(ctx.payload)
+
+
+@runqueue.handler("bench.cancel_sync")
+def cancel_sync(ctx: runqueue.RunContext) -> None:
+    """Waits on ctx.cancelled; reports when it is set."""
+    if on_start is not None:
+        on_start(ctx.payload)
+    try:
+        if ctx.cancelled.wait(60) and on_cancelled is not None:
+            on_cancelled(ctx.payload)
+    finally:
+        if on_returned is not None:
+            on_returned(ctx.payload)

@@ -168,6 +168,18 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
             f"async saturated + {rc['backlog']:,} queued {rc['async_saturated'].get('p99_ms')} ms "
             f"(ratio {rc['p99_ratio']})"
         )
+    ph = rq.get("pickup_hops")
+    if ph:
+        idle, busy = ph["idle"], ph["draining"]
+        hops = ", ".join(
+            f"{k} {v.get('p50_ms')}/{v.get('p99_ms')}" for k, v in idle["hops"].items()
+        )
+        out.append(
+            f"interactive pickup, 1 slot idle: p50 {idle.get('p50_ms')} ms, p99 "
+            f"{idle.get('p99_ms')} ms (hops p50/p99 ms: {hops}); beside 8 async slots draining: "
+            f"p99 {busy.get('p99_ms')} ms (ratio {ph['p99_ratio']}, async "
+            f"{busy.get('async_runs_per_s')} runs/s, {busy.get('backlog_left')} left)"
+        )
     cc = rq.get("claim_cost")
     if cc:
         parts = [

@@ -10,7 +10,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from bench import handlers, measure, rq_db, rq_drain, rq_enqueue
+from bench import handlers, measure, pickup, rq_db, rq_drain, rq_enqueue
 from bench.common import Profile, idle_gap, percentiles
 
 
@@ -223,7 +223,7 @@ def _ratio(stats: dict[str, int]) -> float | None:
     return round(stats["n_tup_hot_upd"] / stats["n_tup_upd"], 3) if stats["n_tup_upd"] else None
 
 
-PARTS = ("drain", "enqueue", "pickup", "reserved", "claim", "hot", "churn")
+PARTS = ("drain", "enqueue", "pickup", "pickup_hops", "reserved", "claim", "hot", "churn")
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
 
@@ -255,6 +255,9 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
         if "pickup" in parts:
             log("runqueue: pickup latency (idle pool)")
             out["pickup"] = pickup_latency(profile.latency_samples)
+        if "pickup_hops" in parts:
+            log("runqueue: interactive pickup hop by hop (1 slot idle, then beside 8 draining)")
+            out["pickup_hops"] = pickup.interactive_pickup(profile.latency_samples)
         if "reserved" in parts:
             log("runqueue: interactive pickup with async saturated")
             out["reserved_capacity"] = reserved_capacity(profile.latency_samples, profile.backlog)

@@ -1,8 +1,10 @@
-"""The chaos runner's handler: an agent turn with checkpoints, an idempotent
-and a non-idempotent tool per step, and sometimes a question for the user."""
+"""The chaos runner's handlers: an agent turn with checkpoints, an idempotent
+and a non-idempotent tool per step, and sometimes a question for the user;
+the same turn as an ``async def`` handler with async tools."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -12,6 +14,7 @@ from runqueue import Idempotency, RunContext
 from runqueue.registry import handler
 
 KIND = "chaos.turn"
+KIND_ASYNC = "chaos.turn_async"
 #: What a payload may ask for, whoever submitted it: a turn of at most
 #: MAX_STEPS steps of at most MAX_WORK_MS per tool call.
 MAX_WORK_MS = 2000
@@ -29,6 +32,19 @@ def _tool(name: str, idempotency: str):  # noqa: ANN202 - a tool function
 
 fetch = _tool("fetch", Idempotency.IDEMPOTENT)
 pay = _tool("pay", Idempotency.NON_IDEMPOTENT)
+
+
+def _async_tool(name: str, idempotency: str):  # noqa: ANN202 - a tool function
+    async def tool(run_id: str, work_ms: int, idempotency_key: str) -> dict:
+        await asyncio.sleep(work_ms / 1000)  # the window faults and cancels land in
+        await asyncio.to_thread(ledger.record, run_id, name, idempotency, idempotency_key)
+        return {"key": idempotency_key}
+
+    return tool
+
+
+async_fetch = _async_tool("fetch", Idempotency.IDEMPOTENT)
+async_pay = _async_tool("pay", Idempotency.NON_IDEMPOTENT)
 
 
 @handler(KIND)
@@ -53,5 +69,33 @@ def turn(ctx: RunContext) -> Any:
             statuses.append(outcome.status)
         state = {"step": state["step"] + 1}
         if not ctx.checkpoint(state):
+            return None
+    return {"steps": state["step"], "tools": statuses, "answer": ctx.input}
+
+
+@handler(KIND_ASYNC)
+async def turn_async(ctx: Any) -> Any:
+    """``turn`` as an async handler (``runqueue.runtime.AsyncRunContext``)."""
+    payload = ctx.payload
+    state = ctx.state or {"step": 0}
+    if payload.get("ask") and ctx.input is None:
+        return ctx.ask_user({"question": "go on?"}, state)
+    args = {
+        "run_id": str(ctx.run.id),
+        "work_ms": _bounded(payload.get("work_ms"), 100, MAX_WORK_MS),
+    }
+    statuses = []
+    steps = _bounded(payload.get("steps"), 2, MAX_STEPS)
+    while state["step"] < steps:
+        for name, fn, idem in (
+            ("fetch", async_fetch, Idempotency.IDEMPOTENT),
+            ("pay", async_pay, Idempotency.NON_IDEMPOTENT),
+        ):
+            outcome = await ctx.invoke_tool(name, fn, args=args, idempotency=idem)
+            if outcome.status == "fenced":
+                return None
+            statuses.append(outcome.status)
+        state = {"step": state["step"] + 1}
+        if not await ctx.checkpoint(state):
             return None
     return {"steps": state["step"], "tools": statuses, "answer": ctx.input}

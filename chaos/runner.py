@@ -21,7 +21,7 @@ from typing import Any
 from django.db import DatabaseError, connection
 
 import runqueue
-from chaos.handlers import KIND
+from chaos.handlers import KIND, KIND_ASYNC
 from chaos.verify import figures
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run
 
@@ -100,6 +100,7 @@ class Counts:
     db_restarts: int = 0
     worker_restarts: int = 0
     inputs_delivered: int = 0
+    cancels: int = 0
     kill_to_reclaim_seconds: list[float] = field(default_factory=list)
 
 
@@ -150,6 +151,8 @@ class ChaosRun:
                 "async=2",
                 "--slots",
                 "maintenance=1",
+                "--slots",
+                "interactive,async=4:loop",
                 "--lease-seconds",
                 str(p.lease_seconds),
                 "--heartbeat-seconds",
@@ -233,6 +236,26 @@ class ChaosRun:
         self.rng.choice(self._live()).proc.send_signal(signal.SIGTERM)
         self.counts.terms += 1
 
+    def cancel(self) -> None:
+        """A user presses stop on a few running turns (sync and async)."""
+
+        def go() -> int:
+            running = list(
+                Run.objects.filter(id__in=self.submitted, status="running").values_list(
+                    "id", flat=True
+                )[:50]
+            )
+            done = 0
+            for run_id in self.rng.sample(running, min(3, len(running))):
+                try:
+                    runqueue.cancel(run_id, reason="chaos", actor="chaos")
+                    done += 1
+                except runqueue.InvalidTransition:
+                    pass  # it ended meanwhile
+            return done
+
+        self.counts.cancels += retrying(go, "cancel")
+
     def terminate_backends(self) -> None:
         def go() -> int:
             with connection.cursor() as cursor:
@@ -264,7 +287,7 @@ class ChaosRun:
 
         def one(i: int) -> Any:
             return runqueue.submit(
-                kind=KIND,
+                kind=KIND_ASYNC if i % 2 else KIND,  # every other turn async
                 payload={
                     "steps": self.rng.randint(1, 4),
                     "work_ms": self.rng.randint(50, 400),
@@ -283,10 +306,10 @@ class ChaosRun:
     def deliver_inputs(self) -> None:
         def go() -> None:
             waiting = Run.objects.filter(status="waiting_for_user").values_list(
-                "session_id", flat=True
+                "session_id", "kind"
             )
-            for session_id in waiting:
-                runqueue.submit(kind=KIND, session_id=session_id, payload={"answer": "yes"})
+            for session_id, kind in waiting:
+                runqueue.submit(kind=kind, session_id=session_id, payload={"answer": "yes"})
                 self.counts.inputs_delivered += 1
 
         retrying(go, "deliver input")
@@ -297,7 +320,14 @@ class ChaosRun:
             ConcurrencyLimit.objects.create(key=key, priority_class=cls, max_running=cap)
         self.submit_until(self.profile.runs // 10)
         self.supervise()
-        faults = [self.kill, self.kill, self.freeze, self.term, self.terminate_backends]
+        faults = [
+            self.kill,
+            self.kill,
+            self.freeze,
+            self.term,
+            self.terminate_backends,
+            self.cancel,
+        ]
         restart_at = started + self.profile.chaos_seconds / 2
         restarted = False
         end = started + self.profile.chaos_seconds
@@ -350,6 +380,7 @@ class ChaosRun:
             "db_restarts": c.db_restarts,
             "worker_restarts": c.worker_restarts,
             "inputs_delivered": c.inputs_delivered,
+            "runs_cancelled_by_the_fault": c.cancels,
             "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),
             "runs_with_a_capped_key": Run.objects.filter(concurrency_key__in=CAPPED_KEYS).count(),
             "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,

@@ -97,6 +97,17 @@ class UncertainOutcome(RunqueueError):
     request was sent, say). Recorded as ``uncertain``, never retried."""
 
 
+class RunCancelled(RunqueueError):
+    """Raised by every ``ctx`` call once the run is cancelled, lost to another
+    worker (fenced) or its worker is stopping: the handler should return.
+    ``reason`` is ``cancelled``, ``fenced`` or ``stopping``."""
+
+    def __init__(self, run_id: object, reason: str) -> None:
+        super().__init__(f"run {run_id} is no longer this handler's to run ({reason})")
+        self.run_id = run_id
+        self.reason = reason
+
+
 #: Failure classifications recorded in ``Run.failure["classification"]``.
 PERMANENT = "permanent"
 TRANSIENT = "transient"

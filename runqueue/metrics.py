@@ -16,14 +16,16 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from runqueue.models import PriorityClass
+from runqueue.outcomes import Reported
 
-OUTCOMES = ("succeeded", "failed", "requeued", "waiting", "fenced", "error")
+OUTCOMES = tuple(o.value for o in Reported)
 
 CLAIMS = Counter("runqueue_worker_claims", "Runs this worker claimed (and started).", ["class"])
 FINISHES = Counter(
     "runqueue_worker_finishes",
     "Runs this worker finished, by outcome: succeeded, failed, requeued, waiting "
-    "(for the user), fenced (another worker owns the run now), error (left to lease expiry).",
+    "(for the user), fenced (another worker owns the run now), error (left to lease expiry), "
+    "given_back (claimed ahead, never started, queued again).",
     ["class", "outcome"],
 )
 FENCED = Counter(
@@ -65,12 +67,9 @@ def claimed(priority: int, wait_seconds: float) -> None:
     _latency[i].observe(wait_seconds)
 
 
-def finished(priority: int, outcome: str, seconds: float | None) -> None:
+def finished(priority: int, outcome: Reported, seconds: float | None) -> None:
     cls = PriorityClass.of(priority)
-    child = _finishes.get((cls.index, outcome))
-    if child is None:
-        child = FINISHES.labels(cls.slug, outcome)
-    child.inc()
+    _finishes[cls.index, outcome].inc()
     if seconds is not None:
         _duration[cls.index].observe(seconds)
 

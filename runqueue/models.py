@@ -583,6 +583,10 @@ class Worker(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: Slots held by a handler told to stop that has not returned yet:
+    #: ``[{"run_id", "group", "reason", "since"}]`` (``since``: ISO time of the
+    #: cancel), rewritten by the worker with ``last_seen_at``.
+    cancelled_slots = models.JSONField(default=list, blank=True)
 
     class Meta:
         db_table = "runqueue_worker"

@@ -21,7 +21,7 @@ from runqueue.models import PriorityClass
 
 if TYPE_CHECKING:
     from runqueue.leases.base import Lease
-    from runqueue.outcomes import ToolOutcome
+    from runqueue.outcomes import Reported, ToolOutcome
 
 logger = logging.getLogger("runqueue.worker")
 lease_logger = logging.getLogger("runqueue.leases")
@@ -60,7 +60,7 @@ def claimed(lease: Lease) -> None:
     )
 
 
-def finished(lease: Lease, outcome: str, seconds: float | None) -> None:
+def finished(lease: Lease, outcome: Reported, seconds: float | None) -> None:
     """The run's outcome is written (or left to lease expiry: ``error``)."""
     run = lease.run
     metrics.finished(run.priority, outcome, seconds)

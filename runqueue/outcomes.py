@@ -12,6 +12,7 @@ worker's observers (``runqueue.observe``, ``runqueue.tracing``) read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar, Literal
 
 from runqueue.failures import Failure
@@ -61,7 +62,37 @@ class Waiting:
     name: ClassVar[str] = "waiting"
 
 
-Outcome = Succeeded | Failed | GaveUp | Waiting
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The handler stopped because its worker is stopping: the run is given
+    back (queued at once, the attempt returned), as a shutdown does."""
+
+    reason: str
+    name: ClassVar[str] = "released"
+
+
+Outcome = Succeeded | Failed | GaveUp | Waiting | Released
+
+
+class Reported(StrEnum):
+    """What became of a lease a worker held, as it reports it (the log
+    line's ``outcome``, the finishes metric's label): every value the
+    worker can report, in one place."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    #: A transient give-up with attempts left: queued again with backoff.
+    REQUEUED = "requeued"
+    #: Waiting for the user's input.
+    WAITING = "waiting"
+    #: The write matched nothing: another worker owns the run, or it was cancelled.
+    FENCED = "fenced"
+    #: The runtime failed or lost the database: left to lease expiry.
+    ERROR = "error"
+    #: Claimed ahead and never started: queued again at once.
+    GIVEN_BACK = "given_back"
+
+
 #: Outcomes written together with the next claim (one statement).
 Finish = Succeeded | Failed
 

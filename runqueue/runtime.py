@@ -1,34 +1,52 @@
 """The handler runtime: the RunContext a handler gets, and running a lease.
 
-A handler is ``fn(ctx) -> result``. It resumes from its last checkpoint
+A handler is ``fn(ctx) -> result``, or ``async def fn(ctx)`` (run on the
+process's event loop, ``runqueue.aio``, with ``AsyncRunContext``: the same
+calls, awaited). It resumes from its last checkpoint
 (``ctx.state``); tool invocations recorded by an earlier attempt are replayed
 from their records instead of running again, and the one left ``started`` is
 decided by its idempotency class: an idempotent tool runs again, a
 non-idempotent one becomes ``uncertain`` and the handler is told so.
 Once the lease is lost, nothing more is written or run for this attempt.
+
+Cancellation reaches the handler: when the run is cancelled (a NOTIFY tells
+the worker at once), its lease is found fenced, or the worker is stopping,
+``ctx.cancelled`` (a ``threading.Event``) is set, every ctx call after it
+raises ``RunCancelled``, and an async handler gets ``CancelledError`` at
+its current ``await``. The fence still decides what may be written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import leases, observe, registry
+from runqueue import aio, leases, observe, registry
 from runqueue.conf import get_settings
-from runqueue.errors import PERMANENT, PermanentError, UncertainOutcome, UnknownKind, classify
+from runqueue.errors import (
+    PERMANENT,
+    PermanentError,
+    RunCancelled,
+    UncertainOutcome,
+    UnknownKind,
+    classify,
+)
 from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
 from runqueue.outcomes import (
     Failed,
     GaveUp,
     Outcome,
+    Released,
     Succeeded,
     ToolOutcome,
     Waiting,
@@ -86,11 +104,24 @@ class RunContext:
         """True once another worker owns the run: stop, nothing more is written."""
         return self.lease.fenced
 
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the handler must stop (the run was cancelled or lost, or the
+        worker is stopping): wait on it, or hand it to a client that can."""
+        return self.lease.cancelled
+
+    def check(self) -> None:
+        """Raise ``RunCancelled`` if the handler must stop (every ctx call does)."""
+        if self.lease.cancelled.is_set():
+            raise RunCancelled(self.lease.run_id, self.lease.cancel_reason)
+
     def heartbeat(self) -> bool:
+        self.check()
         return leases.heartbeat(self.lease)
 
     def checkpoint(self, state: JSON) -> bool:
         """Save ``state``; a later attempt resumes with it as ``ctx.state``."""
+        self.check()
         ok = leases.checkpoint(self.lease, state, tool_seq=self._seq)
         if ok:
             self.state = state
@@ -99,10 +130,12 @@ class RunContext:
     def emit(self, event_type: str, data: dict[str, JSON] | None = None) -> bool:
         """Publish a progress event to the run's stream (through the fence);
         False once fenced. ValueError for a reserved type or oversized data."""
+        self.check()
         return stream_emit(self.lease, event_type, data)
 
     def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
         """Return this from the handler to wait for the user's answer."""
+        self.check()
         return AskUser(question=question, state=self.state if state is None else state)
 
     def idempotency_key(self, seq: int) -> str:
@@ -118,14 +151,30 @@ class RunContext:
         idempotency: str = Idempotency.NON_IDEMPOTENT,
     ) -> ToolOutcome:
         """Run a side effect at most once per record; see the module docstring."""
+        self.check()
         with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
-            outcome = self._invoke_tool(name, fn, args, Idempotency(idempotency))
+            begun = self.tool_begin(name, args, Idempotency(idempotency))
+            if isinstance(begun, ToolOutcome):
+                outcome = begun
+            else:
+                seq, call_args = begun
+                try:
+                    value = _call(fn, call_args, self.idempotency_key(seq))
+                except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's
+                    outcome = self.tool_failed(seq, exc)
+                else:
+                    outcome = self.tool_done(seq, value)
             traced.done(outcome)
         return outcome
 
-    def _invoke_tool(
-        self, name: str, fn: Callable[..., JSON], args: dict[str, JSON] | None, idempotency: str
-    ) -> ToolOutcome:
+    # The steps of a tool call, shared with AsyncRunContext (which awaits the
+    # tool itself between them, on the loop).
+
+    def tool_begin(
+        self, name: str, args: dict[str, JSON] | None, idempotency: str
+    ) -> ToolOutcome | tuple[int, dict[str, JSON]]:
+        """Number the call; its recorded outcome if an earlier attempt has one
+        (or ``fenced``); else record it started: (seq, args) to run it with."""
         seq = self._seq
         self._seq += 1
         if self.fenced:
@@ -145,21 +194,36 @@ class RunContext:
             self.lease, seq=seq, tool=name, idempotency=idempotency, arguments=args
         ):
             return ToolOutcome(status="fenced", seq=seq)
-        try:
-            value = _call(fn, args, self.idempotency_key(seq))
-        except UncertainOutcome as exc:
-            error = {"type": type(exc).__name__, "message": str(exc)}
+        return seq, args
+
+    def tool_failed(self, seq: int, exc: BaseException) -> ToolOutcome:
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, UncertainOutcome):
             leases.record_tool_outcome(
                 self.lease, seq=seq, status=ToolStatus.UNCERTAIN, error=error
             )
             return ToolOutcome(status="uncertain", seq=seq, error=error)
-        except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's to handle
-            error = {"type": type(exc).__name__, "message": str(exc)}
-            leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.FAILED, error=error)
-            return ToolOutcome(status="failed", seq=seq, error=error)
+        leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.FAILED, error=error)
+        return ToolOutcome(status="failed", seq=seq, error=error)
+
+    def tool_done(self, seq: int, value: JSON) -> ToolOutcome:
         value = _jsonable(value)
         leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.COMPLETED, result=value)
         return ToolOutcome(status="completed", seq=seq, value=value)
+
+    def tool_interrupted(self, seq: int, idempotency: str) -> None:
+        """Cancellation cut the call short: a non-idempotent call may or may
+        not have happened (``uncertain``, if the lease still allows the write;
+        a cancel marks it so itself); an idempotent one stays ``started`` and
+        runs again on the next attempt."""
+        if idempotency == Idempotency.IDEMPOTENT:
+            return
+        error = {
+            "type": "RunCancelled",
+            "message": f"the call was interrupted ({self.lease.cancel_reason or 'cancelled'}): "
+            "it may or may not have happened",
+        }
+        leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.UNCERTAIN, error=error)
 
     def _replay(self, recorded: ToolInvocation) -> ToolOutcome | None:
         """The outcome recorded by an earlier attempt, or None to run again."""
@@ -188,6 +252,93 @@ class RunContext:
         ):
             return ToolOutcome(status="fenced", seq=seq)
         return ToolOutcome(status="uncertain", seq=seq, error=error)
+
+
+class AsyncRunContext:
+    """What an ``async def`` handler sees: ``RunContext``'s calls, awaited.
+
+    Each write runs the sync context's own fenced code on a database thread
+    (``runqueue.aio.db``), so its semantics are the same by construction;
+    an async tool is awaited on the loop between its start and outcome
+    records. ``ctx.cancelled`` and ``RunCancelled`` behave as in a sync
+    handler, and the handler's task is cancelled at its current ``await``.
+    """
+
+    def __init__(self, sync: RunContext) -> None:
+        self.sync = sync
+
+    lease = property(lambda self: self.sync.lease)
+    run = property(lambda self: self.sync.run)
+    payload = property(lambda self: self.sync.payload)
+    input = property(lambda self: self.sync.input)
+    attempt = property(lambda self: self.sync.attempt)
+    fenced = property(lambda self: self.sync.fenced)
+    cancelled = property(lambda self: self.sync.cancelled)
+
+    @property
+    def state(self) -> JSON:
+        return self.sync.state
+
+    def check(self) -> None:
+        self.sync.check()
+
+    async def heartbeat(self) -> bool:
+        self.check()
+        return await aio.db(self.sync.heartbeat)
+
+    async def checkpoint(self, state: JSON) -> bool:
+        self.check()
+        return await aio.db(self.sync.checkpoint, state)
+
+    async def emit(self, event_type: str, data: dict[str, JSON] | None = None) -> bool:
+        self.check()
+        return await aio.db(self.sync.emit, event_type, data)
+
+    def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
+        return self.sync.ask_user(question, state)
+
+    def idempotency_key(self, seq: int) -> str:
+        return self.sync.idempotency_key(seq)
+
+    async def invoke_tool(
+        self,
+        name: str,
+        fn: Callable[..., JSON] | Callable[..., Awaitable[JSON]],
+        *,
+        args: dict[str, JSON] | None = None,
+        idempotency: str = Idempotency.NON_IDEMPOTENT,
+    ) -> ToolOutcome:
+        """``RunContext.invoke_tool``, awaited; ``fn`` may be ``async def``
+        (awaited on the loop) or sync (run in a thread, the loop stays free)."""
+        self.check()
+        sync = self.sync
+        with observe.tool(sync.lease, name, idempotency) as traced:
+            begun = await aio.db(sync.tool_begin, name, args, Idempotency(idempotency))
+            if isinstance(begun, ToolOutcome):
+                outcome = begun
+            else:
+                seq, call_args = begun
+                key = sync.idempotency_key(seq)
+                try:
+                    if aio.is_async(fn):
+                        value = await _acall(fn, call_args, key)
+                    else:
+                        value = await aio.in_thread(_call, fn, call_args, key)
+                except asyncio.CancelledError:
+                    await aio.db(sync.tool_interrupted, seq, idempotency)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's
+                    outcome = await aio.db(sync.tool_failed, seq, exc)
+                else:
+                    outcome = await aio.db(sync.tool_done, seq, value)
+            traced.done(outcome)
+        return outcome
+
+
+async def _acall(fn: Callable[..., Awaitable[JSON]], args: dict[str, JSON], key: str) -> JSON:
+    if _accepts_key(fn):
+        return await fn(**args, idempotency_key=key)
+    return await fn(**args)
 
 
 def _call(fn: Callable[..., JSON], args: dict[str, JSON], key: str) -> JSON:
@@ -239,22 +390,72 @@ def decide(lease: leases.Lease) -> Outcome:
     it makes them. A database error under the handler is raised: the
     connection failed, nothing can be written now, and the lease is left to
     expire so the sweeper requeues the run (the only requeue path).
+    An async handler runs on the process's loop; this thread waits for it.
     """
     try:
         fn = registry.lookup(lease.run.kind)
     except UnknownKind as exc:
         return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+    if aio.is_async(fn):
+        return aio.run(_decide_async(lease, fn)).result()
     ctx = build_context(lease)
     try:
         result = fn(ctx)
     except (OperationalError, InterfaceError):
         raise
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
-        transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
-        if classify(exc, transient) == PERMANENT:
-            logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
-            return Failed(permanent_failure(exc, lease.attempt))
+        return _raised(lease, exc)
+    return _returned(lease, ctx, result)
+
+
+async def decide_async(lease: leases.Lease) -> Outcome:
+    """``decide`` for a slot on the loop: an async handler runs here, a sync
+    one in a thread of its own (``aio.in_thread``)."""
+    try:
+        fn = registry.lookup(lease.run.kind)
+    except UnknownKind as exc:
+        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+    if not aio.is_async(fn):
+        return await aio.in_thread(decide, lease)
+    return await _decide_async(lease, fn)
+
+
+async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]]) -> Outcome:
+    ctx = AsyncRunContext(await aio.db(build_context, lease))
+    # The handler gets a task of its own, so a cancel that lands after it
+    # returned cancels nothing else; the lease cancels it from any thread.
+    task = asyncio.ensure_future(fn(ctx))
+    loop = asyncio.get_running_loop()
+    lease.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+    try:
+        result = await task
+    except asyncio.CancelledError as exc:
+        if not lease.cancelled.is_set():
+            raise  # not the run's cancel: the loop itself is going away
+        return _raised(lease, RunCancelled(lease.run_id, lease.cancel_reason), exc)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
+        return _raised(lease, exc)
+    return _returned(lease, ctx.sync, result)
+
+
+def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = None) -> Outcome:
+    """How an attempt whose handler raised ``exc`` ended."""
+    if lease.cancelled.is_set():
+        if lease.cancel_reason == "stopping":
+            return Released("shutdown")  # queued at once, the attempt handed back
+        # Cancelled or lost: the outcome's write is fenced, as any would be.
         return GaveUp(exc)
+    transient = _transient_classes(get_settings().TRANSIENT_EXCEPTIONS)
+    if classify(exc, transient) == PERMANENT:
+        logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
+        return Failed(permanent_failure(exc, lease.attempt))
+    return GaveUp(exc)
+
+
+def _returned(lease: leases.Lease, ctx: RunContext, result: JSON | AskUser) -> Outcome:
+    """How an attempt whose handler returned ``result`` ended."""
     try:
         if isinstance(result, AskUser):
             json_text(result.question, "question")

@@ -143,3 +143,27 @@ def pay(ctx: RunContext) -> Any:
 
 # A kind with a long name, for the admin's layout at 1366 px.
 runqueue.handler("test.customer-support.refund-negotiation-with-escalation")(_echo)
+
+
+@runqueue.handler("test.cooperative")
+def cooperative(ctx: RunContext) -> dict:
+    """Waits until told to stop (ctx.cancelled), records why, and returns."""
+    ledger(ctx.run.id, "started", ctx.lease.owner)
+    if ctx.cancelled.wait(120):
+        ledger(ctx.run.id, "cancelled", ctx.lease.cancel_reason)
+        ctx.heartbeat()  # raises RunCancelled: every ctx call after the cancel does
+    return {"cancelled": False}
+
+
+@runqueue.handler("test.async_cooperative")
+async def async_cooperative(ctx: Any) -> dict:
+    """Awaits a long fake model call; records the CancelledError it gets."""
+    import asyncio
+
+    ledger(ctx.run.id, "started", ctx.lease.owner)
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        ledger(ctx.run.id, "cancelled", ctx.lease.cancel_reason)
+        raise
+    return {"cancelled": False}

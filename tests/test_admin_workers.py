@@ -23,3 +23,29 @@ def test_held_leases_are_counted_per_worker() -> None:
     w2 = Worker.objects.create(id="W2", hostname="h", pid=2)
     other = Worker.objects.create(id="W22", hostname="h", pid=3)  # not a prefix match
     assert [model_admin.held(x) for x in (w, w2, other)] == [2, 1, 0]
+
+
+def test_the_worker_page_shows_slots_held_by_cancelled_runs(admin_client) -> None:
+    """A handler told to stop that has not returned: which run holds which
+    slot, why, and for how long, as the worker last reported it."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    since = (timezone.now() - dt.timedelta(seconds=42)).isoformat()
+    Worker.objects.create(
+        id="W",
+        hostname="h",
+        pid=1,
+        cancelled_slots=[
+            {"run_id": "1b2c", "group": "interactive", "reason": "cancelled", "since": since}
+        ],
+    )
+    Worker.objects.create(id="W2", hostname="h", pid=2)
+    model_admin = admin.site._registry[Worker]
+    assert model_admin.held_by_cancelled(Worker.objects.get(id="W2")) == "-"
+    text = model_admin.held_by_cancelled(Worker.objects.get(id="W"))
+    assert text.startswith("interactive slot: run 1b2c (cancelled) for 4")
+    page = admin_client.get("/admin/runqueue/worker/")
+    assert page.status_code == 200
+    assert "run 1b2c (cancelled)" in page.content.decode()

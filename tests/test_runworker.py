@@ -141,6 +141,34 @@ def test_sigterm_gives_back_what_the_grace_period_did_not_cover(start_worker) ->
     assert Worker.objects.get(id="A").stopped_at is not None
 
 
+def test_sigterm_tells_handlers_to_stop_before_the_grace_ends(start_worker) -> None:
+    """Halfway through the grace, running handlers are told to stop: a sync
+    one waiting on ctx.cancelled and an async one at its await return, and
+    their runs are given back at once; one that ignores it is logged and
+    given back when the grace ends."""
+    sync_run = runqueue.submit(kind="test.cooperative").run.id
+    async_run = runqueue.submit(kind="test.async_cooperative").run.id
+    stubborn = runqueue.submit(kind="test.block").run.id
+    w = start_worker(
+        "--slots", "interactive=2", "--slots", "interactive=1:loop",
+        "--grace-seconds", "6", "--worker-id", "W",
+    )  # fmt: skip
+    for run_id in (sync_run, async_run, stubborn):
+        wait_until(lambda r=run_id: ledger_rows(r, "started"), what="every run to start")
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0, w.output()
+    assert ledger_rows(sync_run, "cancelled") == ["stopping"]
+    assert ledger_rows(async_run, "cancelled") == ["stopping"]
+    for run_id in (sync_run, async_run, stubborn):
+        run = Run.objects.get(id=run_id)
+        assert (run.status, run.attempts) == ("queued", 0)  # given back, attempt returned
+        assert RunEvent.objects.get(run_id=run_id, type="run.requeued").data["reason"] == (
+            "shutdown"
+        )
+    ignored = [line for line in w.output().splitlines() if "ignored the stop" in line]
+    assert len(ignored) == 1 and str(stubborn) in ignored[0], w.output()
+
+
 def test_interactive_is_claimed_before_a_queued_async_backlog(start_worker) -> None:
     """Reserved capacity: every async slot busy, thousands of async runs queued."""
     blocker = runqueue.submit(kind="test.block", priority=PriorityClass.ASYNC).run.id

@@ -8,13 +8,15 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connection
 
 import runqueue
 from runqueue import leases
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
-from runqueue.outcomes import Succeeded
+from runqueue.outcomes import Reported, Succeeded
+from runqueue.testing import ready
 from runqueue.worker import group as group_module
-from runqueue.worker.group import Box, Group
+from runqueue.worker.group import Box, Group, GroupConfig
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.helpers import event_types, wait_until
@@ -62,18 +64,29 @@ class FakeSlot:
         return self.lease
 
 
+def _wake(group: Group) -> None:
+    """``group.wake`` as the LISTEN thread calls it; this thread's
+    connection (a claim on wake-up opens one) is closed after."""
+    try:
+        group.wake()
+    finally:
+        connection.close()
+
+
 def _group(size: int, *, classes=(ASYNC,), ahead: int = 0, batch: int = 10) -> Group:
     finished: list = []
-    group = Group(
-        "test",
-        classes,
-        size,
+    config = GroupConfig(
+        label="test",
+        classes=classes,
+        size=size,
         owner="w/test",
         lease_seconds=30,
         claim_batch=batch,
         ahead=ahead,
         poll_seconds=30,
-        burst=False,
+    )
+    group = Group(
+        config,
         finished=lambda lease, outcome: finished.append((lease.run_id, outcome)),
     )
     group.reported = finished  # type: ignore[attr-defined]
@@ -130,6 +143,83 @@ def test_a_group_never_claims_outside_its_classes() -> None:
         _stop(group)
 
 
+def test_a_wake_up_claims_for_an_idle_interactive_slot_in_the_waking_thread(
+    monkeypatch,
+) -> None:
+    group = _group(1, classes=(INTERACTIVE,))
+    assert group.claims_on_wake
+    slot = _started(group)
+    claimers: list[str] = []
+    claim = leases.finish_and_claim
+
+    def spy(finishes, spec):
+        claimers.append(threading.current_thread().name)
+        return claim(finishes, spec)
+
+    monkeypatch.setattr(leases, "finish_and_claim", spy)
+    try:
+        wait_until(lambda: group.rounds >= 1, what="the first round")
+        rounds = group.rounds
+        (run_id,) = _submit(1, INTERACTIVE)
+        waker = threading.Thread(target=_wake, args=(group,), name="waker")
+        waker.start()
+        assert slot.got().run_id == run_id
+        waker.join(30)
+        # The waking thread claimed and handed the lease over; the group
+        # thread made no round for it.
+        assert claimers[-1] == "waker" and group.claims_on_wakes == 1
+        assert group.rounds == rounds
+        assert [lease.run_id for lease in group.held()] == [run_id]
+    finally:
+        _stop(group)
+
+
+def test_wake_ups_racing_the_group_thread_never_claim_beyond_the_idle_slots() -> None:
+    """Slots hand outcomes over (the group thread claims for them) while four
+    threads wake the group (each may claim for idle slots itself): every
+    claimed run goes to a slot, never more than the slots."""
+    ids = _submit(30, INTERACTIVE)
+    group = _group(2, classes=(INTERACTIVE,))
+    slots = [FakeSlot(group) for _ in range(2)]
+    for slot in slots:
+        slot.exchange()
+    group.start()
+    try:
+        current = [slot.got() for slot in slots]
+        seen = {lease.run_id for lease in current}
+        for _ in range(8):
+            barrier = threading.Barrier(6)
+
+            def hand_over(
+                slot: FakeSlot, lease: leases.Lease, barrier: threading.Barrier = barrier
+            ) -> None:
+                barrier.wait(30)
+                slot.exchange((lease, Succeeded.of(None)))
+
+            def wake(barrier: threading.Barrier = barrier) -> None:
+                barrier.wait(30)
+                _wake(group)
+
+            threads = [
+                threading.Thread(target=hand_over, args=pair)
+                for pair in zip(slots, current, strict=True)
+            ] + [threading.Thread(target=wake) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            current = [slot.got() for slot in slots]
+            assert len({lease.run_id for lease in current}) == 2
+            assert not seen & {lease.run_id for lease in current}
+            seen |= {lease.run_id for lease in current}
+            assert sorted(group.held(), key=id) == sorted(current, key=id)
+            assert ready(group) == []
+            assert _running() == 2
+        assert seen <= set(ids) and len(seen) == 18
+    finally:
+        _stop(group)
+
+
 def test_an_outcome_is_written_with_the_next_claim_and_ends_the_lease() -> None:
     first, second = _submit(2)
     group = _group(1)
@@ -166,8 +256,8 @@ def test_claims_ahead_only_once_runs_are_short_and_never_starts_a_lost_lease(
         slot.exchange((first, Succeeded.of(None)))
         second = slot.got()
         # The first run was short: the round claimed one ahead of the slot.
-        wait_until(lambda: len(group.ready()) == 1, what="a lease claimed ahead")
-        (ahead,) = group.ready()
+        wait_until(lambda: len(ready(group)) == 1, what="a lease claimed ahead")
+        (ahead,) = ready(group)
         assert _running() == 2 and ahead in group.held()
         # The run held ahead is cancelled; the heartbeat finds the lease fenced.
         runqueue.cancel(ahead.run_id, reason="test", actor="t")
@@ -193,15 +283,16 @@ def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) ->
         first = slot.got()
         slot.exchange((first, Succeeded.of(None)))
         busy = slot.got()  # the slot now stays busy with this one
-        wait_until(lambda: len(group.ready()) == 1, what="a lease claimed ahead")
-        (ahead,) = group.ready()
+        wait_until(lambda: len(ready(group)) == 1, what="a lease claimed ahead")
+        (ahead,) = ready(group)
         wait_until(lambda: ahead not in group.held(), what="the lease ahead to be given back")
-        assert group.ready() == []
+        assert ready(group) == []
         given_back = RunEvent.objects.filter(type="run.requeued")
         assert [(e.run_id, e.data["reason"]) for e in given_back] == [
             (ahead.run_id, "claimed_ahead")
         ]
         assert Run.objects.get(id=ahead.run_id).status == RunStatus.QUEUED
+        assert (ahead.run_id, Reported.GIVEN_BACK) in group.reported
         assert _running() == 1  # only the busy slot's run
         assert busy in group.held()
     finally:

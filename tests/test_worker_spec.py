@@ -21,7 +21,15 @@ from runqueue.worker.spec import SlotSpec, shape
 )
 def test_slot_specs_parse(text: str, classes: tuple, count: int) -> None:
     spec = SlotSpec.parse(text)
-    assert (spec.classes, spec.count) == (classes, count)
+    assert (spec.classes, spec.count, spec.loop) == (classes, count, False)
+
+
+def test_slots_on_the_loop_parse_and_may_be_many() -> None:
+    spec = SlotSpec.parse("async=500:loop")
+    assert (spec.classes, spec.count, spec.loop) == ((PriorityClass.ASYNC,), 500, True)
+    assert SlotSpec.parse(" interactive = 2 : LOOP ").loop
+    specs = (spec, SlotSpec.parse("async=2"))
+    assert shape(specs) == {"async:loop": 500, "async": 2}
 
 
 @pytest.mark.parametrize(
@@ -36,6 +44,9 @@ def test_slot_specs_parse(text: str, classes: tuple, count: int) -> None:
         ("async,async=2", "class 'async' is named twice"),
         ("async=two", "slot count must be a whole number, got 'two'"),
         ("async=0", "slot count must be between 1 and 256, got 0"),
+        ("async=500", "slot count must be between 1 and 256, got 500"),
+        ("async=10001:loop", "slot count must be between 1 and 10000, got 10001"),
+        ("async=5:threads", "unknown slot mode 'threads' in 'async=5:threads'; the one mode"),
     ],
 )
 def test_bad_slot_specs_say_why(text: str, message: str) -> None:

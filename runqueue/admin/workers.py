@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.contrib.admin.options import Action, ActionLocation
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
@@ -17,7 +18,17 @@ from runqueue.models import Run, RunStatus, Worker
 
 @admin.register(Worker)
 class WorkerAdmin(GuardedAdmin):
-    list_display = ["id", "hostname", "pid", "slot_groups", "held", "live", "last_seen", "started"]
+    list_display = [
+        "id",
+        "hostname",
+        "pid",
+        "slot_groups",
+        "held",
+        "held_by_cancelled",
+        "live",
+        "last_seen",
+        "started",
+    ]
     list_filter = ["stopped_at"]
     search_fields = ["=id", "hostname"]
 
@@ -59,3 +70,18 @@ class WorkerAdmin(GuardedAdmin):
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, worker: Worker) -> str:
         return display.age(worker.last_seen_at) + " ago"
+
+    @admin.display(description="slots held by cancelled runs")
+    def held_by_cancelled(self, worker: Worker) -> str:
+        """Slots whose handler was told to stop (cancelled, lost, shutdown) and
+        has not returned: which run, why, and for how long (as of the worker's
+        last report)."""
+        if worker.stopped_at is not None or not worker.cancelled_slots:
+            return "-"
+        return "; ".join(_held(slot) for slot in worker.cancelled_slots)
+
+
+def _held(slot: dict[str, str]) -> str:
+    since = parse_datetime(slot.get("since", ""))
+    age = display.duration(timezone.now() - since) if since else "?"
+    return f"{slot.get('group')} slot: run {slot.get('run_id')} ({slot.get('reason')}) for {age}"

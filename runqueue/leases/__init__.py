@@ -19,7 +19,9 @@ from runqueue.leases.base import (
     backoff,
     hooks,
     notify,
+    notify_cancel,
     notify_payload,
+    parse_cancel,
 )
 from runqueue.leases.claim import (
     ClaimSpec,
@@ -71,7 +73,9 @@ __all__ = [
     "label",
     "hooks",
     "notify",
+    "notify_cancel",
     "notify_payload",
+    "parse_cancel",
     "permanent_failure",
     "record_tool_outcome",
     "record_tool_started",

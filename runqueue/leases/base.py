@@ -58,6 +58,17 @@ class Lease:
     #: (``time.monotonic()``; 0 until then).
     claimed: float = field(default_factory=time.monotonic)
     started: float = 0.0
+    #: The handler returned and its slot handed the outcome over (the lease
+    #: is held until the outcome is written).
+    returned: bool = False
+    #: Set when the handler must stop: the run was cancelled or lost
+    #: (``cancel_reason`` says which: cancelled, fenced, stopping). A sync
+    #: handler may wait on it or hand it to an HTTP client.
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    cancel_reason: str = ""
+    #: When it was set (``time.monotonic()``; 0 until then).
+    cancelled_at: float = 0.0
+    _on_cancel: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # One worker transaction at a time per lease (handler and heartbeat
     # threads share it), so a heartbeat never races its own finish.
@@ -69,12 +80,38 @@ class Lease:
 
     def mark_fenced(self) -> bool:
         """Mark the lease fenced; False if it already was (``run.fenced`` is
-        recorded once per lease, whichever thread finds out first)."""
+        recorded once per lease, whichever thread finds out first). The
+        handler is told to stop (``cancel``)."""
         with self._lock:
             if self.fenced:
                 return False
             self.fenced = True
-            return True
+        self.cancel("fenced")
+        return True
+
+    def cancel(self, reason: str) -> bool:
+        """Tell the handler to stop (``RunCancelled``, ``asyncio.CancelledError``);
+        False if it was told already. Writes nothing: the fence stays the
+        only judge of what may still be written."""
+        with self._lock:
+            if self.cancelled.is_set():
+                return False
+            self.cancel_reason = reason
+            self.cancelled_at = time.monotonic()
+            self.cancelled.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            callback()
+        return True
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (from any thread) when the lease is cancelled; at
+        once if it already is."""
+        with self._lock:
+            if not self.cancelled.is_set():
+                self._on_cancel.append(callback)
+                return
+        callback()
 
     @property
     def epoch(self) -> int:
@@ -110,6 +147,35 @@ def notify(priority: int | None) -> None:
     payload = "" if priority is None else notify_payload(priority)
     with connection.cursor() as cursor:
         execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
+
+
+#: A NOTIFY payload that tells the worker holding a run that it lost it:
+#: ``cancel:<run id>:<epoch now>`` (a lease of an older epoch is fenced).
+CANCEL_PREFIX = "cancel:"
+
+
+def notify_cancel(run_id: object, epoch: int) -> None:
+    """Tell the worker running ``run_id`` to stop its handler, on commit."""
+    with connection.cursor() as cursor:
+        execute(
+            cursor,
+            "notify",
+            {
+                "channel": get_settings().NOTIFY_CHANNEL,
+                "payload": f"{CANCEL_PREFIX}{run_id}:{epoch}",
+            },
+        )
+
+
+def parse_cancel(payload: str) -> tuple[uuid.UUID, int] | None:
+    """(run id, epoch) of a cancel payload; None for any other payload."""
+    if not payload.startswith(CANCEL_PREFIX):
+        return None
+    run_id, _, epoch = payload[len(CANCEL_PREFIX) :].partition(":")
+    try:
+        return uuid.UUID(run_id), int(epoch)
+    except ValueError:
+        return None
 
 
 def check_json(value: object, what: str) -> None:

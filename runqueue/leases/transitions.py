@@ -25,9 +25,11 @@ from runqueue.leases.base import (
     hooks,
     logger,
     notify,
+    notify_cancel,
 )
 from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import (
+    Idempotency,
     Run,
     RunStatus,
     ToolInvocation,
@@ -108,7 +110,34 @@ def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str) -> Run:
                 raise RunNotFound(run_id)
             raise InvalidTransition(run_id, status, "cancel")
         events.append(run_id, events.CANCELLED, row[1], {"reason": reason, "actor": actor})
+        _interrupted_tools(row[0], row[1])
+        # The worker running it (if any) stops its handler on commit; the
+        # others find no lease of that run and ignore it.
+        notify_cancel(row[0], row[1])
     return Run.objects.get(id=run_id)
+
+
+def _interrupted_tools(run_id: uuid.UUID, epoch: int) -> None:
+    """A non-idempotent tool call started and not recorded when the run is
+    cancelled may or may not have happened: ``uncertain`` (an operator can
+    resolve it). An idempotent one needs no answer: nothing reruns it."""
+    started = ToolInvocation.objects.filter(
+        run_id=run_id, status=ToolStatus.STARTED, idempotency=Idempotency.NON_IDEMPOTENT
+    )
+    seqs = list(started.values_list("seq", flat=True))
+    if not seqs:
+        return
+    started.update(
+        status=ToolStatus.UNCERTAIN,
+        error={
+            "type": "RunCancelled",
+            "message": "the run was cancelled while the call was in flight: "
+            "it may or may not have happened",
+        },
+        finished_at=timezone.now(),
+    )
+    for seq in seqs:
+        events.append(run_id, events.TOOL_UNCERTAIN, epoch, {"seq": seq})
 
 
 def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:

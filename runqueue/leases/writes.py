@@ -34,6 +34,8 @@ from runqueue.outcomes import (
     Finish,
     GaveUp,
     Outcome,
+    Released,
+    Reported,
     Succeeded,
     Waiting,
     json_text,
@@ -200,18 +202,22 @@ def write(lease: Lease, outcome: Outcome) -> bool:
             return give_up(lease, error)
         case Waiting(question=question, state=state, tool_seq=tool_seq):
             return wait_for_user(lease, question, state, tool_seq=tool_seq)
+        case Released(reason=reason):
+            return release(lease, reason)
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
-def label(lease: Lease, outcome: Outcome, written: bool) -> str:
+def label(lease: Lease, outcome: Outcome, written: bool) -> Reported:
     """What the run became, for logs and metrics: succeeded, failed,
     requeued, waiting, or fenced when the write matched nothing."""
     if not written:
-        return "fenced"
+        return Reported.FENCED
+    if isinstance(outcome, Released):
+        return Reported.GIVEN_BACK
     if isinstance(outcome, GaveUp):
         # attempts has not moved since the claim: the same test the SQL makes.
-        return "failed" if lease.attempt >= lease.run.max_attempts else "requeued"
-    return outcome.name
+        return Reported.FAILED if lease.attempt >= lease.run.max_attempts else Reported.REQUEUED
+    return Reported(outcome.name)
 
 
 def heartbeat_many(held: Sequence[Lease]) -> list[Lease]:

@@ -24,10 +24,21 @@ interactive class never claims ahead.
 
 A run is never claimed for a slot that is not idle or about to be: what is
 claimed starts at once or as soon as a run of the group ends.
+
+Pickup: a group that never claims ahead (the interactive class's) claims
+for its idle slots in the thread that learns runs are due (the LISTEN
+thread, ``wake``) and hands each lease straight to its slot: a wake-up
+crosses one thread boundary (listener to slot) instead of two, and each
+boundary can cost a GIL switch interval (5 ms) while another thread runs
+Python. Only claims move there: outcomes are still written by the group
+thread alone. The idle slots a claim is for are taken out of the idle list
+while it runs, so the group thread and the waking thread never claim for
+the same slot.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -35,13 +46,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from django.db import DatabaseError, connection
 
 from runqueue import leases
 from runqueue.models import PriorityClass
-from runqueue.outcomes import Failed, Outcome, Succeeded
+from runqueue.outcomes import Failed, Outcome, Reported, Succeeded
 from runqueue.worker.services import ConnectionCheck, retrying
 
 logger = logging.getLogger("runqueue.worker")
@@ -50,6 +62,14 @@ logger = logging.getLogger("runqueue.worker")
 AHEAD_BELOW_SECONDS = 0.1
 #: A lease claimed ahead that waited this long for a slot is given back.
 AHEAD_WAIT_SECONDS = 1.0
+
+
+#: ``Group._exchange``: no lease ready, the box waits for one.
+class _Wait:
+    pass
+
+
+_WAIT = _Wait()
 
 #: What a slot hands over: its lease and how the run ended (None: the
 #: runtime failed or lost the database; the lease is left to expire).
@@ -63,7 +83,7 @@ class Dispatch(Protocol):
 
 
 class Box:
-    """A slot's mailbox: its next lease, or None when the group stops."""
+    """A slot thread's mailbox: its next lease, or None when the group stops."""
 
     __slots__ = ("event", "lease")
 
@@ -71,34 +91,82 @@ class Box:
         self.event = threading.Event()
         self.lease: leases.Lease | None = None
 
+    def arm(self) -> None:
+        """About to wait (under the group's lock)."""
+        self.event.clear()
+        self.lease = None
+
+    def deliver(self, lease: leases.Lease | None) -> None:
+        """Hand over the next lease (None: stop), from any thread."""
+        self.lease = lease
+        self.event.set()
+
+
+class LoopBox(Box):
+    """The mailbox of a slot on the event loop: a future instead of an event."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.future: asyncio.Future[leases.Lease | None] = loop.create_future()
+
+    def arm(self) -> None:
+        self.lease = None
+        self.future = self.loop.create_future()  # on the loop's thread
+
+    def deliver(self, lease: leases.Lease | None) -> None:
+        self.lease = lease
+        future = self.future
+        self.loop.call_soon_threadsafe(_resolve, future, lease)
+
+
+def _resolve(future: asyncio.Future[leases.Lease | None], lease: leases.Lease | None) -> None:
+    if not future.done():
+        future.set_result(lease)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupConfig:
+    """One slot group's shape and claim settings (``Pool`` builds one per
+    ``--slots`` spec)."""
+
+    label: str
+    classes: tuple[PriorityClass, ...]
+    size: int
+    #: The owner its leases carry: ``<worker id>/<label>``.
+    owner: str
+    lease_seconds: float
+    #: At most this many runs per claim statement.
+    claim_batch: int = 32
+    #: Leases held beyond the idle slots while runs are short (interactive: never).
+    ahead: int = 0
+    #: The poll under NOTIFY: claim at least this often while a slot is idle.
+    poll_seconds: float = 5.0
+    #: Stop once the queue is empty and every slot is idle.
+    burst: bool = False
+
+    @property
+    def claims_ahead(self) -> int:
+        """Leases claimed ahead at most: an interactive run never waits behind another."""
+        return 0 if PriorityClass.INTERACTIVE in self.classes else max(0, self.ahead)
+
 
 class Group(threading.Thread):
     def __init__(
-        self,
-        label: str,
-        classes: tuple[PriorityClass, ...],
-        size: int,
-        *,
-        owner: str,
-        lease_seconds: float,
-        claim_batch: int,
-        ahead: int,
-        poll_seconds: float,
-        burst: bool,
-        finished: Callable[[leases.Lease, str], None],
+        self, config: GroupConfig, *, finished: Callable[[leases.Lease, Reported], None]
     ) -> None:
-        super().__init__(name=f"runqueue-group-{label}", daemon=True)
-        self.label = label
-        self.classes = classes
-        self.class_names = frozenset(c.slug for c in classes)
-        self.size = size
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.claim_batch = max(1, claim_batch)
-        # An interactive run never waits behind another: no claiming ahead.
-        self.ahead = 0 if PriorityClass.INTERACTIVE in classes else max(0, ahead)
-        self.poll_seconds = poll_seconds
-        self.burst = burst
+        super().__init__(name=f"runqueue-group-{config.label}", daemon=True)
+        self.config = config
+        self.label = config.label
+        self.classes = config.classes
+        self.class_names = frozenset(c.slug for c in config.classes)
+        self.size = config.size
+        self.claim_batch = max(1, config.claim_batch)
+        self.ahead = config.claims_ahead
+        #: Wake-ups claim for idle slots in the waking thread (``wake``).
+        self.claims_on_wake = self.ahead == 0 and not config.burst
         self._finished = finished
         self._cond = threading.Condition()
         self._outcomes: list[Done] = []
@@ -110,21 +178,47 @@ class Group(threading.Thread):
         self._due = True
         #: Bumped by every wake-up, so one that lands during a claim is kept.
         self._wakes = 0
+        #: The group thread is claiming: a wake-up leaves the claim to it.
+        self._claiming = False
+        #: Claims running in a waking thread: the group thread outlives them.
+        self._inflight = 0
         self._stopping = False
         self._closed = False
         #: Average run time (seconds; unknown until a run ended): claim
         #: ahead only for short runs.
         self._run_seconds = float("inf")
+        self._wake_check = ConnectionCheck()
         #: Statements written, and outcomes in them (logged at shutdown).
         self.rounds = 0
         self.outcomes_written = 0
+        #: Claims made by the waking thread (``wake``).
+        self.claims_on_wakes = 0
+
+    def _spec(self, limit: int) -> leases.ClaimSpec:
+        return leases.ClaimSpec(self.config.owner, self.classes, limit, self.config.lease_seconds)
 
     # --- slots (their threads) -------------------------------------------------
 
     def exchange(self, box: Box, done: Done | None) -> leases.Lease | None:
         """Hand over how the last run ended; wait for the next lease (None: stop)."""
+        lease = self._exchange(box, done)
+        if not isinstance(lease, _Wait):
+            return lease
+        box.event.wait()
+        return box.lease
+
+    async def exchange_async(self, box: LoopBox, done: Done | None) -> leases.Lease | None:
+        """``exchange`` for a slot on the event loop: awaits instead of blocking."""
+        lease = self._exchange(box, done)
+        if not isinstance(lease, _Wait):
+            return lease
+        return await box.future
+
+    def _exchange(self, box: Box, done: Done | None) -> leases.Lease | None | _Wait:
+        """A lease ready now, None to stop, or ``_WAIT`` (the box is idle)."""
         with self._cond:
             if done is not None:
+                done[0].returned = True
                 self._busy -= 1
                 self._outcomes.append(done)
                 self._cond.notify()
@@ -132,17 +226,15 @@ class Group(threading.Thread):
                 return None
             while self._ready:
                 lease = self._ready.popleft()
-                if lease.fenced:
-                    # Lost while held ahead (a heartbeat found it fenced): never started.
+                if lease.fenced or lease.cancelled.is_set():
+                    # Lost or cancelled while held ahead: never started.
                     self._held.discard(lease)
                     continue
                 return self._start(lease)
-            box.event.clear()
-            box.lease = None
+            box.arm()
             self._idle.append(box)
             self._cond.notify()
-        box.event.wait()
-        return box.lease
+        return _WAIT
 
     def _start(self, lease: leases.Lease) -> leases.Lease:
         self._busy += 1
@@ -152,20 +244,64 @@ class Group(threading.Thread):
     # --- the pool ------------------------------------------------------------------
 
     def wake(self) -> None:
-        """Runs of the group's classes may be due (a NOTIFY)."""
+        """Runs of the group's classes may be due (a NOTIFY).
+
+        A group that never claims ahead claims for its idle slots here, in
+        the caller's thread, unless the group thread is claiming already."""
         with self._cond:
             self._due = True
             self._wakes += 1
+            boxes: list[Box] = []
+            if self.claims_on_wake and not (self._claiming or self._stopping):
+                while self._idle and len(boxes) < self.claim_batch:
+                    boxes.append(self._idle.popleft())
+            if not boxes:
+                self._cond.notify()
+                return
+            wakes = self._wakes
+            self._inflight += 1
+        self._claim_for(boxes, wakes)
+
+    def _claim_for(self, boxes: list[Box], wakes: int) -> None:
+        """Claim for ``boxes`` (taken out of the idle list) and hand each
+        lease to its slot; the boxes left over go back. On an error the
+        group thread claims instead, with its backoff."""
+        self._wake_check()
+        try:
+            _written, claimed = leases.finish_and_claim([], self._spec(len(boxes)))
+        except Exception as exc:
+            if isinstance(exc, DatabaseError):
+                logger.warning("%s: claim on wake-up failed (%s)", self.name, exc)
+                connection.close()
+            else:
+                logger.exception("%s: claim on wake-up failed", self.name)
+            claimed, failed = [], True
+        else:
+            failed = False
+        with self._cond:
+            self._inflight -= 1
+            self._held.update(claimed)
+            self.claims_on_wakes += 1
+            for lease in claimed:
+                box = boxes.pop(0)
+                if self._stopping:
+                    # Held, never started: the group thread gives it back.
+                    self._ready.append(lease)
+                    box.deliver(None)
+                else:
+                    box.deliver(self._start(lease))
+            # Short: the queue is drained, unless a wake-up landed meanwhile.
+            self._due = failed or not boxes or self._wakes != wakes
+            if self._stopping:
+                for box in boxes:
+                    box.deliver(None)
+            else:
+                self._idle.extendleft(reversed(boxes))
             self._cond.notify()
 
     def held(self) -> list[leases.Lease]:
         with self._cond:
             return list(self._held)
-
-    def ready(self) -> list[leases.Lease]:
-        """Leases claimed ahead that no slot has started yet."""
-        with self._cond:
-            return list(self._ready)
 
     def stop(self) -> None:
         """Claim no more; idle slots stop, busy ones hand their outcome over."""
@@ -185,9 +321,7 @@ class Group(threading.Thread):
 
     def _release_idle(self) -> None:
         while self._idle:
-            box = self._idle.popleft()
-            box.lease = None
-            box.event.set()
+            self._idle.popleft().deliver(None)
 
     # --- the thread ---------------------------------------------------------------------
 
@@ -202,6 +336,7 @@ class Group(threading.Thread):
                         break
                     outcomes, self._outcomes = self._outcomes, []
                     wakes = self._wakes
+                    self._claiming = want > 0
                 check()
                 try:
                     claimed = self._round(outcomes, want)
@@ -212,6 +347,7 @@ class Group(threading.Thread):
                     else:
                         logger.exception("%s: writing a round failed", self.name)
                     with self._cond:
+                        self._claiming = False
                         self._cond.wait_for(lambda: self._stopping, delay)
                     delay = min(delay * 2, 30)
                     continue
@@ -231,6 +367,9 @@ class Group(threading.Thread):
         """Under the lock: how many runs to claim this round (0: none), once
         there is something to do; None when the thread should end."""
         while True:
+            if self._inflight and (self._stopping or self._closed):
+                self._cond.wait()  # a claim on wake-up ends soon; its leases are held
+                continue
             if self._closed:
                 return 0 if self._outcomes else None
             want = self._want()
@@ -238,7 +377,7 @@ class Group(threading.Thread):
                 return want
             if self._stopping and self._busy == 0:
                 return None
-            if self.burst and len(self._idle) == self.size and not self._ready:
+            if self.config.burst and len(self._idle) == self.size and not self._ready:
                 # Burst: the last claim found nothing and every slot is idle.
                 self._stopping = True
                 self._release_idle()
@@ -250,7 +389,7 @@ class Group(threading.Thread):
                 self._cond.wait(AHEAD_WAIT_SECONDS - waited)
             elif not want:
                 self._cond.wait()
-            elif not self._cond.wait(self.poll_seconds * random.uniform(0.9, 1.1)):  # noqa: S311
+            elif not self._cond.wait(self.config.poll_seconds * random.uniform(0.9, 1.1)):  # noqa: S311
                 self._due = True  # the poll: a safety net under NOTIFY
 
     def _want(self) -> int:
@@ -268,7 +407,7 @@ class Group(threading.Thread):
         reported: set[leases.Lease] = set()
         self._give_back_stale()
 
-        def report(lease: leases.Lease, label: str) -> None:
+        def report(lease: leases.Lease, label: Reported) -> None:
             reported.add(lease)
             self._report(lease, label)
 
@@ -276,32 +415,32 @@ class Group(threading.Thread):
         try:
             for lease, outcome in outcomes:
                 if outcome is None:
-                    report(lease, "error")
+                    report(lease, Reported.ERROR)
                 elif isinstance(outcome, Succeeded | Failed):
                     finishes.append((lease, outcome))
                 else:
                     report(lease, leases.label(lease, outcome, leases.write(lease, outcome)))
             if not finishes and not want:
                 return []
-            spec = leases.ClaimSpec(self.owner, self.classes, want, self.lease_seconds)
-            written, claimed = leases.finish_and_claim(finishes, spec)
+            written, claimed = leases.finish_and_claim(finishes, self._spec(want))
         except Exception:
             for lease, _outcome in outcomes:
                 if lease not in reported:
-                    self._report(lease, "error")
+                    self._report(lease, Reported.ERROR)
             raise
         with self._cond:
             self._held.update(claimed)
         self.rounds += 1
         self.outcomes_written += len(outcomes)
         for (lease, outcome), ok in zip(finishes, written, strict=True):
-            report(lease, outcome.name if ok else "fenced")
+            report(lease, Reported(outcome.name) if ok else Reported.FENCED)
         return claimed
 
     def _hand_out(self, claimed: list[leases.Lease], want: int, wakes: int) -> None:
         with self._cond:
+            self._claiming = False
             if want:
-                if self.burst:
+                if self.config.burst:
                     self._due = bool(claimed)
                 else:
                     # A short claim drained what was due, unless a wake-up
@@ -309,9 +448,7 @@ class Group(threading.Thread):
                     self._due = len(claimed) >= want or self._wakes != wakes
             for lease in claimed:
                 if self._idle and not self._stopping:
-                    box = self._idle.popleft()
-                    box.lease = self._start(lease)
-                    box.event.set()
+                    self._idle.popleft().deliver(self._start(lease))
                 else:
                     self._ready.append(lease)
 
@@ -329,9 +466,9 @@ class Group(threading.Thread):
             self._run_seconds = max(self._run_seconds, AHEAD_WAIT_SECONDS)
         for lease in stale:
             leases.release(lease, "claimed_ahead")  # queued at once, NOTIFY sent
-            self._report(lease, "given_back")
+            self._report(lease, Reported.GIVEN_BACK)
 
-    def _report(self, lease: leases.Lease, outcome: str) -> None:
+    def _report(self, lease: leases.Lease, outcome: Reported) -> None:
         """The outcome is written (or left to lease expiry): the lease ends here."""
         with self._cond:
             self._held.discard(lease)

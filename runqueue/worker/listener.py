@@ -1,4 +1,9 @@
-"""LISTEN on a dedicated autocommit connection; wake the slots a NOTIFY names."""
+"""LISTEN on a dedicated autocommit connection; wake the slots a NOTIFY names.
+
+``wake`` runs on this thread: a group that never claims ahead claims for
+its idle slots right here (``runqueue.worker.group``), on the thread's own
+Django connection, so an interactive run starts one thread hop after its
+NOTIFY arrives."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 import psycopg
+from django.db import connection
 from psycopg import sql
 
 from runqueue import db
@@ -40,6 +46,12 @@ class Listener(threading.Thread):
         return conn
 
     def run(self) -> None:
+        try:
+            self._listen()
+        finally:
+            connection.close()  # ``wake`` may claim on this thread's Django connection
+
+    def _listen(self) -> None:
         delay = 0.5
         while not self.stopping.is_set():
             try:

@@ -3,6 +3,7 @@ sweeper and graceful shutdown. One per ``runworker`` process."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import signal
@@ -18,25 +19,31 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import concurrency, housekeeping, leases, observe, schedules
+from runqueue import aio, concurrency, housekeeping, leases, observe, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.outcomes import Reported
 from runqueue.sql import set_config
-from runqueue.worker.group import Group
+from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
-from runqueue.worker.services import Periodic, retrying
-from runqueue.worker.slot import Slot
+from runqueue.worker.services import Periodic, Service, retrying
+from runqueue.worker.slot import LoopSlots, Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
 
 CLAIM_BATCH = 32
+#: At shutdown, running handlers are told to stop once this share of the
+#: grace period has passed (the rest is theirs to return).
+CANCEL_AT_GRACE = 0.5
+#: A handler told to stop that still holds its slot this long is logged.
+IGNORED_AFTER_SECONDS = 2.0
 #: Leases a slot group may claim beyond its idle slots while its runs are
 #: short (docs/performance.md: chosen by measurement).
 CLAIM_AHEAD = 16
 
 
-def _join(threads: Sequence[threading.Thread], deadline: float) -> None:
+def _join(threads: Sequence[threading.Thread | LoopSlots], deadline: float) -> None:
     """Wait for ``threads`` until ``deadline``, waking every 0.2 s: a signal
     the kernel gives another thread runs its Python handler (a second
     SIGTERM: exit now) only when the main thread wakes up."""
@@ -90,31 +97,49 @@ class Pool:
         #: Set once every run is finished or given back: background loops end.
         self.stopped = threading.Event()
         self._signals = 0
-        self._next_housekeeping = 0.0
+        #: Runs whose handler was logged as ignoring its cancellation.
+        self._reported_ignoring: set[uuid.UUID] = set()
         self.groups = [
             Group(
-                spec.label,
-                spec.classes,
-                spec.count,
-                owner=f"{config.worker_id}/{spec.label}",
-                lease_seconds=config.lease_seconds,
-                claim_batch=config.claim_batch,
-                ahead=config.claim_ahead,
-                poll_seconds=config.poll_seconds,
-                burst=config.burst,
+                GroupConfig(
+                    label=spec.label,
+                    classes=spec.classes,
+                    size=spec.count,
+                    owner=f"{config.worker_id}/{spec.label}",
+                    lease_seconds=config.lease_seconds,
+                    claim_batch=config.claim_batch,
+                    ahead=config.claim_ahead,
+                    poll_seconds=config.poll_seconds,
+                    burst=config.burst,
+                ),
                 finished=self.finished,
             )
             for spec in config.slots
         ]
-        self.slots = [
-            Slot(f"{spec.label}-{i}", group)
-            for spec, group in zip(config.slots, self.groups, strict=True)
-            for i in range(spec.count)
-        ]
+        #: Renews every held lease; runs until the last lease is given back.
+        self.heartbeat_services = (
+            Service("heartbeat", config.heartbeat_seconds, self._heartbeat),
+        )
+        #: The worker's maintenance, each on its own clock; runs until the
+        #: pool stops claiming (none in burst mode: one sweep at start).
+        self.maintenance_services = (
+            Service("sweeper", config.sweep_seconds, leases.sweep),
+            # Every worker may fire a due tick; each fires once.
+            Service("schedule-ticker", config.sweep_seconds, schedules.tick),
+            Service("caps-refresh", config.sweep_seconds, concurrency.refresh),
+            Service("worker-row", config.sweep_seconds, self._seen),
+            Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
+        )
+        self.slots: list[Slot | LoopSlots] = []
+        for spec, group in zip(config.slots, self.groups, strict=True):
+            if spec.loop:
+                self.slots.append(LoopSlots(f"{spec.label}-loop", group, spec.count))
+            else:
+                self.slots.extend(Slot(f"{spec.label}-{i}", group) for i in range(spec.count))
 
     # --- leases held by this process ---------------------------------------------
 
-    def finished(self, lease: leases.Lease, outcome: str) -> None:
+    def finished(self, lease: leases.Lease, outcome: Reported) -> None:
         """A group wrote a run's outcome (or left it to lease expiry)."""
         seconds = time.monotonic() - lease.started if lease.started else None
         observe.finished(lease, outcome, seconds)
@@ -124,7 +149,12 @@ class Pool:
         return [lease for group in self.groups for lease in group.held()]
 
     def wake(self, payload: str) -> None:
-        """Wake the groups that may claim the class a NOTIFY names ("" = all)."""
+        """Wake the groups that may claim the class a NOTIFY names ("" = all),
+        or stop the handler of a run a cancel names."""
+        cancel = leases.parse_cancel(payload)
+        if cancel is not None:
+            self.cancel_run(*cancel)
+            return
         if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
             concurrency.invalidate()
             payload = ""
@@ -132,21 +162,70 @@ class Pool:
             if not payload or payload in group.class_names:
                 group.wake()
 
+    def cancel_run(self, run_id: uuid.UUID, epoch: int) -> None:
+        """The run is at ``epoch`` now (a cancel): a lease of an older epoch
+        tells its handler to stop. Writes nothing: the fence still judges."""
+        for lease in self.held():
+            if lease.run_id == run_id and lease.epoch < epoch:
+                lease.cancel("cancelled")
+
+    def cancel_all(self, reason: str) -> None:
+        """Tell every running handler to stop (the worker is stopping)."""
+        for lease in self.held():
+            if lease.started and not lease.returned:
+                lease.cancel(reason)
+
+    def ignoring_cancellation(self, older_than: float = 0.0) -> list[leases.Lease]:
+        """Leases whose handler was told to stop ``older_than`` seconds ago or
+        more and still holds its slot."""
+        now = time.monotonic()
+        return [
+            lease
+            for lease in self.held()
+            if lease.started
+            and not lease.returned
+            and lease.cancelled_at
+            and now - lease.cancelled_at >= older_than
+        ]
+
     # --- background ticks -------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        """Renew every held lease in one statement."""
+        """Renew every held lease in one statement; report handlers that
+        ignore a cancellation."""
         for lease in leases.heartbeat_many(self.held()):
             logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
+        for lease in self.ignoring_cancellation(IGNORED_AFTER_SECONDS):
+            if lease.run_id not in self._reported_ignoring:
+                self._reported_ignoring.add(lease.run_id)
+                logger.warning(
+                    "Run id=%s: its handler was told to stop (%s) %.1fs ago and still "
+                    "holds its slot",
+                    lease.run_id,
+                    lease.cancel_reason,
+                    time.monotonic() - lease.cancelled_at,
+                    extra={"run_id": lease.run_id, "reason": lease.cancel_reason},
+                )
 
-    def _sweep(self) -> None:
-        leases.sweep()
-        concurrency.refresh()
-        Worker.objects.filter(id=self.config.worker_id).update(last_seen_at=timezone.now())
-        if time.monotonic() >= self._next_housekeeping:
-            self._next_housekeeping = time.monotonic() + self.config.housekeeping_seconds
-            housekeeping.schedule()
-        schedules.tick()  # every worker may fire a due tick; each fires once
+    def cancelled_slots(self) -> list[dict[str, str]]:
+        """The Worker row's ``cancelled_slots``: slots held by a handler told to stop."""
+        now, wall = time.monotonic(), timezone.now()
+        return [
+            {
+                "run_id": str(lease.run_id),
+                "group": lease.owner.rpartition("/")[2],
+                "reason": lease.cancel_reason,
+                "since": (wall - dt.timedelta(seconds=now - lease.cancelled_at)).isoformat(),
+            }
+            for lease in self.ignoring_cancellation()
+        ]
+
+    def _seen(self) -> None:
+        """The worker row's ``last_seen_at`` (the admin tells live workers by
+        it) and the slots held by cancelled runs."""
+        Worker.objects.filter(id=self.config.worker_id).update(
+            last_seen_at=timezone.now(), cancelled_slots=self.cancelled_slots()
+        )
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -178,10 +257,7 @@ class Pool:
         connection_created.connect(self._limit_transactions, dispatch_uid=self._uid)
         connection.close()  # the next connection gets the setting too
         self._register()
-        self._next_housekeeping = 0.0
-        self.heartbeat = Periodic(
-            "runqueue-heartbeat", self.config.heartbeat_seconds, self._heartbeat, self.stopped
-        )
+        self.heartbeat = Periodic("runqueue-heartbeat", self.heartbeat_services, self.stopped)
         self.heartbeat.start()
         for group in self.groups:
             group.start()
@@ -190,10 +266,10 @@ class Pool:
         else:
             self.listener = Listener(get_settings().NOTIFY_CHANNEL, self.wake, self.stopping)
             self.listener.start()
-            self.sweeper = Periodic(
-                "runqueue-sweeper", self.config.sweep_seconds, self._sweep, self.stopping
+            self.maintenance = Periodic(
+                "runqueue-maintenance", self.maintenance_services, self.stopping
             )
-            self.sweeper.start()
+            self.maintenance.start()
         for slot in self.slots:
             slot.start()
         logger.info(
@@ -240,8 +316,22 @@ class Pool:
 
     def shutdown(self) -> None:
         self.stop()
-        deadline = time.monotonic() + self.config.grace_seconds
+        now = time.monotonic()
+        deadline = now + self.config.grace_seconds
+        # Handlers get part of the grace to finish; then they are told to
+        # stop (ctx.cancelled, RunCancelled, CancelledError), and a handler
+        # that stops is given back at once, its attempt returned.
+        _join(self.slots, now + self.config.grace_seconds * CANCEL_AT_GRACE)
+        self.cancel_all("stopping")
         _join(self.slots, deadline)
+        for lease in self.ignoring_cancellation():
+            logger.warning(
+                "Run id=%s: its handler ignored the stop for %.1fs; giving the run back "
+                "(the epoch bump fences it)",
+                lease.run_id,
+                time.monotonic() - lease.cancelled_at,
+                extra={"run_id": lease.run_id, "reason": lease.cancel_reason},
+            )
         # Each group writes the outcomes handed over and gives back what did
         # not finish in time: queued at once, and the epoch bump fences the
         # handler still running it.
@@ -249,6 +339,7 @@ class Pool:
             group.close()
         _join(self.groups, max(deadline, time.monotonic() + 10.0))
         self.stopped.set()
+        aio.close_connections()
         connection.close()  # the main thread's connection sat idle since start
         retrying(
             lambda: Worker.objects.filter(id=self.config.worker_id).update(

@@ -1,5 +1,6 @@
-"""What the worker's threads share: the background loop (``Periodic``), a
-connection check that costs nothing per run, and retried shutdown writes."""
+"""What the worker's threads share: its named periodic services and the
+thread that runs them (``Service``, ``Periodic``), a connection check that
+costs nothing per run, and retried shutdown writes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from django.db import (
     DatabaseError,
@@ -51,37 +53,58 @@ def retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
     return None
 
 
-class Periodic(threading.Thread):
-    """Runs ``tick`` every interval, survives database errors (closing its
-    connection so the next tick reconnects), and stops when the pool stops."""
+@dataclass(frozen=True, slots=True)
+class Service:
+    """One named periodic job of the worker: ``tick`` about every ``every``
+    seconds (spread by ``jitter`` so workers started together drift apart)."""
 
-    def __init__(
-        self,
-        name: str,
-        interval: float,
-        tick: Callable[[], None],
-        stopping: threading.Event,
-        *,
-        jitter: float = 0.1,
-    ) -> None:
+    name: str
+    every: float
+    #: What it returns is ignored (a sweep's rows, a tick's schedules).
+    tick: Callable[[], object]
+    jitter: float = 0.1
+
+    def next_after(self, now: float) -> float:
+        spread = self.every * self.jitter
+        return now + self.every + random.uniform(-spread, spread)  # noqa: S311
+
+
+class Periodic(threading.Thread):
+    """Runs its services, each when due, one at a time on one connection,
+    until ``until`` is set. A service that fails (a database error closes the
+    connection, so the next tick reconnects) is logged by name and ticks
+    again at its next turn; the others are not held back."""
+
+    def __init__(self, name: str, services: Sequence[Service], until: threading.Event) -> None:
         super().__init__(name=name, daemon=True)
-        self.interval = interval
-        self.tick = tick
-        self.stopping = stopping
-        self.jitter = jitter
+        if not services:
+            raise ValueError(f"{name}: no services to run")
+        self.services = tuple(services)
+        self.until = until
+        #: Ticks per service name (a test or the admin reads them).
+        self.ticks: dict[str, int] = {s.name: 0 for s in self.services}
 
     def run(self) -> None:
+        # Every service ticks once at start, in the declared order.
+        due = [0.0] * len(self.services)
         try:
-            while not self.stopping.is_set():
+            while not self.until.is_set():
                 close_old_connections()
-                try:
-                    self.tick()
-                except DatabaseError as exc:
-                    logger.warning("%s: database error (%s); retrying", self.name, exc)
-                    connection.close()
-                except Exception:
-                    logger.exception("%s: tick failed", self.name)
-                spread = self.interval * self.jitter
-                self.stopping.wait(self.interval + random.uniform(-spread, spread))  # noqa: S311
+                for i, service in enumerate(self.services):
+                    if due[i] > time.monotonic() or self.until.is_set():
+                        continue
+                    self._tick(service)
+                    due[i] = service.next_after(time.monotonic())
+                self.until.wait(max(0.0, min(due) - time.monotonic()))
         finally:
             connection.close()
+
+    def _tick(self, service: Service) -> None:
+        try:
+            service.tick()
+        except DatabaseError as exc:
+            logger.warning("%s: database error (%s); retrying", service.name, exc)
+            connection.close()
+        except Exception:
+            logger.exception("%s: tick failed", service.name)
+        self.ticks[service.name] += 1

@@ -1,4 +1,5 @@
-"""Slot specs: ``interactive=2``, ``async=2``, ``interactive,async=1``."""
+"""Slot specs: ``interactive=2``, ``async=2``, ``interactive,async=1``, and
+``async=500:loop`` (slots on the event loop: coroutines, not threads)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from dataclasses import dataclass
 from runqueue.models import PriorityClass
 
 DEFAULT_SLOTS = ("interactive=2", "async=2", "maintenance=1")
+#: Slots per spec: a thread each, or a coroutine each (``:loop``).
+THREAD_SLOTS_MAX = 256
+LOOP_SLOTS_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -15,6 +19,10 @@ class SlotSpec:
 
     classes: tuple[PriorityClass, ...]
     count: int
+    #: The slots are coroutines on the process's event loop (``:loop``):
+    #: async handlers by the hundred without a thread each; a sync handler
+    #: claimed by one runs in a thread of its own.
+    loop: bool = False
 
     @property
     def label(self) -> str:
@@ -23,7 +31,10 @@ class SlotSpec:
     @classmethod
     def parse(cls, text: str) -> SlotSpec:
         """Parse ``CLASSES=N``; raise ValueError with the reason."""
-        names, sep, count = text.partition("=")
+        body, colon, mode = text.partition(":")
+        if colon and mode.strip().lower() != "loop":
+            raise ValueError(f"unknown slot mode {mode!r} in {text!r}; the one mode is ':loop'")
+        names, sep, count = body.partition("=")
         if not sep or not names.strip() or not count.strip():
             raise ValueError(f"expected CLASSES=N (e.g. interactive=2), got {text!r}")
         classes: list[PriorityClass] = []
@@ -42,14 +53,16 @@ class SlotSpec:
             n = int(count)
         except ValueError:
             raise ValueError(f"slot count must be a whole number, got {count!r}") from None
-        if not 1 <= n <= 256:
-            raise ValueError(f"slot count must be between 1 and 256, got {n}")
-        return cls(classes=tuple(sorted(classes)), count=n)
+        most = LOOP_SLOTS_MAX if colon else THREAD_SLOTS_MAX
+        if not 1 <= n <= most:
+            raise ValueError(f"slot count must be between 1 and {most}, got {n}")
+        return cls(classes=tuple(sorted(classes)), count=n, loop=bool(colon))
 
 
 def shape(specs: tuple[SlotSpec, ...]) -> dict[str, int]:
     """The pool's shape for the Worker row: {"interactive": 2, "interactive,async": 1}."""
     out: dict[str, int] = {}
     for spec in specs:
-        out[spec.label] = out.get(spec.label, 0) + spec.count
+        key = spec.label + (":loop" if spec.loop else "")
+        out[key] = out.get(key, 0) + spec.count
     return out

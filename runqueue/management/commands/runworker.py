@@ -80,9 +80,11 @@ class Command(BaseCommand):
             "--slots",
             action="append",
             type=slot_spec,
-            metavar="CLASSES=N",
+            metavar="CLASSES=N[:loop]",
             help=f"N slots that claim only from CLASSES ({', '.join(PriorityClass.slugs())}, or a "
-            "comma list); repeatable. Default: " + " ".join(DEFAULT_SLOTS),
+            "comma list); ':loop' makes them coroutines on the event loop (async handlers by "
+            "the hundred, a thread only for a sync handler); repeatable. Default: "
+            + " ".join(DEFAULT_SLOTS),
         )
         parser.add_argument(
             "--lease-seconds",

@@ -1,0 +1,16 @@
+"""Worker.cancelled_slots: the admin's worker page shows slots held by a
+handler that was told to stop and has not returned."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [("runqueue", "0005_priority_class_functions")]
+
+    operations = [
+        migrations.AddField(
+            model_name="worker",
+            name="cancelled_slots",
+            field=models.JSONField(blank=True, default=list),
+        ),
+    ]
