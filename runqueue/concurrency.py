@@ -6,9 +6,8 @@ tenant) are ``running`` at once in one priority class: the default per class
 is ``RUNQUEUE["CONCURRENCY"]`` and a ``ConcurrencyLimit`` row overrides it
 for one key (0 pauses the key). Only a claim moves a run into running, so
 only the claim enforces caps: ``finish_and_claim_capped`` runs the walk of
-``runqueue_claim_capped`` (migration 0004_concurrency; the class functions
-it calls are 0005's). A deployment with
-no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
+``runqueue_claim_capped`` (its source: ``runqueue/sql/functions.sql``). A
+deployment with no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
 
 Whether a cap may apply is cached per process: a default cap comes from the
 settings; whether any ``ConcurrencyLimit`` row exists is read again after a

@@ -5,7 +5,8 @@
 -- statement is still one text; runqueue/sql/__init__.py).
 -- Every lease and schedule comparison uses the database clock, now().
 -- The class of a priority is runqueue_priority_class and its siblings
--- (migration 0005, rendered from PriorityClass), never arithmetic here.
+-- (functions.sql), never arithmetic here. What a run must be to be claimed
+-- is the fragment claimable, in functions.sql.
 
 -- fragment: finish --
 -- The finishes of finish_and_claim and finish_and_claim_capped (their first
@@ -80,9 +81,8 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
 -- finishes is a plain claim, limit 0 a plain finish.
 -- The claim only takes queued rows, so it never touches a row being
 -- finished. ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT
--- k) may re-run it and claim more than k). runqueue_priority_class and
--- runqueue_priority_class_low (migration 0005) are the class of a priority
--- and its value, inlined by the planner.
+-- k) may re-run it and claim more than k). runqueue_priority_class
+-- (functions.sql) is the class of a priority, inlined by the planner.
 WITH
 -- include: finish --
 , claimed AS (
@@ -91,18 +91,10 @@ WITH
      WHERE r.id = ANY(ARRAY(
             SELECT q.id
               FROM runqueue_run q
-             WHERE q.status = 'queued'
-               AND q.priority BETWEEN %(min_priority)s AND %(max_priority)s
+             WHERE q.priority BETWEEN %(min_priority)s AND %(max_priority)s
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
-               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-               AND q.attempts < q.max_attempts
-               -- A paused kind (in all classes, or in this run's) waits.
-               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
-                                WHERE p.kind = q.kind
-                                  AND (p.priority_class IS NULL
-                                       OR p.priority_class
-                                          = runqueue_priority_class_low(
-                                                runqueue_priority_class(q.priority))))
+               -- What may be claimed: functions.sql, as runqueue_claim_capped.
+               -- include: claimable --
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -115,7 +107,7 @@ WITH
 -- finish_and_claim when concurrency caps may apply (a RUNQUEUE
 -- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
 -- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
--- come from runqueue_claim_capped (migrations 0004 and 0005): a walk in
+-- come from runqueue_claim_capped (functions.sql): a walk in
 -- the same claim order that steps over runs whose (key, class) is at its
 -- cap or being claimed by another worker, holding a transaction-scoped
 -- advisory lock per (key, class) it claims in until this statement commits.
