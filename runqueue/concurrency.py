@@ -78,12 +78,14 @@ def refresh() -> None:
 
 
 def claim_params() -> dict[str, object]:
-    """The capped claim's extra parameter: the default cap per class index."""
-    return {"default_caps": list(get_settings().CONCURRENCY)}
+    """The capped claim's extra parameter: the default cap of every class, in
+    class order (the function reads a class's at its index)."""
+    conf = get_settings()
+    return {"default_caps": [conf.default_cap(member) for member in PriorityClass]}
 
 
 def default_cap(priority_class: PriorityClass) -> int | None:
-    return get_settings().CONCURRENCY[PriorityClass(priority_class).index]
+    return get_settings().default_cap(PriorityClass(priority_class))
 
 
 def cap_for(key: str, priority_class: PriorityClass) -> int | None:

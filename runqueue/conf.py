@@ -38,8 +38,10 @@ Defaults (every key optional)::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -49,6 +51,7 @@ from django.dispatch import receiver
 from runqueue.limits import TENANT_MAX_LENGTH
 
 if TYPE_CHECKING:
+    from runqueue.models import PriorityClass
     from runqueue.schedules.spec import ScheduleSpec
 
 
@@ -83,13 +86,20 @@ class Settings:
     API_KINDS: tuple[str, ...] = ()
     #: A class index (``PriorityClass.index``), from the class's slug.
     API_SESSION_MAX_PRIORITY_CLASS: int = 1
-    #: The default cap per class index (None: no cap), from a dict by class slug.
-    CONCURRENCY: tuple[int | None, int | None, int | None] = (None, None, None)
+    #: The default cap per class (a class missing or None: no cap), from a
+    #: dict by class slug.
+    CONCURRENCY: Mapping[PriorityClass, int | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @property
     def caps_configured(self) -> bool:
         """A default cap is set for some class."""
-        return any(cap is not None for cap in self.CONCURRENCY)
+        return any(cap is not None for cap in self.CONCURRENCY.values())
+
+    def default_cap(self, priority_class: PriorityClass) -> int | None:
+        """The cap of a key without a limit in ``priority_class`` (None: no cap)."""
+        return self.CONCURRENCY.get(priority_class)
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -152,8 +162,8 @@ def _class_name(name: str, value: object) -> int:
     return PriorityClass.from_slug(value).index
 
 
-def _concurrency(value: object) -> tuple[int | None, int | None, int | None]:
-    """``{"interactive": 2, "async": None}`` -> caps by class index."""
+def _concurrency(value: object) -> Mapping[PriorityClass, int | None]:
+    """``{"interactive": 2, "async": None}`` -> the cap of every class."""
     from runqueue.models import PriorityClass
 
     slugs = PriorityClass.slugs()
@@ -168,16 +178,16 @@ def _concurrency(value: object) -> tuple[int | None, int | None, int | None]:
             f"RUNQUEUE['CONCURRENCY'] has unknown class(es) {', '.join(unknown)}; "
             f"the classes are {', '.join(slugs)}"
         )
-    caps: list[int | None] = []
-    for name in slugs:
-        cap = value.get(name)
+    caps: dict[PriorityClass, int | None] = {}
+    for member in PriorityClass:
+        cap = value.get(member.slug)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise ImproperlyConfigured(
-                f"RUNQUEUE['CONCURRENCY'][{name!r}] must be None (no cap) or an integer "
+                f"RUNQUEUE['CONCURRENCY'][{member.slug!r}] must be None (no cap) or an integer "
                 f">= 0 (0 pauses every key without an override), got {cap!r}"
             )
-        caps.append(cap)
-    return caps[0], caps[1], caps[2]
+        caps[member] = cap
+    return MappingProxyType(caps)
 
 
 def parse(raw: object) -> Settings:
