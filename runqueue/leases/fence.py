@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 from django.db import OperationalError, connection, transaction
 
-from runqueue import events, observe
+from runqueue import events
 from runqueue.leases.base import (
     Lease,
     hooks,
+    observers,
 )
 from runqueue.models import (
     Run,
@@ -45,7 +46,8 @@ def record_fenced(lease: Lease, action: str) -> None:
             .values_list("lease_epoch", "status")
             .first()
         )
-        observe.fenced(lease, action, current)
+        if observers.fenced is not None:
+            observers.fenced(lease, action, current)
         if current is None:
             return
         events.append(
