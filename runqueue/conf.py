@@ -38,7 +38,7 @@ Defaults (every key optional)::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
@@ -128,6 +128,25 @@ _POSITIVE = _INTEGERS | {
 }
 
 
+#: Settings whose values a module above this one parses (it knows what they
+#: hold): ``RUNQUEUE["SCHEDULES"]`` becomes ``runqueue.schedules.spec``'s
+#: specs. That module registers its parser when imported, and the app's
+#: ready() imports it: this module imports nothing of runqueue's but the
+#: bottom layer (models, limits).
+_REGISTERED = frozenset({"SCHEDULES"})
+_PARSERS: dict[str, Callable[[object, Settings], Any]] = {}
+
+
+def register_parser(name: str, parser: Callable[[object, Settings], Any]) -> None:
+    """Parse ``RUNQUEUE[name]`` with ``parser`` from now on: it gets the
+    value and every other setting, parsed, and raises ImproperlyConfigured
+    for a bad value."""
+    if name not in _REGISTERED:
+        raise ValueError(f"RUNQUEUE[{name!r}] takes no registered parser")
+    _PARSERS[name] = parser
+    get_settings.cache_clear()
+
+
 def _number(name: str, value: object, *, integer: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a number, got {value!r}")
@@ -203,6 +222,7 @@ def parse(raw: object) -> Settings:
         )
     # Each value checked for its own field above; Settings(**values) takes them.
     values: dict[str, Any] = {}
+    deferred: dict[str, object] = {}
     for name, value in raw.items():
         if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
             values[name] = _strings(name, value)
@@ -226,12 +246,8 @@ def parse(raw: object) -> Settings:
                     f"got {value!r}"
                 )
             values[name] = value
-        elif name == "SCHEDULES":
-            # Imported here: the specs name model choices, and settings are
-            # read only once the apps are ready.
-            from runqueue.schedules.spec import parse as parse_schedules
-
-            values[name] = parse_schedules(value)
+        elif name in _REGISTERED:
+            deferred[name] = value  # parsed last, under the other settings
         elif name == "METRICS_TOKEN":
             if value is not None and (not isinstance(value, str) or len(value) < 16):
                 raise ImproperlyConfigured(
@@ -257,6 +273,13 @@ def parse(raw: object) -> Settings:
         raise ImproperlyConfigured(
             f"RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most {MAX_EVENTS_PAGE_SIZE}"
         )
+    for name, value in deferred.items():
+        if name not in _PARSERS:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] was read before the runqueue app was ready "
+                "(its parser is registered by the app's ready())"
+            )
+        settings = dataclasses.replace(settings, **{name: _PARSERS[name](value, settings)})
     return settings
 
 
