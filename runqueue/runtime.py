@@ -270,14 +270,3 @@ def decide(lease: leases.Lease) -> Outcome:
                 message=f"the handler's result could not be stored: {exc}",
             )
         )
-
-
-def execute(lease: leases.Lease) -> str:
-    """Run the handler for a claimed lease and write its outcome, alone.
-
-    Returns what the run became: succeeded, failed, requeued, waiting or
-    fenced. (A worker decides with ``decide`` and writes the outcome with
-    its next claim.)
-    """
-    outcome = decide(lease)
-    return leases.label(lease, outcome, leases.write(lease, outcome))

@@ -37,7 +37,6 @@ from runqueue.leases.transitions import (
 from runqueue.leases.writes import (
     append_event,
     checkpoint,
-    fail,
     give_up,
     heartbeat,
     heartbeat_many,
@@ -45,7 +44,6 @@ from runqueue.leases.writes import (
     record_tool_outcome,
     record_tool_started,
     release,
-    succeed,
     wait_for_user,
     write,
 )
@@ -61,7 +59,6 @@ __all__ = [
     "checkpoint",
     "claim",
     "claim_one",
-    "fail",
     "claim_spec",
     "finish_and_claim",
     "failure_record",
@@ -78,7 +75,6 @@ __all__ = [
     "release",
     "requeue",
     "resolve_uncertain",
-    "succeed",
     "sweep",
     "wait_for_user",
     "write",

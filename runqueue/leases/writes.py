@@ -15,7 +15,7 @@ from runqueue import events
 from runqueue.errors import (
     TRANSIENT,
 )
-from runqueue.failures import Failure, failure_record, failure_summary
+from runqueue.failures import failure_record, failure_summary
 from runqueue.leases.base import (
     Lease,
     backoff,
@@ -174,17 +174,6 @@ def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
 def _finish(lease: Lease, outcome: Finish) -> bool:
     params = finish_params(lease, outcome)
     return fenced(lease, outcome.name, "fence_finish", params, closes=True) is not None
-
-
-def succeed(lease: Lease, result: JSON = None) -> bool:
-    """Finish the run as succeeded with ``result``; False once fenced.
-    ValueError (nothing written) if ``result`` cannot be stored."""
-    return _finish(lease, Succeeded.of(result))
-
-
-def fail(lease: Lease, failure: Failure) -> bool:
-    """Dead-letter the run now (a permanent failure); False once fenced."""
-    return _finish(lease, Failed(failure))
 
 
 def write(lease: Lease, outcome: Outcome) -> bool:
