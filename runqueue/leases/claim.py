@@ -23,8 +23,9 @@ from django.db import DatabaseError, connection, transaction
 
 from runqueue import concurrency
 from runqueue.conf import get_settings
+from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease
-from runqueue.leases.fence import fenced_transaction, record_fenced, sqlstate
+from runqueue.leases.fence import fenced_transaction, record_fenced
 from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass, Run
 from runqueue.outcomes import Finish

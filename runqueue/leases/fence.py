@@ -8,6 +8,7 @@ from collections.abc import Callable
 from django.db import OperationalError, connection, transaction
 
 from runqueue import events
+from runqueue.db import sqlstate
 from runqueue.leases.base import (
     Lease,
     hooks,
@@ -21,10 +22,6 @@ from runqueue.sql import prepared
 from runqueue.types import Params
 
 # --- the fence ---------------------------------------------------------------
-
-
-def sqlstate(exc: BaseException) -> str | None:
-    return getattr(exc.__cause__, "sqlstate", None)
 
 
 def _still_owned(lease: Lease) -> bool:

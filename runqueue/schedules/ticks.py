@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
+from runqueue.db import constraint_name
 from runqueue.models import CatchUp, Schedule, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
 from runqueue.schedules.clock import db_now
@@ -148,7 +149,7 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
                 schedule=schedule, tick_at=at, outcome=TickOutcome.FIRED
             )
     except IntegrityError as exc:
-        if _constraint(exc) != _TICK_CONSTRAINT:
+        if constraint_name(exc) != _TICK_CONSTRAINT:
             raise
         return None  # fired (or skipped) before: the cursor was moved back
     sub = submit_in_transaction(
@@ -190,10 +191,5 @@ def _skip(schedule: Schedule, todo: Plan) -> None:
                 skipped_before=todo.skipped_before,
             )
     except IntegrityError as exc:
-        if _constraint(exc) != _TICK_CONSTRAINT:
+        if constraint_name(exc) != _TICK_CONSTRAINT:
             raise
-
-
-def _constraint(exc: IntegrityError) -> str | None:
-    diag = getattr(exc.__cause__, "diag", None)
-    return getattr(diag, "constraint_name", None)
