@@ -48,6 +48,20 @@ input AS (
            heartbeat_at = now(),
            started_at = coalesce(r.started_at, now())
 
+-- fragment: expire_set --
+-- The expiry path, for a lease given up (fence_give_up) or expired
+-- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
+-- c.failure once the run has no attempt left; a new epoch either way.
+SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
+    lease_epoch = r.lease_epoch + 1,
+    scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
+                         ELSE now() + make_interval(secs => c.delay) END,
+    failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
+                   ELSE r.failure END,
+    finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
+    lease_owner = '',
+    lease_expires_at = NULL
+
 -- fragment: logged --
 -- The end of finish_and_claim and finish_and_claim_capped: the events of the
 -- finishes and of the claims, then the result. It has at least one row:
@@ -192,17 +206,11 @@ RETURNING id;
 -- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
 -- up, as on every transition the next owner must not confuse with this one.
 -- %(failure)s is a runqueue.failures.Failure built in Python.
-UPDATE runqueue_run
-   SET status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
-       lease_epoch = lease_epoch + 1,
-       scheduled_for = CASE WHEN attempts >= max_attempts THEN scheduled_for
-                            ELSE now() + make_interval(secs => %(backoff_seconds)s) END,
-       failure = CASE WHEN attempts >= max_attempts THEN %(failure)s::jsonb ELSE failure END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-       lease_owner = '',
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
-RETURNING id, status, lease_epoch, attempts, scheduled_for;
+UPDATE runqueue_run r
+   -- include: expire_set --
+  FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.status = 'running'
+RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for;
 
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown: due at once, the attempt
@@ -248,15 +256,7 @@ WITH candidates AS (
        FOR NO KEY UPDATE OF r SKIP LOCKED
 ), swept AS (
     UPDATE runqueue_run r
-       SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
-           lease_epoch = r.lease_epoch + 1,
-           scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
-                                ELSE now() + make_interval(secs => c.delay) END,
-           failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
-                          ELSE r.failure END,
-           finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
-           lease_owner = '',
-           lease_expires_at = NULL
+       -- include: expire_set --
       FROM candidates c
      WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
        AND r.status = 'running' AND r.lease_expires_at <= now()
