@@ -35,7 +35,6 @@ from runqueue.outcomes import (
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.types import JSON
-from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -257,9 +256,7 @@ def decide(lease: leases.Lease) -> Outcome:
         return GaveUp(exc)
     try:
         if isinstance(result, AskUser):
-            json_text(result.question, "question")
-            json_text(result.state, "checkpoint state")
-            return Waiting(result.question, result.state, ctx._seq)
+            return Waiting.of(result.question, result.state, ctx._seq)
         return Succeeded.of(result)
     except ValueError as exc:
         return Failed(

@@ -269,8 +269,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
 
 def wait_for_user(lease: Lease, question: JSON, state: JSON = None, *, tool_seq: int = 0) -> bool:
     """End the turn waiting for the user; the run keeps its session slot."""
-    check_json(question, "question")
-    check_json(state, "checkpoint state")
+    Waiting.of(question, state, tool_seq)  # ValueError before anything is written
 
     def write(_row: tuple) -> None:
         if state is not None:
