@@ -92,3 +92,16 @@ def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None
     assert not Run.objects.filter(id=old.id).exists()
     assert not RunEvent.objects.filter(run_id=old.id).exists()
     assert Run.objects.filter(id__in=[recent.id, keyed.id]).count() == 2
+
+
+def test_pruning_counts_the_runs_it_deleted_not_their_rows() -> None:
+    """Three old dead letters (each with its events) in batches of two, one
+    recent: three runs deleted, the recent one kept."""
+    old = [_dead_lettered() for _ in range(3)]
+    Run.objects.filter(id__in=[r.id for r in old]).update(
+        finished_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    recent = _dead_lettered()
+    assert RunEvent.objects.filter(run_id__in=[r.id for r in old]).count() > 3
+    assert housekeeping.delete_terminal_runs(older_than_seconds=60, batch=2) == 3
+    assert list(Run.objects.values_list("id", flat=True)) == [recent.id]
