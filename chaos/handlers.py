@@ -76,16 +76,15 @@ def turn(ctx: RunContext) -> Any:
 @handler(KIND_ASYNC)
 async def turn_async(ctx: Any) -> Any:
     """``turn`` as an async handler (``runqueue.runtime.AsyncRunContext``)."""
-    payload = ctx.payload
+    payload = fields.fields(KIND_ASYNC, ctx.payload, ("ask", "work_ms", "steps", "answer"))
+    ask = fields.flag(payload, "ask")
+    work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
+    steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)
     state = ctx.state or {"step": 0}
-    if payload.get("ask") and ctx.input is None:
+    if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
-    args = {
-        "run_id": str(ctx.run.id),
-        "work_ms": _bounded(payload.get("work_ms"), 100, MAX_WORK_MS),
-    }
+    args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
     statuses = []
-    steps = _bounded(payload.get("steps"), 2, MAX_STEPS)
     while state["step"] < steps:
         for name, fn, idem in (
             ("fetch", async_fetch, Idempotency.IDEMPOTENT),

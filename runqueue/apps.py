@@ -7,7 +7,9 @@ class RunqueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runqueue import checks, conf, registry  # noqa: F401 - registers checks and receivers
+        # Registers checks, receivers and the hooks the lower layers call.
+        from runqueue import checks, conf, observe, registry  # noqa: F401
+        from runqueue.schedules import spec  # noqa: F401
 
         # Every process (web, worker, shell) knows every kind, so submit can
         # refuse an unknown one.

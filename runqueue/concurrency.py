@@ -6,9 +6,8 @@ tenant) are ``running`` at once in one priority class: the default per class
 is ``RUNQUEUE["CONCURRENCY"]`` and a ``ConcurrencyLimit`` row overrides it
 for one key (0 pauses the key). Only a claim moves a run into running, so
 only the claim enforces caps: ``finish_and_claim_capped`` runs the walk of
-``runqueue_claim_capped`` (migration 0004_concurrency; the class functions
-it calls are 0005's). A deployment with
-no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
+``runqueue_claim_capped`` (its source: ``runqueue/sql/functions.sql``). A
+deployment with no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
 
 Whether a cap may apply is cached per process: a default cap comes from the
 settings; whether any ``ConcurrencyLimit`` row exists is read again after a
@@ -79,12 +78,14 @@ def refresh() -> None:
 
 
 def claim_params() -> dict[str, object]:
-    """The capped claim's extra parameter: the default cap per class index."""
-    return {"default_caps": list(get_settings().CONCURRENCY)}
+    """The capped claim's extra parameter: the default cap of every class, in
+    class order (the function reads a class's at its index)."""
+    conf = get_settings()
+    return {"default_caps": [conf.default_cap(member) for member in PriorityClass]}
 
 
 def default_cap(priority_class: PriorityClass) -> int | None:
-    return get_settings().CONCURRENCY[PriorityClass(priority_class).index]
+    return get_settings().default_cap(PriorityClass(priority_class))
 
 
 def cap_for(key: str, priority_class: PriorityClass) -> int | None:

@@ -40,8 +40,10 @@ Defaults (every key optional)::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -51,6 +53,7 @@ from django.dispatch import receiver
 from runqueue.limits import TENANT_MAX_LENGTH
 
 if TYPE_CHECKING:
+    from runqueue.models import PriorityClass
     from runqueue.schedules.spec import ScheduleSpec
 
 
@@ -87,13 +90,20 @@ class Settings:
     API_KINDS: tuple[str, ...] = ()
     #: A class index (``PriorityClass.index``), from the class's slug.
     API_SESSION_MAX_PRIORITY_CLASS: int = 1
-    #: The default cap per class index (None: no cap), from a dict by class slug.
-    CONCURRENCY: tuple[int | None, int | None, int | None] = (None, None, None)
+    #: The default cap per class (a class missing or None: no cap), from a
+    #: dict by class slug.
+    CONCURRENCY: Mapping[PriorityClass, int | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @property
     def caps_configured(self) -> bool:
         """A default cap is set for some class."""
-        return any(cap is not None for cap in self.CONCURRENCY)
+        return any(cap is not None for cap in self.CONCURRENCY.values())
+
+    def default_cap(self, priority_class: PriorityClass) -> int | None:
+        """The cap of a key without a limit in ``priority_class`` (None: no cap)."""
+        return self.CONCURRENCY.get(priority_class)
 
 
 #: The largest page the events endpoint serves, whatever a client asks for.
@@ -124,6 +134,25 @@ _POSITIVE = _INTEGERS | {
     "STREAM_POLL_SECONDS",
     "STREAM_MAX_SECONDS",
 }
+
+
+#: Settings whose values a module above this one parses (it knows what they
+#: hold): ``RUNQUEUE["SCHEDULES"]`` becomes ``runqueue.schedules.spec``'s
+#: specs. That module registers its parser when imported, and the app's
+#: ready() imports it: this module imports nothing of runqueue's but the
+#: bottom layer (models, limits).
+_REGISTERED = frozenset({"SCHEDULES"})
+_PARSERS: dict[str, Callable[[object, Settings], Any]] = {}
+
+
+def register_parser(name: str, parser: Callable[[object, Settings], Any]) -> None:
+    """Parse ``RUNQUEUE[name]`` with ``parser`` from now on: it gets the
+    value and every other setting, parsed, and raises ImproperlyConfigured
+    for a bad value."""
+    if name not in _REGISTERED:
+        raise ValueError(f"RUNQUEUE[{name!r}] takes no registered parser")
+    _PARSERS[name] = parser
+    get_settings.cache_clear()
 
 
 def _number(name: str, value: object, *, integer: bool = False) -> float:
@@ -160,8 +189,8 @@ def _class_name(name: str, value: object) -> int:
     return PriorityClass.from_slug(value).index
 
 
-def _concurrency(value: object) -> tuple[int | None, int | None, int | None]:
-    """``{"interactive": 2, "async": None}`` -> caps by class index."""
+def _concurrency(value: object) -> Mapping[PriorityClass, int | None]:
+    """``{"interactive": 2, "async": None}`` -> the cap of every class."""
     from runqueue.models import PriorityClass
 
     slugs = PriorityClass.slugs()
@@ -176,16 +205,16 @@ def _concurrency(value: object) -> tuple[int | None, int | None, int | None]:
             f"RUNQUEUE['CONCURRENCY'] has unknown class(es) {', '.join(unknown)}; "
             f"the classes are {', '.join(slugs)}"
         )
-    caps: list[int | None] = []
-    for name in slugs:
-        cap = value.get(name)
+    caps: dict[PriorityClass, int | None] = {}
+    for member in PriorityClass:
+        cap = value.get(member.slug)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise ImproperlyConfigured(
-                f"RUNQUEUE['CONCURRENCY'][{name!r}] must be None (no cap) or an integer "
+                f"RUNQUEUE['CONCURRENCY'][{member.slug!r}] must be None (no cap) or an integer "
                 f">= 0 (0 pauses every key without an override), got {cap!r}"
             )
-        caps.append(cap)
-    return caps[0], caps[1], caps[2]
+        caps[member] = cap
+    return MappingProxyType(caps)
 
 
 def parse(raw: object) -> Settings:
@@ -201,6 +230,7 @@ def parse(raw: object) -> Settings:
         )
     # Each value checked for its own field above; Settings(**values) takes them.
     values: dict[str, Any] = {}
+    deferred: dict[str, object] = {}
     for name, value in raw.items():
         if name in ("HANDLER_MODULES", "TRANSIENT_EXCEPTIONS"):
             values[name] = _strings(name, value)
@@ -224,12 +254,8 @@ def parse(raw: object) -> Settings:
                     f"got {value!r}"
                 )
             values[name] = value
-        elif name == "SCHEDULES":
-            # Imported here: the specs name model choices, and settings are
-            # read only once the apps are ready.
-            from runqueue.schedules.spec import parse as parse_schedules
-
-            values[name] = parse_schedules(value)
+        elif name in _REGISTERED:
+            deferred[name] = value  # parsed last, under the other settings
         elif name == "METRICS_TOKEN":
             if value is not None and (not isinstance(value, str) or len(value) < 16):
                 raise ImproperlyConfigured(
@@ -259,6 +285,13 @@ def parse(raw: object) -> Settings:
         raise ImproperlyConfigured(
             f"RUNQUEUE['API_EVENTS_PAGE_SIZE'] must be at most {MAX_EVENTS_PAGE_SIZE}"
         )
+    for name, value in deferred.items():
+        if name not in _PARSERS:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] was read before the runqueue app was ready "
+                "(its parser is registered by the app's ready())"
+            )
+        settings = dataclasses.replace(settings, **{name: _PARSERS[name](value, settings)})
     return settings
 
 

@@ -1,4 +1,5 @@
-"""psycopg connections of runqueue's own, opened from Django's settings.
+"""psycopg connections of runqueue's own, opened from Django's settings,
+and what a database error says under Django's wrapper.
 
 For what must not share Django's per-thread connection: a LISTEN that
 lives as long as the process, a ledger written outside a worker's
@@ -23,3 +24,22 @@ def connect(
     params.pop("cursor_factory", None)
     params.pop("context", None)
     return psycopg.connect(**(params | kwargs), autocommit=autocommit)
+
+
+# Django wraps psycopg's errors in its own (DatabaseError, IntegrityError...)
+# with psycopg's as __cause__; a psycopg error raised directly is its own.
+
+
+def _psycopg_error(exc: BaseException) -> BaseException:
+    return exc if isinstance(exc, psycopg.Error) else (exc.__cause__ or exc)
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error (``"40001"``), or None."""
+    return getattr(_psycopg_error(exc), "sqlstate", None)
+
+
+def constraint_name(exc: BaseException) -> str | None:
+    """The constraint a database error names (a unique violation's), or None."""
+    diag = getattr(_psycopg_error(exc), "diag", None)
+    return getattr(diag, "constraint_name", None)

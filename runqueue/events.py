@@ -1,4 +1,4 @@
-"""Event type names and the append helper.
+"""Event type names, the append helper, and an event's public body.
 
 Every state change appends its event in the same transaction as the change,
 so the log alone can rebuild a run's history. ``append`` never opens a
@@ -7,8 +7,10 @@ transaction of its own: it runs inside the caller's.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping
+from typing import TypedDict
 
 from runqueue.models import QueueEvent, RunEvent
 from runqueue.types import JSON
@@ -67,3 +69,40 @@ def record(type_: str, subject: str, data: dict[str, JSON] | None = None) -> Que
     """Append a queue event (a kind paused, a schedule resumed) inside the
     caller's transaction."""
     return QueueEvent.objects.create(type=type_, subject=subject, data=data or {})
+
+
+# -- An event as the HTTP API and the event stream show it --------------------
+
+
+class EventBody(TypedDict):
+    id: int
+    type: str
+    lease_epoch: int
+    data: JSON
+    created_at: str | None
+
+
+def public_time(value: dt.datetime | None) -> str | None:
+    """A time as the API and the stream show it: ISO 8601 in UTC."""
+    return value.astimezone(dt.UTC).isoformat() if value is not None else None
+
+
+def event_body(event: RunEvent) -> EventBody:
+    """An event's public JSON (the API's events page, the stream's data):
+    its data without tracebacks, which stay in the database and the admin."""
+    return {
+        "id": event.id,
+        "type": event.type,
+        "lease_epoch": event.lease_epoch,
+        "data": without_tracebacks(event.data),
+        "created_at": public_time(event.created_at),
+    }
+
+
+def without_tracebacks(value: JSON) -> JSON:
+    """``value`` with every ``traceback`` member removed, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
+    if isinstance(value, list):
+        return [without_tracebacks(v) for v in value]
+    return value

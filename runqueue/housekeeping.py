@@ -83,7 +83,8 @@ def delete_terminal_runs(
     *, older_than_seconds: float, batch: int = 500, heartbeat: Callable[[], bool] | None = None
 ) -> int:
     """Delete terminal runs finished longer ago than that, with their events,
-    tool records, checkpoints and keys; in batches."""
+    tool records, checkpoints and keys; in batches. Returns how many runs
+    were deleted (their rows, not the related ones)."""
     deleted = 0
     cutoff = timezone.now() - dt.timedelta(seconds=older_than_seconds)
     while True:
@@ -95,7 +96,9 @@ def delete_terminal_runs(
         if not ids:
             return deleted
         with transaction.atomic():
-            Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
-        deleted += len(ids)
+            # Re-checked at the delete: a run requeued since the read stays
+            # and is not counted.
+            _, by_model = Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
+        deleted += by_model.get(Run._meta.label, 0)
         if heartbeat is not None and not heartbeat():
             return deleted

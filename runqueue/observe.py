@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from runqueue import metrics, tracing
+from runqueue.leases import base as lease_base
 from runqueue.models import PriorityClass
 
 if TYPE_CHECKING:
@@ -108,6 +109,11 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
             "current_epoch": current[0] if current else None,
         },
     )
+
+
+# runqueue.leases reports lost leases through its hook (it does not import
+# this module); imported by the app's ready(), so every process has it.
+lease_base.observers.fenced = fenced
 
 
 class _Tool:

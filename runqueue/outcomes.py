@@ -61,6 +61,14 @@ class Waiting:
     tool_seq: int
     name: ClassVar[str] = "waiting"
 
+    @classmethod
+    def of(cls, question: JSON, state: JSON, tool_seq: int) -> Waiting:
+        """ValueError if the question or the state cannot be stored (the one
+        check of both, for the runtime and a direct ``wait_for_user``)."""
+        json_text(question, "question")
+        json_text(state, "checkpoint state")
+        return cls(question, state, tool_seq)
+
 
 @dataclass(frozen=True, slots=True)
 class Released:

@@ -53,7 +53,6 @@ from runqueue.outcomes import (
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.types import JSON
-from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -458,9 +457,7 @@ def _returned(lease: leases.Lease, ctx: RunContext, result: JSON | AskUser) -> O
     """How an attempt whose handler returned ``result`` ended."""
     try:
         if isinstance(result, AskUser):
-            json_text(result.question, "question")
-            json_text(result.state, "checkpoint state")
-            return Waiting(result.question, result.state, ctx._seq)
+            return Waiting.of(result.question, result.state, ctx._seq)
         return Succeeded.of(result)
     except ValueError as exc:
         return Failed(
@@ -471,14 +468,3 @@ def _returned(lease: leases.Lease, ctx: RunContext, result: JSON | AskUser) -> O
                 message=f"the handler's result could not be stored: {exc}",
             )
         )
-
-
-def execute(lease: leases.Lease) -> str:
-    """Run the handler for a claimed lease and write its outcome, alone.
-
-    Returns what the run became: succeeded, failed, requeued, waiting or
-    fenced. (A worker decides with ``decide`` and writes the outcome with
-    its next claim.)
-    """
-    outcome = decide(lease)
-    return leases.label(lease, outcome, leases.write(lease, outcome))

@@ -21,12 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from runqueue import events, tracing
 from runqueue.conf import get_settings
+from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
     ActiveRunConflict,
     IdempotencyConflict,
@@ -167,10 +168,10 @@ def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
             (run,) = _insert_runs([request], [request_hash])
         return Submission(run=run, outcome="created", original_outcome="created")
     except IntegrityError as exc:
-        if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+        if constraint_name(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
             raise
     except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+        if sqlstate(exc) == "55P03":  # lock_not_available
             raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise
     return _route(request, request_hash, durable=durable)
@@ -241,7 +242,7 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
             run = _create_run(request, request_hash)
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+        if sqlstate(exc) == "55P03":  # lock_not_available
             raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise
 
@@ -302,7 +303,7 @@ def _create_run(request: CheckedSubmission, request_hash: str) -> Run:
         with transaction.atomic():
             (run,) = _insert_runs([request], [request_hash])
     except IntegrityError as exc:
-        if _constraint(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+        if constraint_name(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
             raise
         # Another submit won the session slot or the key while we routed; its
         # key, if it is the same request, is committed now and is the answer.
@@ -345,8 +346,8 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 with transaction.atomic():
                     runs = _insert_runs(chunk, hashes)
             except (IntegrityError, OperationalError) as exc:
-                taken = _constraint(exc) in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT)
-                if not taken and getattr(exc.__cause__, "sqlstate", None) != "55P03":
+                taken = constraint_name(exc) in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT)
+                if not taken and sqlstate(exc) != "55P03":
                     raise
                 # A key or a session is taken, or a key is in flight (perhaps
                 # by another request of this call): each request through
@@ -473,11 +474,6 @@ def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outco
                 expires_at=timezone.now() + retention,
             )
     except IntegrityError as exc:
-        if _constraint(exc) != _KEY_CONSTRAINT:
+        if constraint_name(exc) != _KEY_CONSTRAINT:
             raise
         raise _Retry from exc
-
-
-def _constraint(exc: DatabaseError) -> str | None:
-    diag = getattr(exc.__cause__, "diag", None)
-    return getattr(diag, "constraint_name", None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import models
 
 from runqueue import registry
-from runqueue.conf import get_settings
+from runqueue.conf import Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
@@ -108,6 +108,7 @@ def check_submission(
     concurrency_key: object = None,
     from_json: bool = False,
     registered_only: bool = True,
+    conf: Settings | None = None,
 ) -> tuple[CheckedSubmission | None, list[Problem]]:
     """The checked submission (None if any problem), and every problem in
     member order. None means the default for every optional member.
@@ -116,7 +117,10 @@ def check_submission(
     types are named as JSON names them, ``priority`` may be a class's slug
     and ``scheduled_for`` an RFC 3339 string. ``registered_only``: a kind
     without a handler is a problem (the API admits a kind before submitting).
+    ``conf``: the settings to check under (the current ones by default; the
+    settings' own schedules are checked while the settings are parsed).
     """
+    conf = get_settings() if conf is None else conf
     problems: list[Problem] = []
 
     def report(field: str, detail: str | None) -> None:
@@ -149,13 +153,13 @@ def check_submission(
     key_text = idempotency_key if isinstance(idempotency_key, str) else None
     priority_value, detail = _priority(priority, from_json=from_json)
     report("priority", detail)
-    attempts = get_settings().MAX_ATTEMPTS if max_attempts is None else max_attempts
+    attempts = conf.MAX_ATTEMPTS if max_attempts is None else max_attempts
     report("max_attempts", _max_attempts_problem(attempts))
     attempts_value = attempts if isinstance(attempts, int) else 0
     scheduled_value, detail = _scheduled_for(scheduled_for, from_json=from_json)
     report("scheduled_for", detail)
     payload = {} if payload is None else payload
-    payload_text, detail = _payload(payload)
+    payload_text, detail = _payload(payload, conf.MAX_PAYLOAD_BYTES)
     report("payload", detail)
     if problems:
         return None, problems
@@ -250,10 +254,9 @@ def _rfc3339(value: object) -> dt.datetime | None:
     return parsed
 
 
-def _payload(payload: object) -> tuple[str, str | None]:
+def _payload(payload: object, limit: int) -> tuple[str, str | None]:
     """The payload's JSON text, and why it cannot be stored (or None)."""
     text, problem = json_problem(payload)
-    limit = get_settings().MAX_PAYLOAD_BYTES
     # ASCII (json.dumps escapes the rest), so characters are bytes.
     if problem is None and len(text) > limit:
         problem = f"is {len(text)} bytes as JSON, over the {limit}-byte limit"

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import Permission, User
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, testing
 from runqueue.models import Run, ToolInvocation
 
 PASSWORD = "correct horse battery staple"  # noqa: S105 - test-only login
@@ -41,7 +41,7 @@ def dead_lettered(
     sub = runqueue.submit(kind="test.echo", session_id=session_id, **kwargs)
     lease = leases.claim_one("w-test")
     assert lease is not None and lease.run_id == sub.run.id
-    leases.fail(lease, leases.permanent_failure(ValueError(message), lease.attempt))
+    testing.fail(lease, leases.permanent_failure(ValueError(message), lease.attempt))
     return Run.objects.get(id=sub.run.id)
 
 
@@ -50,6 +50,6 @@ def uncertain(**kwargs: Any) -> tuple[Run, ToolInvocation]:
     sub = runqueue.submit(kind="test.pay", **kwargs)
     lease = leases.claim_one("w-test")
     assert lease is not None and lease.run_id == sub.run.id
-    runtime.execute(lease)
+    testing.execute(lease)
     run = Run.objects.get(id=sub.run.id)
     return run, run.tool_invocations.get()

@@ -252,6 +252,17 @@ def test_a_schedule_is_added_in_the_admin_with_clear_errors() -> None:
         assert reverse(f"admin:runqueue_schedule_{op}", args=[schedule.pk]) in page
 
 
+def test_a_schedule_whose_runs_submit_refuses_is_refused_in_the_form(settings) -> None:
+    """The form checks the runs by submit's rules: a payload over the size
+    limit would otherwise fail at every tick."""
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "MAX_PAYLOAD_BYTES": 64}
+    client = login("ann", *ALL_PERMS)
+    big = add_schedule(client, payload='{"text": "%s"}' % ("x" * 100))
+    assert "payload is 112 bytes as JSON, over the 64-byte limit" in big.content.decode()
+    assert not Schedule.objects.exists()
+    assert add_schedule(client).status_code == 302
+
+
 def test_pause_resume_and_run_now_are_confirmed_and_audited() -> None:
     client = login("ann", *ALL_PERMS)
     add_schedule(client)

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, testing
 from runqueue.models import PriorityClass, Run, RunEvent
 from tests.api_helpers import ApiCaller, make_caller, problem, submit
 
@@ -80,7 +80,7 @@ def test_session_busy_never_crosses_tenants(client, alice, mallory) -> None:
 def test_failed_run_shows_no_traceback(client, alice) -> None:
     run = _run_of(alice, kind="test.fail")
     lease = leases.claim_one("api-test", [PriorityClass.INTERACTIVE])
-    assert runtime.execute(lease) == "failed"
+    assert testing.execute(lease) == "failed"
     assert "Traceback" in Run.objects.get(id=run.id).failure["traceback"]
     response = client.get(f"/api/runs/{run.id}/", headers=alice.headers())
     assert response.json()["failure"] == {
@@ -98,7 +98,7 @@ def test_failed_run_shows_no_traceback(client, alice) -> None:
 def test_events_are_paged_by_cursor(client, alice) -> None:
     run = _run_of(alice, kind="test.ask")
     lease = leases.claim_one("api-test", [PriorityClass.INTERACTIVE])
-    assert runtime.execute(lease) == "waiting"
+    assert testing.execute(lease) == "waiting"
     expected = list(
         RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("type", flat=True)
     )
@@ -148,7 +148,7 @@ def test_cancel_cancels_once_and_answers_a_retry_the_same(client, alice) -> None
 def test_cancel_of_a_finished_run_answers_409(client, alice) -> None:
     run = _run_of(alice)
     lease = leases.claim_one("api-test", [PriorityClass.INTERACTIVE])
-    assert runtime.execute(lease) == "succeeded"
+    assert testing.execute(lease) == "succeeded"
     response = client.generic("POST", f"/api/runs/{run.id}/cancel/", headers=alice.headers())
     assert problem(response, 409, "run-not-cancellable")["run_status"] == "succeeded"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, testing
 from runqueue.models import IdempotencyKey, PriorityClass, Run, RunStatus
 from tests.api_helpers import RUNS, ApiCaller, make_caller, problem, submit
 
@@ -70,7 +70,7 @@ def _waiting_run(caller: ApiCaller, session_id: str) -> Run:
     )
     lease = leases.claim_one("api-test", [PriorityClass.INTERACTIVE])
     assert lease is not None and lease.run_id == sub.run.id
-    assert runtime.execute(lease) == "waiting"
+    assert testing.execute(lease) == "waiting"
     return sub.run
 
 

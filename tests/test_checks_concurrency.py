@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from runqueue import checks
 from runqueue.conf import parse
+from runqueue.models import PriorityClass
 
 
 @pytest.mark.parametrize(
@@ -47,10 +48,30 @@ def test_good_values_parse() -> None:
             "API_SESSION_MAX_PRIORITY_CLASS": "maintenance",
         }
     )
-    assert conf.CONCURRENCY == (2, None, 0) and conf.caps_configured
+    assert dict(conf.CONCURRENCY) == {
+        PriorityClass.INTERACTIVE: 2,
+        PriorityClass.ASYNC: None,
+        PriorityClass.MAINTENANCE: 0,
+    }
+    assert conf.caps_configured
     assert conf.API_KINDS == ("demo.research",)
     assert conf.API_SESSION_MAX_PRIORITY_CLASS == 2
     assert not parse({}).caps_configured and parse({}).API_KINDS == ()
+
+
+def test_caps_are_held_per_class_and_a_class_left_out_has_none() -> None:
+    """Caps are keyed by the class itself, not by a position in a tuple of
+    three: every class of ``PriorityClass`` has one, in class order for the
+    claim's parameter."""
+    from runqueue import concurrency
+
+    conf = parse({"CONCURRENCY": {"async": 1}})
+    assert [conf.default_cap(member) for member in PriorityClass] == [
+        None if member != PriorityClass.ASYNC else 1 for member in PriorityClass
+    ]
+    assert parse({}).default_cap(PriorityClass.MAINTENANCE) is None
+    with override_settings(RUNQUEUE={"CONCURRENCY": {"maintenance": 0}}):
+        assert concurrency.claim_params() == {"default_caps": [None, None, 0]}
 
 
 def test_caps_at_another_isolation_level_are_an_error(settings, monkeypatch) -> None:

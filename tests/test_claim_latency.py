@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.admin import dashboard
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 
@@ -44,7 +44,7 @@ def last_wait_ms(run_id) -> float:
 
 def operator_requeue(run_id) -> None:
     lease = claim(run_id)
-    leases.fail(lease, leases.permanent_failure(ValueError("card declined"), lease.attempt))
+    testing.fail(lease, leases.permanent_failure(ValueError("card declined"), lease.attempt))
     age(run_id)
     leases.requeue(run_id, actor="staff:test")
 

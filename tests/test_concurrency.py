@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import concurrency, leases
+from runqueue import concurrency, leases, testing
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Succeeded
 from runqueue.sql import queries
@@ -107,7 +107,7 @@ def test_a_key_at_its_cap_is_stepped_over_and_claimed_again_when_a_run_ends() ->
     first = _claim()
     assert _ids(first) == [a1, b1]  # a2 and a3 wait behind a's cap; b1 does not
     assert _claim() == []
-    assert leases.succeed(first[0], None)
+    assert testing.succeed(first[0], None)
     assert _ids(_claim()) == [a2]
     assert Run.objects.get(id=a3).status == RunStatus.QUEUED
 
@@ -313,7 +313,7 @@ def _one_claimer(stop: threading.Event, errors: list[BaseException], owner: str)
     while not stop.is_set():
         try:
             for lease in _claim(limit=3, owner=owner):
-                leases.succeed(lease, None)
+                testing.succeed(lease, None)
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             errors.append(exc)
             return

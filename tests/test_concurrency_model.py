@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Succeeded
 from tests.helpers import expire_lease
@@ -148,7 +148,7 @@ class Caps(RuleBasedStateMachine):
         run = self._pick("running", i)
         if run is not None:
             lease = self.leases.pop(run.id)
-            assert leases.fail(lease, leases.permanent_failure(ValueError("x"), lease.attempt))
+            assert testing.fail(lease, leases.permanent_failure(ValueError("x"), lease.attempt))
             run.status = "failed"
 
     @rule(i=st.integers(0, 50))

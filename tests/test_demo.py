@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, testing
 from runqueue.models import Run, RunStatus
 from tests.helpers import wait_until
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def run_once(run_id) -> str:
     lease = leases.claim_one("w-demo")
     assert lease is not None and lease.run_id == run_id
-    return runtime.execute(lease)
+    return testing.execute(lease)
 
 
 def test_a_requeued_declined_turn_fails_on_the_card_again_not_on_tool_order() -> None:

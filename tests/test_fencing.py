@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.models import Checkpoint, Run, RunEvent, RunStatus, ToolInvocation
 from tests.helpers import Worker, event_types, is_blocked, wait_until
 
@@ -42,12 +42,12 @@ WRITE_PATHS: dict[str, tuple[Callable | None, Callable[[leases.Lease], bool], st
     ),
     "succeed": (
         None,
-        lambda lease: leases.succeed(lease, {"by": lease.owner}),
+        lambda lease: testing.succeed(lease, {"by": lease.owner}),
         RunStatus.SUCCEEDED,
     ),
     "fail": (
         None,
-        lambda lease: leases.fail(
+        lambda lease: testing.fail(
             lease, leases.permanent_failure(ValueError("bad"), lease.attempt)
         ),
         RunStatus.FAILED,
@@ -225,7 +225,7 @@ def test_repeatable_read_serialization_failure_means_fenced(settings, hooks) -> 
             cursor.execute(
                 "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ"
             )
-        return leases.succeed(lease_a, "stale")
+        return testing.succeed(lease_a, "stale")
 
     worker_a = Worker(write_at_repeatable_read, name="worker-A")
     worker_a.start()
@@ -246,7 +246,7 @@ def test_cancel_while_a_worker_writes_fences_it(settings) -> None:
     canceller.start()
     canceller.outcome()
     assert leases.checkpoint(lease_a, {"x": 1}) is False
-    assert leases.succeed(lease_a, "late") is False
+    assert testing.succeed(lease_a, "late") is False
     run.refresh_from_db()
     assert (run.status, run.result) == (RunStatus.CANCELLED, None)
     assert event_types(run.id, epoch=1) == ["run.claimed", "run.fenced"]
@@ -263,7 +263,7 @@ def test_the_fence_hook_observes_and_never_changes_the_path(settings, hooks) -> 
     assert seen == []
     assert leases.checkpoint(lease, {"step": 1})
     assert seen == [("checkpoint", True)]
-    assert leases.succeed(lease, "done")
+    assert testing.succeed(lease, "done")
     assert seen == [("checkpoint", True)]
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 from runqueue.outcomes import Failed, Succeeded
 from tests.helpers import Worker, event_types, expire_lease, is_blocked, wait_until
@@ -95,7 +95,7 @@ def test_a_finish_alone_and_a_claim_alone() -> None:
 
 def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:
     done, other = _claimed(2)
-    assert leases.succeed(done, "direct")
+    assert testing.succeed(done, "direct")
     ok, _ = leases.finish_and_claim([_succeed(done, "again"), _succeed(other, None)], _spec(0))
     assert ok == [False, True]
     assert Run.objects.get(id=done.run_id).result == "direct"

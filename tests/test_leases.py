@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.errors import InvalidTransition, RunNotFound, ToolInvocationNotFound
 from runqueue.failures import Failure, FailureSummary, failure_summary
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
@@ -153,7 +153,7 @@ def test_heartbeat_renews_on_the_database_clock_and_is_false_once_fenced() -> No
 def test_succeed_records_result_and_event() -> None:
     sub = runqueue.submit(kind="k", session_id="s1")
     lease = leases.claim_one("w1")
-    assert leases.succeed(lease, {"answer": 42})
+    assert testing.succeed(lease, {"answer": 42})
     run = Run.objects.get(id=sub.run.id)
     assert (run.status, run.result, run.lease_expires_at) == (
         RunStatus.SUCCEEDED,
@@ -172,7 +172,7 @@ def test_permanent_failure_is_never_retried(fast_retry) -> None:
     try:
         raise runqueue.PermanentError("card declined")
     except runqueue.PermanentError as exc:
-        assert leases.fail(lease, leases.permanent_failure(exc, lease.attempt))
+        assert testing.fail(lease, leases.permanent_failure(exc, lease.attempt))
     run = Run.objects.get(id=sub.run.id)
     assert run.status == RunStatus.FAILED
     assert run.failure["classification"] == "permanent"
@@ -226,7 +226,7 @@ def test_sweep_requeues_expired_leases_with_backoff(settings) -> None:
     requeued = RunEvent.objects.get(run_id=run.id, type="run.requeued")
     assert requeued.data["reason"] == "lease_expired" and requeued.data["expired_epoch"] == 1
     # The old owner is fenced now.
-    assert leases.succeed(lease, "late") is False
+    assert testing.succeed(lease, "late") is False
     assert Run.objects.get(id=sub.run.id).status == RunStatus.QUEUED
 
 
@@ -259,7 +259,7 @@ def test_every_stored_failure_has_exactly_the_failure_keys(how: str, fast_retry)
     elif how == "gave_up":
         assert leases.give_up(lease, runqueue.TransientError("rate limited"))
     else:
-        assert leases.fail(lease, leases.permanent_failure(ValueError("bad"), lease.attempt))
+        assert testing.fail(lease, leases.permanent_failure(ValueError("bad"), lease.attempt))
     run = Run.objects.get(id=sub.run.id)
     assert run.status == RunStatus.FAILED
     assert set(run.failure) == Failure.__required_keys__ == set(Failure.__annotations__)
@@ -278,8 +278,10 @@ def test_every_stored_failure_has_exactly_the_failure_keys(how: str, fast_retry)
         assert set(failed.data) == set(FailureSummary.__annotations__)
 
 
-@pytest.mark.parametrize("action", ["succeed", "heartbeat"])
-def test_sweeper_rechecks_what_it_read(action: str) -> None:
+@pytest.mark.parametrize(
+    "action", [testing.succeed, leases.heartbeat], ids=["succeed", "heartbeat"]
+)
+def test_sweeper_rechecks_what_it_read(action) -> None:
     """River #1302's race: the run is finished (or renewed) between the
     sweeper's read and its update; the update must change nothing."""
     sub = runqueue.submit(kind="k")
@@ -288,12 +290,12 @@ def test_sweeper_rechecks_what_it_read(action: str) -> None:
 
     def owner_acts(rows) -> None:
         assert [r[0] for r in rows] == [sub.run.id]
-        assert getattr(leases, action)(lease)
+        assert action(lease)
 
     assert leases.sweep(after_read=owner_acts) == []
     run = Run.objects.get(id=sub.run.id)
     assert run.lease_epoch == 1
-    assert run.status == (RunStatus.SUCCEEDED if action == "succeed" else RunStatus.RUNNING)
+    assert run.status == (RunStatus.SUCCEEDED if action is testing.succeed else RunStatus.RUNNING)
     assert "run.requeued" not in event_types(run.id)
 
 
@@ -345,7 +347,7 @@ def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:
     """A heartbeat that lands just after its own run finished is not a fencing."""
     sub = runqueue.submit(kind="k")
     lease = leases.claim_one("w1")
-    assert leases.succeed(lease, {"ok": True})
+    assert testing.succeed(lease, {"ok": True})
     assert leases.heartbeat(lease) is False
     assert leases.checkpoint(lease, {"late": True}) is False
     assert lease.closed and not lease.fenced

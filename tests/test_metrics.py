@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 import runqueue
-from runqueue import leases, queue_metrics
+from runqueue import leases, queue_metrics, testing
 from runqueue.models import PriorityClass, Run, ToolStatus, Worker
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
@@ -71,7 +71,7 @@ def test_the_queue_gauges_read_back_with_the_librarys_parser() -> None:
     assert leases.wait_for_user(waiting, {"q": "?"})
     for _ in range(2):
         failed = leases.claim_one("w", [ASYNC])
-        assert leases.fail(failed, leases.failure_record(None, classification="x", attempt=1))
+        assert testing.fail(failed, leases.failure_record(None, classification="x", attempt=1))
     pay = leases.claim_one("w", [MAINTENANCE])
     assert leases.record_tool_started(pay, seq=0, tool="charge", idempotency="x", arguments={})
     assert leases.record_tool_outcome(pay, seq=0, status=ToolStatus.UNCERTAIN)

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 import runqueue
-from runqueue import housekeeping, leases, runtime
+from runqueue import housekeeping, leases, testing
 from runqueue.errors import ActiveRunConflict, InvalidTransition
 from runqueue.models import Idempotency, IdempotencyKey, Run, RunEvent, ToolStatus
 from tests.helpers import event_types
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def _dead_lettered(session_id: str | None = None) -> Run:
     sub = runqueue.submit(kind="k", session_id=session_id)
     lease = leases.claim_one("w")
-    leases.fail(lease, leases.permanent_failure(ValueError("boom"), lease.attempt))
+    testing.fail(lease, leases.permanent_failure(ValueError("boom"), lease.attempt))
     return Run.objects.get(id=sub.run.id)
 
 
@@ -61,7 +61,7 @@ def _timeout_handler(ctx):
 
 def test_resolve_uncertain_records_the_answer_and_leaves_the_view() -> None:
     sub = runqueue.submit(kind="ops.timeout")
-    runtime.execute(leases.claim_one("w"))
+    testing.execute(leases.claim_one("w"))
     tool = sub.run.tool_invocations.get()
     assert tool.status == ToolStatus.UNCERTAIN
     assert Run.objects.uncertain().filter(id=sub.run.id).exists()
@@ -87,8 +87,21 @@ def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None
     assert len(first) == 2
     assert housekeeping.schedule() == []  # already queued: the session holds them
     while lease := leases.claim_one("w", [runqueue.PriorityClass.MAINTENANCE]):
-        assert runtime.execute(lease) == "succeeded"
+        assert testing.execute(lease) == "succeeded"
     assert not IdempotencyKey.objects.exists()
     assert not Run.objects.filter(id=old.id).exists()
     assert not RunEvent.objects.filter(run_id=old.id).exists()
     assert Run.objects.filter(id__in=[recent.id, keyed.id]).count() == 2
+
+
+def test_pruning_counts_the_runs_it_deleted_not_their_rows() -> None:
+    """Three old dead letters (each with its events) in batches of two, one
+    recent: three runs deleted, the recent one kept."""
+    old = [_dead_lettered() for _ in range(3)]
+    Run.objects.filter(id__in=[r.id for r in old]).update(
+        finished_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    recent = _dead_lettered()
+    assert RunEvent.objects.filter(run_id__in=[r.id for r in old]).count() > 3
+    assert housekeeping.delete_terminal_runs(older_than_seconds=60, batch=2) == 3
+    assert list(Run.objects.values_list("id", flat=True)) == [recent.id]

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases
+from runqueue import leases, testing
 from runqueue.models import PausedKind, PriorityClass, QueueEvent, Run, RunStatus
 from runqueue.pausing import is_paused, pause_kind, resume_kind
 from runqueue.sql import queries
@@ -84,7 +84,7 @@ def test_running_runs_of_a_paused_kind_finish() -> None:
     waiting = submit("k")
     pause_kind("k", actor="staff:ann", reason="incident")
     assert leases.heartbeat(lease)  # the pause does not fence anyone
-    assert leases.succeed(lease, {"ok": True})
+    assert testing.succeed(lease, {"ok": True})
     assert Run.objects.get(id=first.id).status == RunStatus.SUCCEEDED
     assert leases.claim_one("w") is None
     assert Run.objects.get(id=waiting.id).status == RunStatus.QUEUED

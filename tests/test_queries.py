@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from runqueue.models import PRIORITY_MAX, PriorityClass
-from runqueue.sql import parse, queries
+from runqueue.sql import load, parse, queries
 from runqueue.sql.classes import functions
 
 RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
@@ -233,6 +233,28 @@ def test_a_fragment_is_put_in_where_a_statement_includes_it() -> None:
     assert parse(text) == {"a": "SELECT 1 FROM t\n WHERE due", "b": "WHERE due"}
 
 
+def test_a_function_keeps_its_comments_and_an_include_takes_its_lines_indent() -> None:
+    """functions.sql's blocks: the text installed is the block as written
+    (comments are part of a function's source), a fragment indented as the
+    line that includes it; a statement of another file may include it too."""
+    functions_text = (
+        "-- fragment: ok --\n"
+        "-- why\n"
+        "AND a\n"
+        "AND b\n"
+        "-- function: fn --\n"
+        "CREATE FUNCTION fn() AS $$\n"
+        "  WHERE x\n"
+        "    -- include: ok --\n"
+        "$$;\n"
+    )
+    loaded = load("-- name: s --\nSELECT 1 WHERE x\n  -- include: ok --\n", functions_text)
+    assert loaded.functions == {
+        "fn": "CREATE FUNCTION fn() AS $$\n  WHERE x\n    -- why\n    AND a\n    AND b\n$$;\n"
+    }
+    assert loaded.statements == {"s": "SELECT 1 WHERE x\n  AND a\n  AND b"}
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
@@ -308,8 +330,9 @@ def test_the_class_functions_agree_with_priority_class_for_every_priority() -> N
 
 @pytest.mark.django_db
 def test_the_class_functions_are_what_priority_class_renders() -> None:
-    """The latest migration's text is ``runqueue.sql.classes.functions()``:
-    a change to ``PriorityClass`` needs a migration that renders them again."""
+    """The installed class functions (functions.sql's, as migrated) are what
+    ``runqueue.sql.classes.functions()`` renders: a change to
+    ``PriorityClass`` needs functions.sql and a migration to say it."""
     rendered = {m["name"]: m["body"] for m in _CLASS_FUNCTION.finditer(functions())}
     with connection.cursor() as cursor:
         cursor.execute(

@@ -22,6 +22,9 @@ import pytest
 from django.db import connection
 
 REPO = Path(__file__).resolve().parent.parent
+#: What pyproject.toml builds the wheel from (the package, its metadata).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "runqueue")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
@@ -54,6 +57,16 @@ def reuse_project(
     tmp_path_factory: pytest.TempPathFactory, django_db_blocker
 ) -> Iterator[ReuseProject]:
     base = tmp_path_factory.mktemp("reuse")
+    # Built from a copy of what the wheel is made of: a build in the checkout
+    # writes build/ and the egg-info there, which a suite running beside this
+    # one (CI runs two) would race.
+    source = base / "source"
+    source.mkdir()
+    for name in WHEEL_SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=IGNORED)
+        else:
+            shutil.copy2(REPO / name, source / name)
     _run(
         sys.executable,
         "-m",
@@ -63,7 +76,7 @@ def reuse_project(
         "--no-deps",
         "-w",
         str(base / "dist"),
-        str(REPO),
+        str(source),
     )
     [wheel] = (base / "dist").glob("django_runqueue-*.whl")
     venv = base / "venv"

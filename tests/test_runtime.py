@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import runqueue
-from runqueue import Idempotency, leases, runtime
+from runqueue import Idempotency, leases, testing
 from runqueue.models import Run, ToolInvocation
 from tests.helpers import event_types, expire_lease
 
@@ -42,7 +42,7 @@ def _claim() -> leases.Lease:
 
 def test_handler_result_is_the_run_result() -> None:
     sub = runqueue.submit(kind="test.echo", payload={"x": 1})
-    assert runtime.execute(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     assert Run.objects.get(id=sub.run.id).result == {"echo": {"x": 1}}
 
 
@@ -56,7 +56,7 @@ def test_handler_result_is_the_run_result() -> None:
 )
 def test_exceptions_are_classified(error, status, classification, outcome, fast_retry) -> None:
     sub = runqueue.submit(kind="test.fail", payload={"error": error})
-    assert runtime.execute(_claim()) == outcome
+    assert testing.execute(_claim()) == outcome
     run = Run.objects.get(id=sub.run.id)
     assert run.status == status
     if classification:
@@ -71,7 +71,7 @@ def test_configured_transient_exceptions(settings, fast_retry) -> None:
     }
     sub = runqueue.submit(kind="test.fail", payload={"error": "value"}, max_attempts=1)
     # The last attempt: a transient error dead-letters it, saying so.
-    assert runtime.execute(_claim()) == "failed"
+    assert testing.execute(_claim()) == "failed"
     assert Run.objects.get(id=sub.run.id).failure["classification"] == "transient"
 
 
@@ -81,7 +81,7 @@ def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fa
     first = _claim()
     # The first attempt dies after the lookup, with the charge not yet started.
     with pytest.raises(_Crash):
-        runtime.execute(first)
+        testing.execute(first)
     # Then, pretend the charge had been recorded as started when it died.
     leases.record_tool_started(
         first, seq=1, tool="charge", idempotency=Idempotency.NON_IDEMPOTENT, arguments={}
@@ -89,7 +89,7 @@ def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fa
     expire_lease(sub.run.id)
     leases.sweep()
     Run.objects.filter(id=sub.run.id).update(payload={})
-    assert runtime.execute(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     result = Run.objects.get(id=sub.run.id).result
     assert result == [
         ["lookup", "completed", {"tool": "lookup"}, True],
@@ -109,7 +109,7 @@ def test_idempotent_tool_left_started_runs_again_with_the_same_key(fast_retry) -
     )
     expire_lease(sub.run.id)
     leases.sweep()
-    assert runtime.execute(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     assert CALLS == [("lookup", f"{sub.run.id}:0"), ("charge", f"{sub.run.id}:1")]
     assert ToolInvocation.objects.get(run_id=sub.run.id, seq=0).status == "completed"
 
@@ -119,7 +119,7 @@ def test_a_fenced_worker_never_calls_the_tool() -> None:
     sub = runqueue.submit(kind="rt.tools")
     lease = _claim()
     runqueue.cancel(sub.run.id, reason="stop", actor="test")
-    assert runtime.execute(lease) == "fenced"
+    assert testing.execute(lease) == "fenced"
     assert CALLS == []
     assert not ToolInvocation.objects.filter(run_id=sub.run.id).exists()
     assert event_types(sub.run.id, epoch=1) == ["run.claimed", "run.fenced"]
@@ -134,7 +134,7 @@ def test_uncertain_outcome_raised_by_a_tool() -> None:
         return ctx.invoke_tool("pay", timeout).status
 
     sub = runqueue.submit(kind="rt.timeout")
-    assert runtime.execute(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     assert Run.objects.get(id=sub.run.id).result == "uncertain"
     assert Run.objects.uncertain().filter(id=sub.run.id).exists()
 
@@ -145,7 +145,7 @@ def test_result_that_is_not_json_fails_clearly() -> None:
         return {1, 2}
 
     sub = runqueue.submit(kind="rt.badresult")
-    assert runtime.execute(_claim()) == "failed"
+    assert testing.execute(_claim()) == "failed"
     failure = Run.objects.get(id=sub.run.id).failure
     assert failure["message"].startswith("the handler's result could not be stored")
 
@@ -162,6 +162,6 @@ def test_a_database_outage_under_the_handler_is_left_to_lease_expiry() -> None:
     sub = runqueue.submit(kind="rt.outage")
     lease = _claim()
     with pytest.raises(OperationalError):
-        runtime.execute(lease)
+        testing.execute(lease)
     run = Run.objects.get(id=sub.run.id)
     assert (run.status, run.failure) == ("running", None)

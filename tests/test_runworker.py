@@ -194,7 +194,8 @@ def _listening() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE query ILIKE 'LISTEN %%' AND state = 'idle'"
+            " WHERE datname = current_database()"
+            " AND query ILIKE 'LISTEN %%' AND state = 'idle'"
         )
         return cursor.fetchone()[0] > 0
 

@@ -106,11 +106,21 @@ def test_settings_schedules_are_validated_naming_the_schedule() -> None:
         ({"x y": {"cron": "0 3 * * *", "kind": "k"}}, "schedule name 'x y' must be"),
         ({"x": {"cron": "0 3 * * *", "kind": "k", "priority": "urgent"}}, "priority 'urgent'"),
         ({"x": {"cron": "0 3 * * *", "kind": "k", "payload": {1j}}}, "JSON-serialisable"),
+        # What submit would refuse at every tick is refused here (its rules).
+        ({"x": {"cron": "0 3 * * *", "kind": "k", "tenant": ""}}, "tenant must not be empty"),
+        ({"x": {"cron": "0 3 * * *", "kind": "k", "max_attempts": 0}}, "max_attempts must be"),
+        ({"x": {"cron": "0 3 * * *", "kind": "k", "payload": {"a": "\x00"}}}, "payload"),
+        ({"x": {"cron": "0 3 * * *", "kind": "k" * 300}}, "kind must be at most"),
     ]
     for raw, message in cases:
         with pytest.raises(ImproperlyConfigured) as exc:
             parse({"SCHEDULES": raw})
         assert message in str(exc.value)
+    # Under the settings beside it: the payload limit of the same RUNQUEUE.
+    big = {"x": {"cron": "0 3 * * *", "kind": "k", "payload": {"a": "x" * 100}}}
+    with pytest.raises(ImproperlyConfigured, match="over the 64-byte limit"):
+        parse({"MAX_PAYLOAD_BYTES": 64, "SCHEDULES": big})
+    assert parse({"SCHEDULES": big}).SCHEDULES[0].payload == {"a": "x" * 100}
 
 
 def test_settings_schedules_are_synced_retired_and_win_a_clash(settings, caplog) -> None:

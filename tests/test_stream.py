@@ -13,7 +13,7 @@ from django.db import connection
 from django.test import Client
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, runtime, testing
 from runqueue.models import Run, RunEvent, RunStatus, StreamWatch
 from runqueue.sql import execute
 from runqueue.stream import hub as hub_module
@@ -63,7 +63,7 @@ def test_the_trigger_notifies_appends_to_watched_runs_only(raw_connect) -> None:
     assert _notified(listener) == [str(watched.id)]
 
     for lease in claimed:
-        assert leases.succeed(lease)  # the finish statement
+        assert testing.succeed(lease)  # the finish statement
     assert _notified(listener) == [str(watched.id)]
 
     StreamWatch.objects.all().delete()
@@ -110,7 +110,7 @@ def test_a_finished_run_is_replayed_then_the_stream_ends() -> None:
     run = runqueue.submit(kind="k", tenant="acme").run
     lease = leases.claim_one("w")
     runtime.build_context(lease).emit("progress", {"pct": 50})
-    leases.succeed(lease, {"ok": True})
+    testing.succeed(lease, {"ok": True})
     ids = list(RunEvent.objects.filter(run_id=run.id).values_list("id", flat=True))
 
     response = Client().get(_stream_url(run.id), headers=alice.headers())
@@ -211,7 +211,7 @@ def test_a_live_stream_gets_events_as_they_commit(settings) -> None:
     wait_until(lambda: any("run.claimed" in m for m in received), timeout=10, what="claimed")
     runtime.build_context(lease).emit("progress", {"pct": 10})
     wait_until(lambda: any("event: progress" in m for m in received), timeout=10, what="emit")
-    leases.succeed(lease)
+    testing.succeed(lease)
     reader.outcome(10)  # the stream ended after run.succeeded
     assert "event: run.succeeded" in received[-1]
     response.close()
@@ -270,7 +270,7 @@ def test_a_fenced_workers_emit_is_never_published(fast_retry) -> None:
     assert stale.emit("progress", {"from": "old"}) is False
     assert stale.fenced
     assert fresh.emit("progress", {"from": "new"}) is True
-    leases.succeed(fresh.lease)
+    testing.succeed(fresh.lease)
     progress = RunEvent.objects.filter(run_id=run.id, type="progress")
     assert list(progress.values_list("data", "lease_epoch")) == [
         ({"from": "new"}, fresh.lease.epoch)

@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, runtime, testing
 from runqueue.models import RunEvent
 from tests.api_helpers import ApiCaller, make_caller
 from tests.helpers import wait_until
@@ -199,7 +199,7 @@ def test_a_reconnect_with_last_event_id_loses_and_repeats_nothing(gunicorn: int)
     live = second.event()
     assert live.data["data"] == {"step": 4}
     received.append(live.id)
-    assert leases.succeed(lease, {"done": True})
+    assert testing.succeed(lease, {"done": True})
     final = second.event()
     assert final.event == "run.succeeded"
     received.append(final.id)

@@ -14,7 +14,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases, runtime
+from runqueue import leases, testing
 from runqueue.models import PriorityClass, Run, RunEvent
 from runqueue.tasks_backend import KIND, RunQueueBackend, TaskCancelled, runqueue_priority
 from tests import tasks
@@ -27,7 +27,7 @@ def _work(owner: str = "tasks-test") -> str:
     """Claim the next due run of any class in this process and run it."""
     lease = leases.claim_one(owner, leases.ALL_CLASSES)
     assert lease is not None, "nothing was due"
-    return runtime.execute(lease)
+    return testing.execute(lease)
 
 
 @pytest.fixture

@@ -35,9 +35,10 @@ class ConcurrencyLimitAdmin(GuardedAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, object] | None = None
     ) -> HttpResponse:
+        conf = get_settings()
         defaults = ", ".join(
-            f"{name} {'no cap' if cap is None else cap}"
-            for name, cap in zip(PriorityClass.slugs(), get_settings().CONCURRENCY, strict=True)
+            f"{member.slug} {'no cap' if (cap := conf.default_cap(member)) is None else cap}"
+            for member in PriorityClass
         )
         context = {"subtitle": f"Keys without a limit: {defaults} (RUNQUEUE['CONCURRENCY'])"}
         return super().changelist_view(request, context | (extra_context or {}))

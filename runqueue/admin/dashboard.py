@@ -28,7 +28,6 @@ from django.db.models import (
     IntegerField,
     Min,
     Q,
-    QuerySet,
 )
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform
@@ -39,7 +38,7 @@ from django.utils import timezone
 
 from runqueue import events, waiting
 from runqueue.admin import display, permissions, svg
-from runqueue.admin.pagination import COUNT_CAP
+from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -54,13 +53,9 @@ from runqueue.models import (
 
 WINDOW = dt.timedelta(hours=1)
 CLASSES = list(PriorityClass)
-COLOURS = {
-    RunStatus.QUEUED: "#79aec8",
-    RunStatus.RUNNING: "#2e7d32",
-    RunStatus.WAITING_FOR_USER: "#e0b000",
-    RunStatus.SUCCEEDED: "#5b9b5b",
-    RunStatus.FAILED: "#ba2121",
-    RunStatus.CANCELLED: "#8d6e63",
+#: The statuses' colours are the badges' (one palette); the latency bars' own.
+COLOURS: dict[str, str] = {
+    **display.STATUS_COLOURS,
     "p50": "#417690",
     "p99": "#ba2121",
 }
@@ -157,11 +152,6 @@ def throughput() -> list[tuple[dt.datetime, dict[str, int]]]:
     for row in rows:
         per.setdefault(row["minute"], {})[row["status"]] = row["n"]
     return [(m, per[m]) for m in minutes]
-
-
-def capped_count(queryset: QuerySet[Run]) -> int:
-    """A count that stops after COUNT_CAP + 1 rows."""
-    return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
 
 
 def totals() -> dict[str, int]:

@@ -21,6 +21,9 @@ from runqueue.types import JSON
 #: payload is a denial of service of its own.
 JSON_LIMIT = 4000
 
+#: One colour per run status, wherever the admin shows one: the status badge
+#: of every list and page, and the dashboard's bars. Dark enough for text on
+#: white (WCAG AA), so a bar and its badge read as the same status.
 STATUS_COLOURS = {
     "queued": "#417690",
     "running": "#2e7d32",

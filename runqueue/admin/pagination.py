@@ -16,6 +16,13 @@ from django.db.models import QuerySet
 COUNT_CAP = 10_000
 
 
+def capped_count(queryset: QuerySet) -> int:
+    """How many rows, counting at most ``COUNT_CAP + 1``: COUNT over a
+    LIMITed subquery, so the scan stops there. Ordering is dropped: it does
+    not change a count and costs a sort."""
+    return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
+
+
 class CappedCountPaginator(Paginator):
     """Counts at most ``COUNT_CAP + 1`` rows: a LIMIT inside the count."""
 
@@ -26,9 +33,7 @@ class CappedCountPaginator(Paginator):
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)
-        # COUNT over a LIMITed subquery: the scan stops after CAP + 1 rows.
-        # Ordering is dropped: it does not change a count and costs a sort.
-        return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
+        return capped_count(queryset)
 
     @property
     def capped(self) -> bool:

@@ -38,7 +38,7 @@ from runqueue.models import (
     ScheduleTick,
 )
 from runqueue.schedules import cron
-from runqueue.schedules.spec import check_catch_up, check_name
+from runqueue.schedules.spec import check_catch_up, check_name, check_runs
 
 if TYPE_CHECKING:
     # The stubs' name for what get_fieldsets returns (a list of TypedDicts).
@@ -100,6 +100,21 @@ class ScheduleForm(forms.ModelForm):
         data = self.cleaned_data
         if "catch_up" in data and "catch_up_limit" in data:
             self._checked(check_catch_up, data["catch_up"], data["catch_up_limit"])
+        # The runs it will submit, by submit's own rules: refused here, not
+        # at every tick.
+        if not self.errors and "name" in data:
+            try:
+                check_runs(
+                    name=str(data["name"]),
+                    kind=data.get("kind"),
+                    payload=data.get("payload"),
+                    tenant=data.get("tenant"),
+                    priority=data.get("priority"),
+                    max_attempts=data.get("max_attempts"),
+                    registered_only=True,
+                )
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from exc
         return data
 
 

@@ -1,19 +1,19 @@
 """JSON representations of runs and events, as the API shows them.
 
 A failure shows its classification, error type and message: the traceback
-stays in the database and the admin. Event data is shown without any
-``traceback`` member for the same reason.
+stays in the database and the admin. An event's body is
+``runqueue.events.event_body`` (the event stream sends the same).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from typing import TypedDict
 
 from django.urls import reverse
 
-from runqueue.models import PriorityClass, Run, RunEvent
+from runqueue.events import public_time
+from runqueue.models import PriorityClass, Run
 from runqueue.types import JSON
 
 
@@ -52,24 +52,12 @@ class RunBody(TypedDict):
     links: RunLinks
 
 
-class EventBody(TypedDict):
-    id: int
-    type: str
-    lease_epoch: int
-    data: JSON
-    created_at: str | None
-
-
 def run_url(run_id: uuid.UUID | None) -> str:
     return reverse("runqueue-api:run", kwargs={"run_id": str(run_id)})
 
 
 def events_url(run_id: uuid.UUID) -> str:
     return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
-
-
-def _time(value: dt.datetime | None) -> str | None:
-    return value.astimezone(dt.UTC).isoformat() if value is not None else None
 
 
 def run_body(run: Run) -> RunBody:
@@ -95,10 +83,10 @@ def run_body(run: Run) -> RunBody:
         "failure": failure,
         "attempts": run.attempts,
         "max_attempts": run.max_attempts,
-        "scheduled_for": _time(run.scheduled_for),
-        "created_at": _time(run.created_at),
-        "started_at": _time(run.started_at),
-        "finished_at": _time(run.finished_at),
+        "scheduled_for": public_time(run.scheduled_for),
+        "created_at": public_time(run.created_at),
+        "started_at": public_time(run.started_at),
+        "finished_at": public_time(run.finished_at),
         "links": {
             "self": run_url(run.id),
             "events": events_url(run.id),
@@ -106,22 +94,3 @@ def run_body(run: Run) -> RunBody:
             "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
         },
     }
-
-
-def event_body(event: RunEvent) -> EventBody:
-    return {
-        "id": event.id,
-        "type": event.type,
-        "lease_epoch": event.lease_epoch,
-        "data": without_tracebacks(event.data),
-        "created_at": _time(event.created_at),
-    }
-
-
-def without_tracebacks(value: JSON) -> JSON:
-    """``value`` with every ``traceback`` member removed, at any depth."""
-    if isinstance(value, dict):
-        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
-    if isinstance(value, list):
-        return [without_tracebacks(v) for v in value]
-    return value

@@ -24,12 +24,12 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import tracing
+from runqueue import events, tracing
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
 from runqueue.api.openapi import document
-from runqueue.api.render import event_body, events_url, run_body, run_url
+from runqueue.api.render import events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
@@ -129,7 +129,7 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     more = len(page) > limit
     page = page[:limit]
     next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
-    return JsonResponse({"events": [event_body(e) for e in page], "next": next_url})
+    return JsonResponse({"events": [events.event_body(e) for e in page], "next": next_url})
 
 
 @api_view("GET")

@@ -39,7 +39,6 @@ from runqueue.leases.transitions import (
 from runqueue.leases.writes import (
     append_event,
     checkpoint,
-    fail,
     give_up,
     heartbeat,
     heartbeat_many,
@@ -47,7 +46,6 @@ from runqueue.leases.writes import (
     record_tool_outcome,
     record_tool_started,
     release,
-    succeed,
     wait_for_user,
     write,
 )
@@ -63,7 +61,6 @@ __all__ = [
     "checkpoint",
     "claim",
     "claim_one",
-    "fail",
     "claim_spec",
     "finish_and_claim",
     "failure_record",
@@ -82,7 +79,6 @@ __all__ = [
     "release",
     "requeue",
     "resolve_uncertain",
-    "succeed",
     "sweep",
     "wait_for_user",
     "write",

@@ -42,6 +42,21 @@ class Hooks:
 
 hooks = Hooks()
 
+#: Told of every lease a write found lost (``current``: the run's (epoch,
+#: status), or None if it is gone), with the action that found out; set by
+#: ``runqueue.observe`` (imported by the app's ready()), which records the
+#: metric, the span event and the log line. A hook, so this package does not
+#: import the observability above it.
+FencedObserver = Callable[["Lease", str, "tuple | None"], None]
+
+
+@dataclass
+class Observers:
+    fenced: FencedObserver | None = None
+
+
+observers = Observers()
+
 
 @dataclass(eq=False)
 class Lease:

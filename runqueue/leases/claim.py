@@ -5,7 +5,7 @@ A worker's slot group writes the outcomes its slots decided (succeeded,
 failed) and claims their next runs in the same statement
 (``finish_and_claim``), so a run costs about one commit. Each finish keeps
 its own fence: a lease whose row did not match wrote nothing and records
-``run.fenced`` in its own transaction, exactly as ``leases.succeed`` would.
+``run.fenced`` in its own transaction, exactly as a finish written alone (``fence_finish``) would.
 A statement that fails with a serialization failure or a deadlock wrote
 nothing, claims included; its finishes are then written alone, each
 through the ordinary fence.
@@ -23,8 +23,9 @@ from django.db import DatabaseError, connection, transaction
 
 from runqueue import concurrency
 from runqueue.conf import get_settings
+from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease
-from runqueue.leases.fence import fenced_transaction, record_fenced, sqlstate
+from runqueue.leases.fence import fenced_transaction, record_fenced
 from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass, Run
 from runqueue.outcomes import Finish

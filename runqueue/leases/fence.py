@@ -7,10 +7,12 @@ from collections.abc import Callable
 
 from django.db import OperationalError, connection, transaction
 
-from runqueue import events, observe
+from runqueue import events
+from runqueue.db import sqlstate
 from runqueue.leases.base import (
     Lease,
     hooks,
+    observers,
 )
 from runqueue.models import (
     Run,
@@ -20,10 +22,6 @@ from runqueue.sql import prepared
 from runqueue.types import Params
 
 # --- the fence ---------------------------------------------------------------
-
-
-def sqlstate(exc: BaseException) -> str | None:
-    return getattr(exc.__cause__, "sqlstate", None)
 
 
 def _still_owned(lease: Lease) -> bool:
@@ -45,7 +43,8 @@ def record_fenced(lease: Lease, action: str) -> None:
             .values_list("lease_epoch", "status")
             .first()
         )
-        observe.fenced(lease, action, current)
+        if observers.fenced is not None:
+            observers.fenced(lease, action, current)
         if current is None:
             return
         events.append(

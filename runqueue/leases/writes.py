@@ -15,7 +15,7 @@ from runqueue import events
 from runqueue.errors import (
     TRANSIENT,
 )
-from runqueue.failures import Failure, failure_record, failure_summary
+from runqueue.failures import failure_record, failure_summary
 from runqueue.leases.base import (
     Lease,
     backoff,
@@ -178,17 +178,6 @@ def _finish(lease: Lease, outcome: Finish) -> bool:
     return fenced(lease, outcome.name, "fence_finish", params, closes=True) is not None
 
 
-def succeed(lease: Lease, result: JSON = None) -> bool:
-    """Finish the run as succeeded with ``result``; False once fenced.
-    ValueError (nothing written) if ``result`` cannot be stored."""
-    return _finish(lease, Succeeded.of(result))
-
-
-def fail(lease: Lease, failure: Failure) -> bool:
-    """Dead-letter the run now (a permanent failure); False once fenced."""
-    return _finish(lease, Failed(failure))
-
-
 def write(lease: Lease, outcome: Outcome) -> bool:
     """Write how an attempt ended, alone and fenced; False once fenced.
 
@@ -286,8 +275,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
 
 def wait_for_user(lease: Lease, question: JSON, state: JSON = None, *, tool_seq: int = 0) -> bool:
     """End the turn waiting for the user; the run keeps its session slot."""
-    check_json(question, "question")
-    check_json(state, "checkpoint state")
+    Waiting.of(question, state, tool_seq)  # ValueError before anything is written
 
     def write(_row: tuple) -> None:
         if state is not None:

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
-from runqueue.models import PRIORITY_MAX, CatchUp, Overlap, PriorityClass
+from runqueue.conf import Settings, register_parser
+from runqueue.models import PRIORITY_MAX, CatchUp, Overlap, PriorityClass, Schedule
 from runqueue.schedules import cron
+from runqueue.submission_rules import check_submission
 from runqueue.types import JSON
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
@@ -121,13 +122,38 @@ def check_overlap(policy: object) -> str:
     return str(policy)
 
 
-def _text(field: str, value: object, longest: int) -> str:
-    if not isinstance(value, str) or not value or len(value) > longest or "\x00" in value:
-        raise ValueError(f"{field} must be a 1-{longest} character string, got {value!r}")
-    return value
+def check_runs(
+    *,
+    name: str,
+    kind: object,
+    payload: object,
+    tenant: object,
+    priority: object,
+    max_attempts: object,
+    conf: Settings | None = None,
+    registered_only: bool = False,
+) -> None:
+    """ValueError with the first problem ``submit`` would find in this
+    schedule's runs (the rules are ``check_submission``'s, not restated
+    here), so a schedule submit refuses is refused where it is defined, not
+    at every tick. A kind without a handler is a problem only with
+    ``registered_only`` (settings are read before every handler module may
+    be imported: check W020 reports it)."""
+    _, problems = check_submission(
+        kind=kind,
+        payload=payload,
+        tenant=tenant,
+        principal=Schedule(name=name).principal,
+        priority=priority,
+        max_attempts=max_attempts,
+        registered_only=registered_only,
+        conf=conf,
+    )
+    if problems:
+        raise ValueError(f"{problems[0].field} {problems[0].detail}")
 
 
-def build(name: object, raw: object) -> ScheduleSpec:
+def build(name: object, raw: object, conf: Settings | None = None) -> ScheduleSpec:
     """One schedule from its settings dict; ValueError saying what is wrong."""
     name = check_name(name)
     if not isinstance(raw, dict):
@@ -144,21 +170,28 @@ def build(name: object, raw: object) -> ScheduleSpec:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload must be JSON-serialisable: {exc}") from exc
     max_attempts = raw.get("max_attempts")
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
     timezone = raw.get("timezone", "UTC")
     cron.zone(timezone)
     catch_up, limit = check_catch_up(raw.get("catch_up", "latest"), raw.get("catch_up_limit", 10))
+    priority = check_priority(raw.get("priority", int(PriorityClass.MAINTENANCE)))
+    tenant = raw.get("tenant", "default")
+    check_runs(
+        name=name,
+        kind=raw["kind"],
+        payload=payload,
+        tenant=tenant,
+        priority=priority,
+        max_attempts=max_attempts,
+        conf=conf,
+    )
     return ScheduleSpec(
         name=name,
         cron=cron.validate(raw["cron"]),
-        kind=_text("kind", raw["kind"], KIND_MAX_LENGTH),
+        kind=raw["kind"],
         payload_json=payload_json,
-        priority=check_priority(raw.get("priority", int(PriorityClass.MAINTENANCE))),
+        priority=priority,
         timezone=timezone,
-        tenant=_text("tenant", raw.get("tenant", "default"), TENANT_MAX_LENGTH),
+        tenant=tenant,
         catch_up=catch_up,
         catch_up_limit=limit,
         overlap=check_overlap(raw.get("overlap", Overlap.SKIP)),
@@ -166,8 +199,10 @@ def build(name: object, raw: object) -> ScheduleSpec:
     )
 
 
-def parse(raw: object) -> tuple[ScheduleSpec, ...]:
-    """RUNQUEUE["SCHEDULES"] -> specs; ImproperlyConfigured naming the schedule."""
+def parse(raw: object, conf: Settings | None = None) -> tuple[ScheduleSpec, ...]:
+    """RUNQUEUE["SCHEDULES"] -> specs; ImproperlyConfigured naming the schedule.
+    ``conf``: the other settings (the payload's size limit, the default
+    attempts), when the settings themselves are being parsed."""
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(
             f"RUNQUEUE['SCHEDULES'] must be a dict of name -> schedule, got {type(raw).__name__}"
@@ -175,7 +210,12 @@ def parse(raw: object) -> tuple[ScheduleSpec, ...]:
     specs = []
     for name, value in raw.items():
         try:
-            specs.append(build(name, value))
+            specs.append(build(name, value, conf))
         except ValueError as exc:
             raise ImproperlyConfigured(f"RUNQUEUE['SCHEDULES'][{name!r}]: {exc}") from exc
     return tuple(specs)
+
+
+# RUNQUEUE["SCHEDULES"] is this module's to parse (runqueue.conf does not
+# import it); imported by the app's ready().
+register_parser("SCHEDULES", parse)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
+from runqueue.db import constraint_name
 from runqueue.errors import RunqueueError
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -181,7 +182,7 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
                 outcome=TickOutcome.OVERLAPPED if skip else TickOutcome.FIRED,
             )
     except IntegrityError as exc:
-        if _constraint(exc) != _TICK_CONSTRAINT:
+        if constraint_name(exc) != _TICK_CONSTRAINT:
             raise
         return None  # fired (or skipped) before: the cursor was moved back
     if skip:
@@ -249,10 +250,5 @@ def _skip(schedule: Schedule, todo: Plan) -> None:
                 skipped_before=todo.skipped_before,
             )
     except IntegrityError as exc:
-        if _constraint(exc) != _TICK_CONSTRAINT:
+        if constraint_name(exc) != _TICK_CONSTRAINT:
             raise
-
-
-def _constraint(exc: IntegrityError) -> str | None:
-    diag = getattr(exc.__cause__, "diag", None)
-    return getattr(diag, "constraint_name", None)

@@ -1,26 +1,34 @@
-"""The raw SQL of runqueue, loaded once from queries.sql by name.
+"""The raw SQL of runqueue, loaded once by name: the statements of
+queries.sql and the database functions of functions.sql.
 
-queries.sql is a list of blocks, each starting with a marker line:
+Each file is a list of blocks, each starting with a marker line:
 
-- ``-- name: NAME --`` starts a statement, which callers run by its name
-  (``execute``, ``prepared``);
-- ``-- fragment: NAME --`` starts SQL that several statements share and
-  nobody runs alone (the fenced finishes of ``finish_and_claim`` and
-  ``finish_and_claim_capped``, say).
+- ``-- name: NAME --`` starts a statement (queries.sql), which callers run
+  by its name (``execute``, ``prepared``);
+- ``-- function: NAME --`` starts a function's ``CREATE OR REPLACE``
+  statement (functions.sql), the text migrations install a frozen copy of;
+- ``-- fragment: NAME --`` starts SQL that several statements or functions
+  share and nobody runs alone (the fenced finishes of ``finish_and_claim``
+  and ``finish_and_claim_capped``; what a run must be to be claimed, in
+  both claims and in ``runqueue_claim_capped``).
 
-A line ``-- include: NAME --`` in a statement or a fragment stands for that
-fragment's text, put in when the file is loaded: every statement is still
-one text, sent in one round trip (and prepared as one statement), and the
-names callers use are the statements' names. A name defined twice, an
-include of no fragment, a fragment that includes itself and a fragment no
-statement includes are errors at load. Comment lines are not sent.
+A line ``-- include: NAME --`` in a statement, a function or a fragment
+stands for that fragment's text, indented as the line is, put in when the
+files are loaded: every statement is still one text, sent in one round trip
+(and prepared as one statement), and the names callers use are the
+statements' names. Fragments of either file may be included in either. A
+name defined twice, an include of no fragment, a fragment that includes
+itself and a fragment nothing includes are errors at load. A statement's
+comment lines are not sent; a function keeps its own.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -31,18 +39,30 @@ from django.db.backends.utils import CursorWrapper
 
 from runqueue.types import Params
 
-_BLOCK = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>[a-z_]+) --$", re.MULTILINE)
-_INCLUDE = re.compile(r"^[ \t]*-- include: (?P<name>[a-z_]+) --[ \t]*$", re.MULTILINE)
+_BLOCK = re.compile(r"^-- (?P<kind>name|function|fragment): (?P<name>[a-z_]+) --$", re.MULTILINE)
+_INCLUDE = re.compile(r"^(?P<indent>[ \t]*)-- include: (?P<name>[a-z_]+) --[ \t]*$", re.MULTILINE)
+_HERE = Path(__file__).parent
 
 
-def parse(text: str) -> dict[str, str]:
-    """Split a queries file into {name: statement}, fragments included."""
-    parts = _BLOCK.split(text)
-    blocks: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
-    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
-        if name in blocks["name"] or name in blocks["fragment"]:
-            raise ValueError(f"query {name!r} is defined twice")
-        blocks[kind][name] = body
+@dataclass(frozen=True)
+class Loaded:
+    """What a set of SQL files defines, fragments put in."""
+
+    #: {name: statement as sent} (no comment lines, no final semicolon).
+    statements: dict[str, str]
+    #: {name: the function's CREATE OR REPLACE statement, comments kept}.
+    functions: dict[str, str]
+
+
+def load(*texts: str) -> Loaded:
+    """Split SQL files into statements and functions, fragments included."""
+    blocks: dict[str, dict[str, str]] = {"name": {}, "function": {}, "fragment": {}}
+    for text in texts:
+        parts = _BLOCK.split(text)
+        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+            if any(name in defined for defined in blocks.values()):
+                raise ValueError(f"query {name!r} is defined twice")
+            blocks[kind][name] = body
     fragments = blocks["fragment"]
     included: set[str] = set()
 
@@ -54,14 +74,27 @@ def parse(text: str) -> dict[str, str]:
             if name in within:
                 raise ValueError(f"fragment {name!r} includes itself")
             included.add(name)
-            return expand(fragments[name].strip("\n"), (*within, name))
+            text = textwrap.dedent(expand(fragments[name].strip("\n"), (*within, name)))
+            return textwrap.indent(text, match.group("indent"))
 
         return _INCLUDE.sub(include, body)
 
-    queries = {name: _statement(expand(body, (name,))) for name, body in blocks["name"].items()}
+    loaded = Loaded(
+        statements={
+            name: _statement(expand(body, (name,))) for name, body in blocks["name"].items()
+        },
+        functions={
+            name: expand(body, (name,)).strip() + "\n" for name, body in blocks["function"].items()
+        },
+    )
     if unused := sorted(set(fragments) - included):
         raise ValueError(f"no statement includes the fragments {unused}")
-    return queries
+    return loaded
+
+
+def parse(text: str) -> dict[str, str]:
+    """Split a queries file into {name: statement}, fragments included."""
+    return load(text).statements
 
 
 def _statement(body: str) -> str:
@@ -71,8 +104,25 @@ def _statement(body: str) -> str:
 
 
 @cache
+def _loaded() -> Loaded:
+    return load((_HERE / "queries.sql").read_text(), (_HERE / "functions.sql").read_text())
+
+
 def queries() -> dict[str, str]:
-    return parse((Path(__file__).parent / "queries.sql").read_text())
+    """The statements of queries.sql by name."""
+    return _loaded().statements
+
+
+def functions() -> dict[str, str]:
+    """The functions of functions.sql by name: each its ``CREATE OR REPLACE``
+    statement, as the latest migration installs it."""
+    return _loaded().functions
+
+
+def functions_sql() -> str:
+    """Every function of functions.sql in one text: what a migration that
+    changes one of them holds, frozen."""
+    return "\n".join(functions().values())
 
 
 def execute[C: (CursorWrapper, psycopg.Cursor)](cursor: C, name: str, params: Params) -> C:

@@ -6,11 +6,12 @@ Each is ``LANGUAGE sql IMMUTABLE`` with a one-line body and no ``STRICT`` or
 ``SET``: the planner inlines it, and a statement plans exactly as it would
 with the expression written in place (an index condition stays one).
 
-A migration creates them with the text ``functions()`` rendered when it was
-written (a migration is history, so it holds the text, not a call).
-``tests/test_queries.py`` checks the database's functions against
-``PriorityClass``: a change to the classes fails there until a new migration
-creates them again from ``functions()``.
+Their text lives in ``functions.sql`` with every other function runqueue
+installs, and a migration installs a frozen copy of it.
+``tests/test_queries.py`` checks the database's functions (which
+``tests/test_functions.py`` checks against the file) against what
+``functions()`` renders from ``PriorityClass``: a change to the classes
+fails there until ``functions.sql`` says it and a new migration installs it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 -- statement is still one text; runqueue/sql/__init__.py).
 -- Every lease and schedule comparison uses the database clock, now().
 -- The class of a priority is runqueue_priority_class and its siblings
--- (migration 0005, rendered from PriorityClass), never arithmetic here.
+-- (functions.sql), never arithmetic here. What a run must be to be claimed
+-- is the fragment claimable, in functions.sql.
 
 -- fragment: finish --
 -- The finishes of finish_and_claim and finish_and_claim_capped (their first
@@ -47,6 +48,20 @@ input AS (
            heartbeat_at = now(),
            started_at = coalesce(r.started_at, now())
 
+-- fragment: expire_set --
+-- The expiry path, for a lease given up (fence_give_up) or expired
+-- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
+-- c.failure once the run has no attempt left; a new epoch either way.
+SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
+    lease_epoch = r.lease_epoch + 1,
+    scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
+                         ELSE now() + make_interval(secs => c.delay) END,
+    failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
+                   ELSE r.failure END,
+    finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
+    lease_owner = '',
+    lease_expires_at = NULL
+
 -- fragment: logged --
 -- The end of finish_and_claim and finish_and_claim_capped: the events of the
 -- finishes and of the claims, then the result. It has at least one row:
@@ -80,9 +95,8 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
 -- finishes is a plain claim, limit 0 a plain finish.
 -- The claim only takes queued rows, so it never touches a row being
 -- finished. ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT
--- k) may re-run it and claim more than k). runqueue_priority_class and
--- runqueue_priority_class_low (migration 0005) are the class of a priority
--- and its value, inlined by the planner.
+-- k) may re-run it and claim more than k). runqueue_priority_class
+-- (functions.sql) is the class of a priority, inlined by the planner.
 WITH
 -- include: finish --
 , claimed AS (
@@ -91,18 +105,10 @@ WITH
      WHERE r.id = ANY(ARRAY(
             SELECT q.id
               FROM runqueue_run q
-             WHERE q.status = 'queued'
-               AND q.priority BETWEEN %(min_priority)s AND %(max_priority)s
+             WHERE q.priority BETWEEN %(min_priority)s AND %(max_priority)s
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
-               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-               AND q.attempts < q.max_attempts
-               -- A paused kind (in all classes, or in this run's) waits.
-               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
-                                WHERE p.kind = q.kind
-                                  AND (p.priority_class IS NULL
-                                       OR p.priority_class
-                                          = runqueue_priority_class_low(
-                                                runqueue_priority_class(q.priority))))
+               -- What may be claimed: functions.sql, as runqueue_claim_capped.
+               -- include: claimable --
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -115,7 +121,7 @@ WITH
 -- finish_and_claim when concurrency caps may apply (a RUNQUEUE
 -- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
 -- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
--- come from runqueue_claim_capped (migrations 0004 and 0005): a walk in
+-- come from runqueue_claim_capped (functions.sql): a walk in
 -- the same claim order that steps over runs whose (key, class) is at its
 -- cap or being claimed by another worker, holding a transaction-scoped
 -- advisory lock per (key, class) it claims in until this statement commits.
@@ -200,17 +206,11 @@ RETURNING id;
 -- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
 -- up, as on every transition the next owner must not confuse with this one.
 -- %(failure)s is a runqueue.failures.Failure built in Python.
-UPDATE runqueue_run
-   SET status = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
-       lease_epoch = lease_epoch + 1,
-       scheduled_for = CASE WHEN attempts >= max_attempts THEN scheduled_for
-                            ELSE now() + make_interval(secs => %(backoff_seconds)s) END,
-       failure = CASE WHEN attempts >= max_attempts THEN %(failure)s::jsonb ELSE failure END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN now() END,
-       lease_owner = '',
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
-RETURNING id, status, lease_epoch, attempts, scheduled_for;
+UPDATE runqueue_run r
+   -- include: expire_set --
+  FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.status = 'running'
+RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for;
 
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown: due at once, the attempt
@@ -256,15 +256,7 @@ WITH candidates AS (
        FOR NO KEY UPDATE OF r SKIP LOCKED
 ), swept AS (
     UPDATE runqueue_run r
-       SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
-           lease_epoch = r.lease_epoch + 1,
-           scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
-                                ELSE now() + make_interval(secs => c.delay) END,
-           failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
-                          ELSE r.failure END,
-           finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
-           lease_owner = '',
-           lease_expires_at = NULL
+       -- include: expire_set --
       FROM candidates c
      WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
        AND r.status = 'running' AND r.lease_expires_at <= now()

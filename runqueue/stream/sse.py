@@ -22,7 +22,6 @@ from collections.abc import Generator
 from django.db import DatabaseError
 
 from runqueue import events
-from runqueue.api.render import event_body
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunEvent
 from runqueue.stream.hub import Hub, Place
@@ -40,7 +39,7 @@ logger = logging.getLogger("runqueue.stream")
 def frame(event: RunEvent) -> bytes:
     """One SSE message; JSON escapes newlines, so ``data`` is one line."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
-    data = json.dumps(event_body(event), separators=(",", ":"), ensure_ascii=False)
+    data = json.dumps(events.event_body(event), separators=(",", ":"), ensure_ascii=False)
     return f"id: {event.id}\nevent: {type_}\ndata: {data}\n\n".encode()
 
 
