@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runqueue", "0005_priority_class_functions")]
+    dependencies = [("runqueue", "0007_schedule_overlap")]
 
     operations = [
         migrations.AddField(

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runqueue", "0005_priority_class_functions"),
+        ("runqueue", "0006_function_source"),
     ]
 
     operations = [
