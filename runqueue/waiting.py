@@ -83,7 +83,7 @@ def paused_kinds() -> list[Cause]:
 def keys_at_cap() -> list[Cause]:
     """Keys whose running runs fill their cap (a limit row or the class's
     default), or whose limit is 0, while due runs of theirs wait."""
-    defaults = get_settings().CONCURRENCY
+    conf = get_settings()
     limits = {
         (row.key, row.priority_class): row.max_running
         for row in ConcurrencyLimit.objects.order_by("key")[: MOST * 10]
@@ -103,7 +103,7 @@ def keys_at_cap() -> list[Cause]:
     causes = []
     for key, value in sorted(candidates)[:MOST]:
         cls = PriorityClass(value)
-        cap = limits.get((key, value), defaults[cls.index])
+        cap = limits.get((key, value), conf.default_cap(cls))
         held = running.get((key, value), 0)
         if cap is None or held < cap:
             continue
