@@ -11,7 +11,7 @@
 -- A migration is history, so it holds a frozen copy of the text, not a call:
 -- to change a function (or a fragment one includes), edit it here and add a
 -- migration that runs the new text (runqueue.sql.functions_sql(), pasted in;
--- see 0006_claimsrc). tests/test_functions.py checks that the migrated
+-- see 0006_function_source). tests/test_functions.py checks that the migrated
 -- database's functions are exactly this file's.
 
 -- function: runqueue_priority_class --
