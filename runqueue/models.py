@@ -276,6 +276,9 @@ class Run(models.Model):
                 name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
+            # The console's search: a session id or a principal alone.
+            models.Index(fields=["session_id"], name="runqueue_run_session_id_idx"),
+            models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
             models.Index(
                 fields=["finished_at"],
                 condition=Q(finished_at__isnull=False),
@@ -349,7 +352,9 @@ class IdempotencyKey(models.Model):
     principal = models.CharField(max_length=255, blank=True, default="")
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="idempotency_keys")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="idempotency_keys", db_constraint=False
+    )
     outcome = models.CharField(max_length=20, choices=SubmitOutcome)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
@@ -373,7 +378,10 @@ class IdempotencyKey(models.Model):
 class RunEvent(models.Model):
     """Append-only log: the events alone rebuild a run's history."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # db_index=False: runqueue_event_run_idx (run, id) serves every read by run.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", db_constraint=False, db_index=False
+    )
     type = models.CharField(max_length=64)
     lease_epoch = models.BigIntegerField()
     data = models.JSONField(default=dict, blank=True)
@@ -415,7 +423,9 @@ class StreamWatch(models.Model):
 class ToolInvocation(models.Model):
     """One side effect of a run, recorded started before it runs."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_invocations")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="tool_invocations", db_constraint=False
+    )
     seq = models.IntegerField()
     tool = models.CharField(max_length=255)
     idempotency = models.CharField(max_length=20, choices=Idempotency)
@@ -450,7 +460,9 @@ class ToolInvocation(models.Model):
 class Checkpoint(models.Model):
     """A handler's saved state at a tool-invocation boundary."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="checkpoints", db_constraint=False
+    )
     seq = models.IntegerField()
     state = models.JSONField()
     #: How many tool invocations the handler had made when it saved this
@@ -703,7 +715,12 @@ class ScheduleTick(models.Model):
     tick_at = models.DateTimeField()
     outcome = models.CharField(max_length=10, choices=TickOutcome)
     run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="schedule_ticks"
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="schedule_ticks",
+        db_constraint=False,
     )
     skipped_before = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
