@@ -276,9 +276,12 @@ class Run(models.Model):
                 name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
-            # The console's search: a session id or a principal alone.
+            # The console's search (a session id or a principal alone) and
+            # its kind and class filters, on every partition (migration 0006).
             models.Index(fields=["session_id"], name="runqueue_run_session_id_idx"),
             models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
+            models.Index(fields=["kind", "created_at"], name="runqueue_run_kind_idx"),
+            models.Index(fields=["priority", "created_at"], name="runqueue_run_priority_idx"),
             models.Index(
                 fields=["finished_at"],
                 condition=Q(finished_at__isnull=False),

@@ -272,6 +272,10 @@ def _prune_defaults(cutoff: dt.datetime, result: Pruned) -> None:
                     ),
                     {"ids": gone},
                 )
+            _run(
+                sql.SQL("DELETE FROM runqueue_run_event WHERE run_id = ANY(%(ids)s::uuid[])"),
+                {"ids": gone},
+            )
         result.runs += len(gone)
         # Events past the retention whose run is gone: copied back by an
         # earlier prune, or written on a day with no partition.

@@ -78,7 +78,8 @@ def test_resolve_uncertain_records_the_answer_and_leaves_the_view() -> None:
 def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None:
     settings.RUNQUEUE = {"TERMINAL_RUN_RETENTION_SECONDS": 60}
     old = _dead_lettered()
-    Run.objects.filter(id=old.id).update(finished_at=timezone.now() - dt.timedelta(hours=1))
+    # Retention drops whole days: a run goes once its day is wholly past it.
+    Run.objects.filter(id=old.id).update(finished_at=timezone.now() - dt.timedelta(days=2))
     recent = _dead_lettered()
     keyed = runqueue.submit(kind="k", idempotency_key="old").run
     IdempotencyKey.objects.update(expires_at=timezone.now() - dt.timedelta(seconds=1))

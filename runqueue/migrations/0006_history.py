@@ -62,6 +62,10 @@ CREATE INDEX runqueue_run_leased_idx ON runqueue_run_live (status, id)
 CREATE INDEX runqueue_run_key_idx ON runqueue_run_live (concurrency_key, status, priority, created_at)
     WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running');
 
+-- No status outside the two lists is stored: this empty partition takes
+-- such a row only for runqueue_run_status_valid to refuse it by name.
+CREATE TABLE runqueue_run_invalid PARTITION OF runqueue_run DEFAULT;
+
 -- Finished runs, a partition per day of finished_at, and a default for a
 -- day nobody made a partition for yet.
 CREATE TABLE runqueue_run_finished PARTITION OF runqueue_run FOR VALUES IN ({_TERMINAL})
@@ -74,6 +78,8 @@ CREATE INDEX runqueue_run_created_idx ON runqueue_run (created_at, id);
 CREATE INDEX runqueue_run_session_idx ON runqueue_run (tenant, session_id);
 CREATE INDEX runqueue_run_session_id_idx ON runqueue_run (session_id);
 CREATE INDEX runqueue_run_principal_idx ON runqueue_run (principal);
+CREATE INDEX runqueue_run_kind_idx ON runqueue_run (kind, created_at);
+CREATE INDEX runqueue_run_priority_idx ON runqueue_run (priority, created_at);
 CREATE INDEX runqueue_run_finished_idx ON runqueue_run (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runqueue_run_failed_idx ON runqueue_run (finished_at) WHERE status = 'failed';
 """  # noqa: S608
@@ -244,7 +250,7 @@ class Migration(migrations.Migration):
                 to="runqueue.run",
             ),
         ),
-        # The two indexes are made by RUNS_FORWARD, on every partition.
+        # The indexes are made by RUNS_FORWARD, on every partition.
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AddIndex(
@@ -254,6 +260,18 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(
                     model_name="run",
                     index=models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
+                ),
+                migrations.AddIndex(
+                    model_name="run",
+                    index=models.Index(
+                        fields=["kind", "created_at"], name="runqueue_run_kind_idx"
+                    ),
+                ),
+                migrations.AddIndex(
+                    model_name="run",
+                    index=models.Index(
+                        fields=["priority", "created_at"], name="runqueue_run_priority_idx"
+                    ),
                 ),
             ],
             database_operations=[
