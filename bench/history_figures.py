@@ -139,7 +139,10 @@ def _drain_once(workers_cls, url: str, processes: int, slots: int, runs: int) ->
                 " FROM generate_series(1, %(n)s) g",
                 {"t": tag, "n": runs},
             )
-            conn.execute("ANALYZE runqueue_run_live")
+            live = conn.execute(
+                "SELECT coalesce(to_regclass('runqueue_run_live'), 'runqueue_run'::regclass)"
+            ).fetchone()[0]
+            conn.execute(f"ANALYZE {live}")
             conn.execute("SELECT pg_notify('runqueue', '')")
             deadline = time.monotonic() + max(120, runs / 20)
             left = (

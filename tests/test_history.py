@@ -22,7 +22,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases, partitions
 from runqueue.admin.runs import id_range
-from runqueue.errors import ActiveRunConflict
+from runqueue.errors import ActiveRunConflict, InvalidTransition
 from runqueue.models import (
     Checkpoint,
     IdempotencyKey,
@@ -32,6 +32,7 @@ from runqueue.models import (
     ToolInvocation,
 )
 from runqueue.submission import SubmitRequest
+from tests.helpers import Worker, event_types, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -339,3 +340,57 @@ def test_no_admin_or_metrics_query_reads_a_history_table_sequentially(history) -
             assert _sequential_reads(sql, None) == [], f"{page}:\n{sql}"
             checked += 1
     assert checked >= len(pages)
+
+
+# --- a row moved between partitions while another statement waits for it ----
+
+FINISH_HOLDING = (
+    "UPDATE runqueue_run SET status = 'succeeded', finished_at = now(), lease_owner = '',"
+    " lease_expires_at = NULL WHERE id = %s"
+)
+CANCEL_HOLDING = (
+    "UPDATE runqueue_run SET status = 'cancelled', lease_epoch = lease_epoch + 1,"
+    " finished_at = now(), lease_owner = '', lease_expires_at = NULL WHERE id = %s"
+)
+
+
+def _blocked_by(raw_connect, statement: str, run_id: uuid.UUID, fn):
+    """``fn`` in a thread, waiting for another transaction that moves the
+    run's row to a finished day; that transaction commits once it waits."""
+    holder = raw_connect(autocommit=False)
+    holder.execute(statement, [run_id])
+    worker = Worker(fn, name="waiter")
+    worker.start()
+    worker.started_fn.wait(30)
+    wait_until(lambda: is_blocked(worker.backend_pid), what="the waiter to block")
+    holder.commit()
+    return worker.outcome()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_waiting_for_a_finish_that_moved_the_row_is_refused_cleanly(
+    raw_connect,
+) -> None:
+    runqueue.submit(kind="k")
+    lease = leases.claim_one("w")
+    with pytest.raises(InvalidTransition) as excinfo:
+        _blocked_by(
+            raw_connect,
+            FINISH_HOLDING,
+            lease.run_id,
+            lambda: leases.cancel(lease.run_id, reason="stop", actor="ann"),
+        )
+    assert excinfo.value.status == RunStatus.SUCCEEDED  # not a serialization error
+    assert Run.objects.get(pk=lease.run_id).status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_waiting_for_a_cancel_that_moved_the_row_is_fenced(raw_connect) -> None:
+    runqueue.submit(kind="k")
+    lease = leases.claim_one("w")
+    assert (
+        _blocked_by(raw_connect, CANCEL_HOLDING, lease.run_id, lambda: leases.heartbeat(lease))
+        is False
+    )
+    assert "run.fenced" in event_types(lease.run_id)
+    assert Run.objects.get(pk=lease.run_id).status == RunStatus.CANCELLED
