@@ -1,8 +1,19 @@
 """The run queue's tables.
 
-Every queue column, index and constraint is declared here and written in the
-first migration: a fencing token cannot be retrofitted onto in-flight runs.
-Only ``runqueue.submit`` and ``runqueue.leases`` write run state.
+Every column, index and constraint of the queue is declared here, so the
+migrations' state is the database's. Beneath ``Run`` the runs table is
+partitioned (migration 0006, ``runqueue.partitions``): live runs in
+``runqueue_run_live``, which alone carries the claim, lease, key and
+one-active-run-per-session indexes declared below, and finished runs in a
+partition per day of ``finished_at``; events are partitioned by day too.
+The ORM sees one table: ``Run.objects`` finds a run live or finished.
+Foreign keys to ``Run`` have no database constraint (PostgreSQL cannot
+reference a partitioned table's id alone): deletes cascade in the ORM, and
+retention drops a finished day with everything of its runs.
+
+Run state is written by ``runqueue.submission`` (new runs, input delivered)
+and ``runqueue.leases`` (every other transition) only; ``runqueue.partitions``
+drops finished days past the retention.
 """
 
 from __future__ import annotations
@@ -276,8 +287,9 @@ class Run(models.Model):
                 name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
-            # The console's search (a session id or a principal alone) and
-            # its kind and class filters, on every partition (migration 0006).
+            # The console's search (a session id or a principal alone), on
+            # every partition; its kind and class filters over history, on
+            # the finished days only (migration 0006).
             models.Index(fields=["session_id"], name="runqueue_run_session_id_idx"),
             models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
             models.Index(fields=["kind", "created_at"], name="runqueue_run_kind_idx"),

@@ -256,7 +256,9 @@ def _nodes(plan: dict) -> Iterator[dict]:
         yield from _nodes(child)
 
 
-def _sequential_reads(sql: str, params: tuple | list | None) -> list[str]:
+def _sequential_reads(
+    sql: str, params: tuple | list | None, *, live_filter: bool = False
+) -> list[str]:
     """Tables of the run, event and tool families a query reads sequentially
     for more than it returns, run with EXPLAIN ANALYZE.
 
@@ -279,6 +281,8 @@ def _sequential_reads(sql: str, params: tuple | list | None) -> list[str]:
         ):
             continue
         if table == "runqueue_run_live":
+            if live_filter:
+                continue
             kept = node["Actual Rows"] * node["Actual Loops"]
             if node.get("Rows Removed by Filter", 0) > kept + 100:
                 found.append(table)
@@ -288,6 +292,14 @@ def _sequential_reads(sql: str, params: tuple | list | None) -> list[str]:
             if cursor.fetchone()[0]:
                 found.append(table)
     return found
+
+
+#: The kind and class filters have indexes on the finished days only: on the
+#: live partition they would be written by every claim (decisions.md,
+#: "History and retention"). There they filter the live partition itself,
+#: the backlog and no history; the count stops at the cap.
+CLASS_FILTER = "?class=10"
+KIND_FILTER = "?kind=research.job"
 
 
 @pytest.mark.slow
@@ -309,9 +321,9 @@ def test_no_admin_or_metrics_query_reads_a_history_table_sequentially(history) -
         runs + "?status__exact=failed",
         runs + "?status__exact=queued",
         runs + "?status__exact=waiting_for_user",
-        runs + "?class=10",
+        runs + CLASS_FILTER,
         runs + f"?tenant={tenant}",
-        runs + "?kind=research.job",
+        runs + KIND_FILTER,
         runs + "?p=50",
         runs + f"?q={session}",
         runs + f"?q={run_id}",
@@ -337,7 +349,8 @@ def test_no_admin_or_metrics_query_reads_a_history_table_sequentially(history) -
             if sql.lstrip().upper().startswith("EXPLAIN"):
                 continue
             # Captured SQL has its values inlined: plan it as it ran.
-            assert _sequential_reads(sql, None) == [], f"{page}:\n{sql}"
+            live_filter = page.endswith((CLASS_FILTER, KIND_FILTER))
+            assert _sequential_reads(sql, None, live_filter=live_filter) == [], f"{page}:\n{sql}"
             checked += 1
     assert checked >= len(pages)
 

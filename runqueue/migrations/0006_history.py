@@ -72,14 +72,17 @@ CREATE TABLE runqueue_run_finished PARTITION OF runqueue_run FOR VALUES IN ({_TE
     PARTITION BY RANGE (finished_at);
 CREATE TABLE runqueue_run_finished_default PARTITION OF runqueue_run_finished DEFAULT;
 CREATE INDEX runqueue_run_finished_id_idx ON runqueue_run_finished (id);
+-- The console's kind and class filters over history. Not on the live
+-- partition: every claim would write them, and the claim index would
+-- compete with the class index for the claim.
+CREATE INDEX runqueue_run_kind_idx ON runqueue_run_finished (kind, created_at);
+CREATE INDEX runqueue_run_priority_idx ON runqueue_run_finished (priority, created_at);
 
 -- Every partition: the console's lists, filters and searches.
 CREATE INDEX runqueue_run_created_idx ON runqueue_run (created_at, id);
 CREATE INDEX runqueue_run_session_idx ON runqueue_run (tenant, session_id);
 CREATE INDEX runqueue_run_session_id_idx ON runqueue_run (session_id);
 CREATE INDEX runqueue_run_principal_idx ON runqueue_run (principal);
-CREATE INDEX runqueue_run_kind_idx ON runqueue_run (kind, created_at);
-CREATE INDEX runqueue_run_priority_idx ON runqueue_run (priority, created_at);
 CREATE INDEX runqueue_run_finished_idx ON runqueue_run (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX runqueue_run_failed_idx ON runqueue_run (finished_at) WHERE status = 'failed';
 """  # noqa: S608
