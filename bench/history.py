@@ -14,7 +14,10 @@ from the row number (``md5``), so events find their run without a read.
 
 The mix: 98 % terminal (succeeded 93 %, failed 2 %, cancelled 3 %), the rest
 waiting for their user (1.6 %), running under a long lease (0.2 %) or queued
-far in the future (0.2 %): live rows that no drain claims or sweeps. Every
+a year ahead at the lowest priority (0.2 %): live rows that no drain claims
+or sweeps, and that no claim steps over (the claim index is in priority
+order and filters on scheduled_for: a run parked ahead of the due ones is
+read by every claim). Every
 run has its run.created event, every started run run.claimed, every
 terminal run its final event; one run in ten made a tool invocation (one in
 fifty two), one in twenty saved a checkpoint, one in ten carried an
@@ -61,7 +64,9 @@ SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
             THEN 'conv-' || (r.i %% 500000) ELSE 'live-' || r.i END,
        (ARRAY['chat.turn', 'research.job', 'digest.build', 'agent.turn'])[1 + r.i %% 4],
        jsonb_build_object('prompt', 'history row ' || r.i, 'n', r.i),
-       r.status, (r.i * 7) %% 30,
+       -- A run parked in the queue (due in a year) waits at the end of the
+       -- claim order, where every claim need not step over it.
+       r.status, CASE WHEN r.status = 'queued' THEN 29 ELSE (r.i * 7) %% 30 END,
        CASE WHEN r.status = 'queued' THEN 0 ELSE 1 END, 3,
        CASE WHEN r.status = 'queued' THEN %(now)s::timestamptz + interval '365 days' END,
        CASE WHEN r.status = 'queued' THEN 0 ELSE 1 END,

@@ -14,7 +14,8 @@ shared: compare figures from one invocation only); runs/s and WAL bytes per
 run. ``retention``: one retention pass that drops the oldest day (partitioned
 layout), or the previous layout's batched delete run for 30 s, runs removed
 per second, seconds holding or waiting for the parents' exclusive lock, and
-the live partition's dead tuples after. ``sizes``: bytes per run of the runs
+the live table's count of rows updated or deleted (run it twice: the
+partitioned retention adds none). ``sizes``: bytes per run of the runs
 table (every partition, indexes included) and of the events. Set
 ``BENCH_RUNQUEUE_SRC`` to measure another checkout's runqueue (bench.src).
 """
@@ -213,8 +214,10 @@ def retention(url: str) -> None:
         print(f"batched delete: {deleted:,} runs in {took:.1f} s = {deleted / took:,.0f} runs/s")
         live = "runqueue_run"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = %s", [live])
-        print(f"dead tuples in {live}: {cursor.fetchone()[0]:,}")
+        cursor.execute(
+            "SELECT n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname = %s", [live]
+        )
+        print(f"rows of {live} updated or deleted so far: {cursor.fetchone()[0]:,}")
 
 
 def sizes(url: str) -> None:
