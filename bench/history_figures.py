@@ -224,8 +224,8 @@ def sizes(url: str) -> None:
     with psycopg.connect(url) as conn:
         for table in ("runqueue_run", "runqueue_run_event"):
             total = conn.execute(
-                "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s)),"
-                " pg_total_relation_size(%s))",
+                "SELECT coalesce((SELECT sum(pg_total_relation_size(relid))"
+                " FROM pg_partition_tree(%s)), pg_total_relation_size(%s))",
                 [table, table],
             ).fetchone()[0]
             rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
