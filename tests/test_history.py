@@ -407,3 +407,49 @@ def test_a_heartbeat_waiting_for_a_cancel_that_moved_the_row_is_fenced(raw_conne
     )
     assert "run.fenced" in event_types(lease.run_id)
     assert Run.objects.get(pk=lease.run_id).status == RunStatus.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_made_before_the_migration_are_read_after_it() -> None:
+    """0006 copies the runs and events it finds into the partitions."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    def migrate(target: str) -> None:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate([("runqueue", target)])
+
+    migrate("0005_priority_class_functions")
+    try:
+        queued, failed = uuid.uuid4(), uuid.uuid4()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, session_id,"
+                " kind, payload, status, priority, attempts, max_attempts, lease_epoch,"
+                " lease_owner, created_at, finished_at, failure)"
+                " VALUES (%s, 't', 't', '', 's', 'k', '{}', 'queued', 0, 0, 3, 0, '', now(),"
+                " NULL, NULL),"
+                " (%s, 't', 't', '', 'old', 'k', '{}', 'failed', 0, 1, 1, 1, '',"
+                " now() - interval '3 days', now() - interval '3 days', '{\"message\": \"x\"}')",
+                [queued, failed],
+            )
+            cursor.execute(
+                "INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)"
+                " VALUES (%s, 'run.created', 0, '{}', now()),"
+                " (%s, 'run.failed', 1, '{}', now() - interval '3 days')",
+                [queued, failed],
+            )
+    finally:
+        migrate("0006_history")
+    assert Run.objects.get(pk=queued).status == RunStatus.QUEUED
+    assert Run.objects.get(pk=failed).failure == {"message": "x"}
+    assert _where("runqueue_run", "id", queued) == "runqueue_run_live"
+    three_days_ago = _today() - 3 * DAY
+    assert _where("runqueue_run", "id", failed) == partitions.RUNS.name(three_days_ago)
+    assert [e.type for e in RunEvent.objects.filter(run_id=failed)] == ["run.failed"]
+    assert _where("runqueue_run_event", "run_id", failed) == partitions.EVENTS.name(three_days_ago)
+    # The session's active run still holds its slot, and events get new ids.
+    with pytest.raises(ActiveRunConflict):
+        runqueue.submit(kind="k", tenant="t", session_id="s")
+    event = RunEvent.objects.create(run_id=queued, type="run.later", lease_epoch=0)
+    assert event.id > max(e.id for e in RunEvent.objects.exclude(pk=event.pk))
