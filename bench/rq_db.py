@@ -125,13 +125,15 @@ def drain_window() -> tuple[int, float]:
 
 
 def table_stats(table: str) -> dict[str, int]:
+    """Update counters of a table, summed over its partitions if it has any."""
     with cursor() as cur:
         cur.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables"
-            " WHERE relname = %s",
+            "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0),"
+            " coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
+            " WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
             [table],
         )
-        upd, hot, dead = cur.fetchone()
+        upd, hot, dead = (int(v) for v in cur.fetchone())
     return {"n_tup_upd": upd, "n_tup_hot_upd": hot, "n_dead_tup": dead}
 
 
