@@ -167,7 +167,10 @@ def churn(n: int, slots: int, chunk: int = 10_000) -> dict[str, Any]:
     table and index sizes and the HOT ratio of the run table's updates."""
     rq_db.reset()
     with rq_db.cursor() as cur:
-        cur.execute("SELECT pg_stat_reset_single_table_counters('runqueue_run'::regclass)")
+        cur.execute(
+            "SELECT pg_stat_reset_single_table_counters(relid)"
+            " FROM pg_partition_tree('runqueue_run')"
+        )
     pool = _started_pool([f"async={slots}"])
     started = time.perf_counter()
     try:

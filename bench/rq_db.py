@@ -125,27 +125,36 @@ def drain_window() -> tuple[int, float]:
 
 
 def table_stats(table: str) -> dict[str, int]:
+    """Update counters of a table, summed over its partitions if it has any."""
     with cursor() as cur:
         cur.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd, n_dead_tup FROM pg_stat_user_tables"
-            " WHERE relname = %s",
+            "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0),"
+            " coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
+            " WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))",
             [table],
         )
-        upd, hot, dead = cur.fetchone()
+        upd, hot, dead = (int(v) for v in cur.fetchone())
     return {"n_tup_upd": upd, "n_tup_hot_upd": hot, "n_dead_tup": dead}
 
 
 def sizes() -> dict[str, int]:
     """Bytes of the run table, each of its indexes, and the event table."""
+    # Every partition of a partitioned table (migration 0006) or the table
+    # itself (a checkout from before it): pg_partition_tree lists both.
     with cursor() as cur:
         cur.execute(
-            "SELECT pg_relation_size('runqueue_run'), pg_indexes_size('runqueue_run'),"
-            " pg_total_relation_size('runqueue_run_event')"
+            "SELECT (SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('runqueue_run')),"
+            " (SELECT sum(pg_indexes_size(relid)) FROM pg_partition_tree('runqueue_run')),"
+            " (SELECT sum(pg_total_relation_size(relid))"
+            "    FROM pg_partition_tree('runqueue_run_event'))"
         )
-        heap, indexes, events = cur.fetchone()
+        heap, indexes, events = (int(v or 0) for v in cur.fetchone())
         cur.execute(
-            "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes"
-            " WHERE relname = 'runqueue_run' ORDER BY 1"
+            "SELECT coalesce(pg_partition_root(s.indexrelid)::regclass::text, s.indexrelname),"
+            " sum(pg_relation_size(s.indexrelid))::bigint"
+            " FROM pg_stat_user_indexes s"
+            " WHERE s.relid IN (SELECT relid FROM pg_partition_tree('runqueue_run'))"
+            " GROUP BY 1 ORDER BY 1"
         )
         per_index = dict(cur.fetchall())
     return {"run_heap": heap, "run_indexes": indexes, "events_total": events} | {

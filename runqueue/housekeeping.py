@@ -3,22 +3,25 @@ runs that delete it, and their schedule (the worker calls ``schedule``).
 
 Each job lives in a session of its own, so however many workers schedule it,
 at most one is queued or running at a time (the session constraint).
-Deleting terminal runs past their retention is the one write to the runs
-table outside ``runqueue.submission`` and ``runqueue.leases``: it touches no
-live run, so it needs no lease and bumps no epoch.
+Dropping finished runs past their retention is the one write to the runs
+table outside ``runqueue.submission`` and ``runqueue.leases``: it drops whole
+day partitions of finished runs (``runqueue.partitions``), never a live run,
+so it needs no lease and bumps no epoch. ``maintain_partitions`` makes the
+days ahead; the worker's housekeeping calls it through ``schedule``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import logging
 from collections.abc import Callable
 
-from django.db import transaction
+from django.db import DatabaseError
 from django.utils import timezone
 
+from runqueue import partitions
 from runqueue.conf import get_settings
 from runqueue.errors import ActiveRunConflict
-from runqueue.models import TERMINAL_STATUSES, IdempotencyKey, PriorityClass, Run
+from runqueue.models import IdempotencyKey, PriorityClass, Run
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
 from runqueue.submission import submit
@@ -27,9 +30,24 @@ PRUNE_KEYS = "runqueue.prune_idempotency_keys"
 PRUNE_RUNS = "runqueue.prune_terminal_runs"
 TENANT = "runqueue"
 
+logger = logging.getLogger("runqueue.housekeeping")
+
+
+def maintain_partitions() -> list[str]:
+    """Make the day partitions of today and the days ahead (cheap when they
+    exist: one catalog read per table). A failure is logged, never raised:
+    the default partitions take the rows until the next try."""
+    try:
+        return partitions.ensure()
+    except DatabaseError:
+        logger.exception("Could not make the day partitions ahead; retrying next time")
+        return []
+
 
 def schedule() -> list[Run]:
-    """Submit each housekeeping run unless one is already active."""
+    """Make the days ahead; submit each housekeeping run unless one is
+    already active."""
+    maintain_partitions()
     submitted = []
     for kind in (PRUNE_KEYS, PRUNE_RUNS):
         try:
@@ -53,14 +71,28 @@ def prune_idempotency_keys(ctx: RunContext) -> dict:
 
 @handler(PRUNE_RUNS)
 def prune_terminal_runs(ctx: RunContext) -> dict:
-    """Delete terminal runs (with their events) past TERMINAL_RUN_RETENTION_SECONDS."""
+    """Drop the days of finished runs (with their events) past
+    TERMINAL_RUN_RETENTION_SECONDS."""
     retention = get_settings().TERMINAL_RUN_RETENTION_SECONDS
     if retention is None:
         return {"deleted": 0, "retention": None}
-    deleted = delete_terminal_runs(
-        older_than_seconds=retention, batch=500, heartbeat=ctx.heartbeat
+    pruned = prune_terminal(retention)
+    return {"deleted": pruned.runs, "days": pruned.days, "retention": retention}
+
+
+def prune_terminal(older_than_seconds: float) -> partitions.Pruned:
+    """One retention pass: the days ahead, then every day past the retention."""
+    maintain_partitions()
+    pruned = partitions.prune(older_than_seconds=older_than_seconds)
+    logger.info(
+        "Pruned %s runs and %s events (%s days) in %.2fs, %.3fs waiting for or holding locks",
+        pruned.runs,
+        pruned.events,
+        len(pruned.days),
+        pruned.seconds,
+        pruned.lock_seconds,
     )
-    return {"deleted": deleted, "retention": retention}
+    return pruned
 
 
 def delete_expired_keys(*, batch: int = 1000, heartbeat: Callable[[], bool] | None = None) -> int:
@@ -75,30 +107,5 @@ def delete_expired_keys(*, batch: int = 1000, heartbeat: Callable[[], bool] | No
         if not ids:
             return deleted
         deleted += IdempotencyKey.objects.filter(id__in=ids).delete()[0]
-        if heartbeat is not None and not heartbeat():
-            return deleted
-
-
-def delete_terminal_runs(
-    *, older_than_seconds: float, batch: int = 500, heartbeat: Callable[[], bool] | None = None
-) -> int:
-    """Delete terminal runs finished longer ago than that, with their events,
-    tool records, checkpoints and keys; in batches. Returns how many runs
-    were deleted (their rows, not the related ones)."""
-    deleted = 0
-    cutoff = timezone.now() - dt.timedelta(seconds=older_than_seconds)
-    while True:
-        ids = list(
-            Run.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff).values_list(
-                "id", flat=True
-            )[:batch]
-        )
-        if not ids:
-            return deleted
-        with transaction.atomic():
-            # Re-checked at the delete: a run requeued since the read stays
-            # and is not counted.
-            _, by_model = Run.objects.filter(id__in=ids, status__in=TERMINAL_STATUSES).delete()
-        deleted += by_model.get(Run._meta.label, 0)
         if heartbeat is not None and not heartbeat():
             return deleted

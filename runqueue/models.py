@@ -1,8 +1,19 @@
 """The run queue's tables.
 
-Every queue column, index and constraint is declared here and written in the
-first migration: a fencing token cannot be retrofitted onto in-flight runs.
-Only ``runqueue.submit`` and ``runqueue.leases`` write run state.
+Every column, index and constraint of the queue is declared here, so the
+migrations' state is the database's. Beneath ``Run`` the runs table is
+partitioned (migration 0009, ``runqueue.partitions``): live runs in
+``runqueue_run_live``, which alone carries the claim, lease, key and
+one-active-run-per-session indexes declared below, and finished runs in a
+partition per day of ``finished_at``; events are partitioned by day too.
+The ORM sees one table: ``Run.objects`` finds a run live or finished.
+Foreign keys to ``Run`` have no database constraint (PostgreSQL cannot
+reference a partitioned table's id alone): deletes cascade in the ORM, and
+retention drops a finished day with everything of its runs.
+
+Run state is written by ``runqueue.submission`` (new runs, input delivered)
+and ``runqueue.leases`` (every other transition) only; ``runqueue.partitions``
+drops finished days past the retention.
 """
 
 from __future__ import annotations
@@ -276,6 +287,13 @@ class Run(models.Model):
                 name="runqueue_run_key_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
+            # The console's search (a session id or a principal alone), on
+            # every partition; its kind and class filters over history, on
+            # the finished days only (migration 0009).
+            models.Index(fields=["session_id"], name="runqueue_run_session_id_idx"),
+            models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
+            models.Index(fields=["kind", "created_at"], name="runqueue_run_kind_idx"),
+            models.Index(fields=["priority", "created_at"], name="runqueue_run_priority_idx"),
             models.Index(
                 fields=["finished_at"],
                 condition=Q(finished_at__isnull=False),
@@ -349,7 +367,9 @@ class IdempotencyKey(models.Model):
     principal = models.CharField(max_length=255, blank=True, default="")
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="idempotency_keys")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="idempotency_keys", db_constraint=False
+    )
     outcome = models.CharField(max_length=20, choices=SubmitOutcome)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
@@ -373,7 +393,10 @@ class IdempotencyKey(models.Model):
 class RunEvent(models.Model):
     """Append-only log: the events alone rebuild a run's history."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # db_index=False: runqueue_event_run_idx (run, id) serves every read by run.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", db_constraint=False, db_index=False
+    )
     type = models.CharField(max_length=64)
     lease_epoch = models.BigIntegerField()
     data = models.JSONField(default=dict, blank=True)
@@ -415,7 +438,9 @@ class StreamWatch(models.Model):
 class ToolInvocation(models.Model):
     """One side effect of a run, recorded started before it runs."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_invocations")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="tool_invocations", db_constraint=False
+    )
     seq = models.IntegerField()
     tool = models.CharField(max_length=255)
     idempotency = models.CharField(max_length=20, choices=Idempotency)
@@ -450,7 +475,9 @@ class ToolInvocation(models.Model):
 class Checkpoint(models.Model):
     """A handler's saved state at a tool-invocation boundary."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="checkpoints", db_constraint=False
+    )
     seq = models.IntegerField()
     state = models.JSONField()
     #: How many tool invocations the handler had made when it saved this
@@ -730,7 +757,12 @@ class ScheduleTick(models.Model):
     tick_at = models.DateTimeField()
     outcome = models.CharField(max_length=10, choices=TickOutcome)
     run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="schedule_ticks"
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="schedule_ticks",
+        db_constraint=False,
     )
     skipped_before = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())

@@ -36,6 +36,7 @@ from runqueue.errors import (
     RunqueueError,
 )
 from runqueue.leases import notify, notify_payload
+from runqueue.leases.base import moved_by_another
 from runqueue.models import (
     ACTIVE_STATUSES,
     IdempotencyKey,
@@ -242,6 +243,10 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
             run = _create_run(request, request_hash)
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
+        if moved_by_another(exc):
+            # The session's run finished (moved to a finished day) while we
+            # waited for its lock: route again; it is no longer active.
+            raise _Retry from exc
         if sqlstate(exc) == "55P03":  # lock_not_available
             raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 import runqueue
-from runqueue import leases, runtime, schedules
+from runqueue import leases, schedules, testing
 from runqueue.models import PausedKind, QueueEvent, Run, RunEvent, RunStatus, Schedule
 from tests.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
 from tests.test_admin_scheduled_work import failed_runs
@@ -120,7 +120,7 @@ def test_bulk_requeue_every_matching_run(page, tmp_path) -> None:  # noqa: F811
     background = Run.objects.get(kind="runqueue.bulk")
     lease = leases.claim_one("w-bulk")
     assert lease is not None and lease.run_id == background.id
-    assert runtime.execute(lease) == "succeeded"
+    assert testing.execute(lease) == "succeeded"
     page.reload()
     playwright.expect(page.locator("body")).to_contain_text('"done": 60')
     screenshot(page, "bulk-requeue-progress", tmp_path)

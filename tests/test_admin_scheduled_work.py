@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases, runtime, schedules
+from runqueue import leases, schedules, testing
 from runqueue.models import (
     PausedKind,
     PriorityClass,
@@ -81,7 +81,7 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     assert Run.objects.filter(status=RunStatus.QUEUED, kind="test.echo").count() == 0
     lease = leases.claim_one("w-bulk", [PriorityClass.MAINTENANCE])
     assert lease is not None and lease.run_id == background.id
-    assert runtime.execute(lease) == "succeeded"
+    assert testing.execute(lease) == "succeeded"
     summary = Run.objects.get(id=background.id).result
     assert (summary["of"], summary["done"], summary["refused"]) == (60, 59, 1)
     assert str(busy.id) in summary["refusals"][0] and "conv-1" in summary["refusals"][0]

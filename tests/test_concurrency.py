@@ -252,7 +252,9 @@ def test_the_capped_claim_calls_its_function_once() -> None:
     # The claimed rows are found by their ids (an index condition), never by
     # walking the claim index with the ids as a filter.
     # ("(InitPlan 2).col1" from PostgreSQL 18 on, "$2" before.)
-    assert re.search(r"Cond: \(r_1\.id = ANY \((\(InitPlan \d+\)\.col1|\$\d+)\)\)", claimed), plan
+    assert re.search(r"Cond: \(r_\d+\.id = ANY \((\(InitPlan \d+\)\.col1|\$\d+)\)\)", claimed), (
+        plan
+    )
     assert "runqueue_run_claim_idx" not in claimed, plan
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import runqueue
 from demo import handlers as demo
-from runqueue import leases, registry, runtime
+from runqueue import leases, registry, testing
 from runqueue.errors import PermanentError
 from runqueue.models import Run
 
@@ -72,7 +72,7 @@ def test_a_hostile_demo_payload_fails_permanently_naming_the_field(
     run = runqueue.submit(kind=kind, payload=payload, max_attempts=5).run
     lease = leases.claim_one("w-hostile")
     assert lease is not None and lease.run_id == run.id
-    assert runtime.execute(lease) == "failed"
+    assert testing.execute(lease) == "failed"
     failed = Run.objects.get(id=run.id)
     assert failed.failure["classification"] == "permanent", failed.failure
     assert failed.failure["error_type"] == "PermanentError", failed.failure
@@ -112,4 +112,4 @@ def test_the_demo_payloads_the_demo_submits_are_accepted(no_sleep: list[float]) 
         run = runqueue.submit(kind=kind, payload=payload).run
         lease = leases.claim_one("w-ok")
         assert lease is not None and lease.run_id == run.id
-        assert runtime.execute(lease) == "succeeded", Run.objects.get(id=run.id).failure
+        assert testing.execute(lease) == "succeeded", Run.objects.get(id=run.id).failure

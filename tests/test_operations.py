@@ -78,7 +78,8 @@ def test_resolve_uncertain_records_the_answer_and_leaves_the_view() -> None:
 def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None:
     settings.RUNQUEUE = {"TERMINAL_RUN_RETENTION_SECONDS": 60}
     old = _dead_lettered()
-    Run.objects.filter(id=old.id).update(finished_at=timezone.now() - dt.timedelta(hours=1))
+    # Retention drops whole days: a run goes once its day is wholly past it.
+    Run.objects.filter(id=old.id).update(finished_at=timezone.now() - dt.timedelta(days=2))
     recent = _dead_lettered()
     keyed = runqueue.submit(kind="k", idempotency_key="old").run
     IdempotencyKey.objects.update(expires_at=timezone.now() - dt.timedelta(seconds=1))
@@ -95,13 +96,13 @@ def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None
 
 
 def test_pruning_counts_the_runs_it_deleted_not_their_rows() -> None:
-    """Three old dead letters (each with its events) in batches of two, one
-    recent: three runs deleted, the recent one kept."""
+    """Three old dead letters (each with its events), one recent: three runs
+    pruned, the recent one kept."""
     old = [_dead_lettered() for _ in range(3)]
     Run.objects.filter(id__in=[r.id for r in old]).update(
-        finished_at=timezone.now() - dt.timedelta(hours=1)
+        finished_at=timezone.now() - dt.timedelta(days=2)
     )
     recent = _dead_lettered()
     assert RunEvent.objects.filter(run_id__in=[r.id for r in old]).count() > 3
-    assert housekeeping.delete_terminal_runs(older_than_seconds=60, batch=2) == 3
+    assert housekeeping.prune_terminal(60).runs == 3
     assert list(Run.objects.values_list("id", flat=True)) == [recent.id]

@@ -340,7 +340,7 @@ def test_a_finished_runs_stream_takes_no_process_place(settings) -> None:
     finished = runqueue.submit(kind="k", tenant="other").run
     lease = leases.claim_one("w")
     assert lease is not None and lease.run_id == finished.id
-    leases.succeed(lease, {"ok": True})
+    testing.succeed(lease, {"ok": True})
     live = runqueue.submit(kind="k", tenant="acme").run
     holding = _open(alice, live.id)
     assert holding.status_code == 200

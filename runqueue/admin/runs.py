@@ -76,6 +76,23 @@ class ToolLine:
         )
 
 
+#: The shortest run id prefix searched as one: the list shows 8 characters.
+ID_PREFIX_MIN = 8
+
+
+def id_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The run ids a search term stands for, as an inclusive range (a range
+    on the uuid is what the id index serves; its text form's LIKE is not):
+    a whole id is itself, a hex prefix of at least ID_PREFIX_MIN digits
+    every id that starts with it. None for any other term."""
+    digits = term.lower().replace("-", "")
+    if not ID_PREFIX_MIN <= len(digits) <= 32 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    if len(digits) == 32 and term.count("-") not in (0, 4):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def unresolved_uncertain() -> Exists:
     """Whether the run has an uncertain tool call nobody has resolved: one
     probe of the partial index runqueue_tool_unresolved_idx per listed run."""
@@ -102,7 +119,9 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, GuardedAdmin):
     change_form_template = "admin/runqueue/run/change_form.html"
     list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter, "created_at"]
     search_fields = ["=id", "=session_id", "=tenant", "=principal"]
-    search_help_text = "Exact run id, session id, tenant or principal."
+    search_help_text = (
+        "A run id or its first 8 characters; an exact session id, tenant or principal."
+    )
     ordering = ["-created_at"]
     list_per_page = 50
     paginator = CappedCountPaginator
@@ -164,15 +183,14 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, GuardedAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
     ) -> tuple[QuerySet, bool]:
-        """Exact matches only, and a non-UUID term does not touch the id column."""
+        """Exact matches only, each through an index: a session id, tenant or
+        principal, a run id, or the start of one (the list shows 8 characters)."""
         term = search_term.strip()
         if not term:
             return queryset, False
         match = Q(session_id=term) | Q(tenant=term) | Q(principal=term)
-        try:
-            match |= Q(id=uuid.UUID(term))
-        except ValueError:
-            pass
+        if (ids := id_range(term)) is not None:
+            match |= Q(id__gte=ids[0], id__lte=ids[1])
         return queryset.filter(match), False
 
     def get_urls(self) -> list[URLPattern]:

@@ -1,6 +1,6 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``runqueue.submission`` (and housekeeping's delete of old terminal runs),
+With ``runqueue.submission`` (and the retention's drop of finished days, ``runqueue.partitions``),
 the only writers of runs. Every worker transaction starts
 with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
 ``status = 'running'``; it writes other rows only if that returned a row.

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import OperationalError, connection
 
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -22,6 +22,39 @@ from runqueue.sql import execute
 from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.leases")
+
+#: Attempts of a statement that met a row moved between partitions.
+MOVED_ATTEMPTS = 3
+
+
+def moved_by_another(exc: BaseException) -> bool:
+    """A run row this statement waited for was moved to another partition
+    by the transaction it waited for (it finished, or a dead letter was
+    requeued; migration 0009). PostgreSQL answers 40001 instead of
+    re-reading the row, and the statement wrote nothing: run it again and
+    it reads the row where it is now."""
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) == "40001" and "moved to another partition" in str(
+        cause
+    )
+
+
+def retry_moved[T](statement: Callable[[], T]) -> T:
+    """Run ``statement`` (a transaction of its own) again while it meets a
+    row moved by another, at most MOVED_ATTEMPTS times in all."""
+    for attempt in range(1, MOVED_ATTEMPTS + 1):
+        try:
+            return statement()
+        except OperationalError as exc:
+            if (
+                attempt == MOVED_ATTEMPTS
+                or connection.in_atomic_block
+                or not moved_by_another(exc)
+            ):
+                raise
+            logger.info("Run row moved by another transaction; statement run again")
+    raise AssertionError("unreachable")
+
 
 ALL_CLASSES: tuple[PriorityClass, ...] = tuple(PriorityClass)
 

@@ -24,7 +24,7 @@ from django.db import DatabaseError, connection, transaction
 from runqueue import concurrency
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
-from runqueue.leases.base import ALL_CLASSES, Lease
+from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
 from runqueue.leases.fence import fenced_transaction, record_fenced
 from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass, Run
@@ -72,7 +72,7 @@ def claim(
             return _statement((), spec)[1]
     # One statement (the event is in it): in autocommit, a transaction of
     # its own, without the round trips of BEGIN and COMMIT.
-    return _statement((), spec)[1]
+    return retry_moved(lambda: _statement((), spec)[1])
 
 
 def claim_one(

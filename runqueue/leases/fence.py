@@ -13,6 +13,7 @@ from runqueue.leases.base import (
     Lease,
     hooks,
     observers,
+    retry_moved,
 )
 from runqueue.models import (
     Run,
@@ -34,6 +35,10 @@ def record_fenced(lease: Lease, action: str) -> None:
     """Append run.fenced once per lease, after the fenced transaction rolled back."""
     if not lease.mark_fenced():
         return
+    retry_moved(lambda: _record_fenced(lease, action))
+
+
+def _record_fenced(lease: Lease, action: str) -> None:
     with transaction.atomic(durable=True):
         # Under the run row's lock, as every event insert: a run's event ids
         # then follow commit order, which the event stream's cursor needs.

@@ -26,6 +26,7 @@ from runqueue.leases.base import (
     logger,
     notify,
     notify_cancel,
+    retry_moved,
 )
 from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import (
@@ -63,13 +64,18 @@ def sweep(
         # Stored only by a run dead-lettered on its last attempt.
         "failures": [json_text(lease_expired_failure(r[2], r[3]), "failure") for r in rows],
     }
-    with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            swept = execute(cursor, "sweep_expired", params).fetchall()
-        if hooks.inside_sweep is not None:
-            hooks.inside_sweep(swept)
-        if any(status == RunStatus.QUEUED for _id, status, _e, _a in swept):
-            notify(None)
+
+    def transaction_() -> list[tuple]:
+        with transaction.atomic(durable=True):
+            with connection.cursor() as cursor:
+                swept = execute(cursor, "sweep_expired", params).fetchall()
+            if hooks.inside_sweep is not None:
+                hooks.inside_sweep(swept)
+            if any(status == RunStatus.QUEUED for _id, status, _e, _a in swept):
+                notify(None)
+        return swept
+
+    swept = retry_moved(transaction_)
     for run_id, status, epoch, attempts in swept:
         logger.info("Swept run id=%s to %s epoch=%s attempt=%s", run_id, status, epoch, attempts)
     return swept
@@ -101,6 +107,10 @@ def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str) -> Run:
     """Cancel a non-terminal run; the epoch bump fences a worker still running it.
     Raises InvalidArgument (a malformed id or reason), RunNotFound, InvalidTransition."""
     run_id = checked_operation("cancel", run_id, reason=reason, actor=actor)
+    return retry_moved(lambda: _cancel(run_id, reason=reason, actor=actor))
+
+
+def _cancel(run_id: uuid.UUID, *, reason: str, actor: str) -> Run:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             row = execute(cursor, "cancel", {"run_id": run_id}).fetchone()
@@ -151,7 +161,8 @@ def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
     if previous is None:
         raise RunNotFound(run_id)
     status, failure, session_id = previous
-    try:
+
+    def transaction_() -> None:
         with transaction.atomic(durable=True):
             with connection.cursor() as cursor:
                 row = execute(cursor, "operator_requeue", {"run_id": run_id}).fetchone()
@@ -165,6 +176,9 @@ def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
                 {"actor": actor, "reason": reason, "previous_failure": failure},
             )
             notify(row[2])
+
+    try:
+        retry_moved(transaction_)
     except IntegrityError as exc:
         active = Run.objects.active().filter(session_id=session_id).exclude(id=run_id).first()
         raise ActiveRunConflict(

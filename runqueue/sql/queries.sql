@@ -112,6 +112,11 @@ WITH
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
+       -- The live partition's statuses (migration 0009): the update reads
+       -- runqueue_run_live alone, never a day of finished runs; the list
+       -- implies no partial index's predicate, so the ids stay the index
+       -- condition.
+       AND r.status IN ('queued', 'running', 'waiting_for_user')
     RETURNING r.*
 ),
 -- include: logged --
@@ -129,8 +134,9 @@ WITH
 -- ANY take its array, not a subquery's rows). The function locked each id
 -- after checking, on its latest version, that the run is queued and due, and
 -- the lock holds until this statement commits; so the UPDATE needs no status
--- predicate, and must not have one: "status = 'queued'" lets the planner
--- walk the whole claim index with the ids as a filter instead of the key.
+-- test, and must not have one: "status = 'queued'" lets the planner walk the
+-- whole claim index with the ids as a filter instead of the key. (It has the
+-- live partition's statuses, which only prune the finished days away.)
 -- The runs this statement finishes (ids, epochs) free their places for its
 -- own claim.
 WITH
@@ -141,6 +147,9 @@ WITH
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
                %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[]))::uuid[])
+       -- The live partition's statuses, as in finish_and_claim: partition
+       -- pruning, not a status test (it implies no partial index).
+       AND r.status IN ('queued', 'running', 'waiting_for_user')
     RETURNING r.*
 ),
 -- include: logged --
@@ -437,14 +446,18 @@ SELECT c.idx,
 -- Prometheus: running and waiting runs by class, through the leased index,
 -- at most %(cap)s rows per status (ids are random, so a capped read is a
 -- fair sample of the classes). Each status is a literal: the partial index
--- only serves a predicate it can prove.
+-- only serves a predicate it can prove. ORDER BY id is the leased index's
+-- order: on the live partition, small beside a backlog of queued runs, the
+-- planner would otherwise filter a sequential scan, reading the backlog
+-- whenever few runs wait.
 SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
-  FROM (SELECT priority FROM runqueue_run WHERE status = 'running' LIMIT %(cap)s) AS q
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'running'
+         ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
 SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
-         LIMIT %(cap)s) AS q
+         ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2;
 
 -- name: metrics_totals --

@@ -1,0 +1,53 @@
+"""``manage.py runqueue_prune [--older-than SECONDS]``: one retention pass,
+for operators who prefer cron to the worker's housekeeping run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from runqueue import housekeeping
+from runqueue.conf import get_settings
+
+
+def retention(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Make the day partitions ahead and drop every day of finished runs and events "
+        "wholly older than the retention (TERMINAL_RUN_RETENTION_SECONDS by default)."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=retention,
+            metavar="SECONDS",
+            help="Retention for this pass, instead of TERMINAL_RUN_RETENTION_SECONDS.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        older_than = options["older_than"]
+        if older_than is None:
+            older_than = get_settings().TERMINAL_RUN_RETENTION_SECONDS
+        if older_than is None:
+            raise CommandError(
+                "TERMINAL_RUN_RETENTION_SECONDS is not set: keeping every run. "
+                "Pass --older-than SECONDS to prune anyway."
+            )
+        pruned = housekeeping.prune_terminal(older_than)
+        self.stdout.write(
+            f"dropped {len(pruned.days)} day partitions: {pruned.runs} runs, {pruned.events} "
+            f"events ({pruned.kept_events} events of kept runs moved) in {pruned.seconds:.2f} s, "
+            f"{pruned.lock_seconds:.3f} s waiting for or holding the parents' locks"
+        )

@@ -1,0 +1,291 @@
+"""Day partitions of finished runs and of events: made ahead, dropped whole.
+
+The layout (migration 0009, decisions.md "History and retention"):
+``runqueue_run`` is partitioned by status into ``runqueue_run_live``
+(queued, running, waiting for the user) and ``runqueue_run_finished``, which
+is partitioned by day of ``finished_at``; ``runqueue_run_event`` is
+partitioned by day of ``created_at``. Each has a default partition, so no
+insert ever fails for want of a day.
+
+``ensure`` makes the days ahead (moving any rows the default took for such
+a day into it); ``prune`` drops every day wholly older than the retention:
+a finished runs' day is detached (a short exclusive lock on
+``runqueue_run_finished``), their tool invocations, checkpoints, keys and
+schedule ticks deleted by a join on the detached table, and dropped; an
+events' day is detached, the few events of runs still kept (live, or
+finished later) copied back (they land in the default partition), and
+dropped. A run that is not terminal is in the live partition, so nothing of
+it is ever dropped. Retention is by whole days: a finished run is kept at
+least the retention and at most a day more.
+
+Partitions are found by name (``<parent>_pYYYYMMDD``, days in UTC); a day
+detached by a prune that died before dropping it is finished by the next.
+The statements name tables, so they are composed here with
+``psycopg.sql.Identifier`` rather than kept in queries.sql.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+
+from django.db import OperationalError, connection, transaction
+from psycopg import sql
+
+from runqueue.sql import set_config
+
+logger = logging.getLogger("runqueue.partitions")
+
+#: Days made ahead of today by each maintenance.
+AHEAD_DAYS = 3
+#: How long a detach waits for the queue's statements to let go of the parent.
+LOCK_TIMEOUT = "2s"
+DAY = dt.timedelta(days=1)
+_TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class DayPartitioned:
+    """A table partitioned by day of ``column``, with a default partition."""
+
+    parent: str
+    column: str
+
+    @property
+    def default(self) -> str:
+        return f"{self.parent}_default"
+
+    def name(self, day: dt.date) -> str:
+        return f"{self.parent}_p{day:%Y%m%d}"
+
+    def day_of(self, name: str) -> dt.date | None:
+        match = re.fullmatch(re.escape(self.parent) + r"_p(\d{8})", name)
+        return dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None  # noqa: DTZ007
+
+
+RUNS = DayPartitioned("runqueue_run_finished", "finished_at")
+EVENTS = DayPartitioned("runqueue_run_event", "created_at")
+#: Tables whose rows belong to a run (run_id) and go when its day is dropped.
+DEPENDANTS = (
+    "runqueue_tool_invocation",
+    "runqueue_checkpoint",
+    "runqueue_idempotency_key",
+    "runqueue_schedule_tick",
+)
+
+
+def _start(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def _run(statement: sql.Composable, params: dict | None = None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement.as_string(connection.connection), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _days(table: DayPartitioned, *, attached: bool) -> dict[dt.date, str]:
+    """The table's day partitions (attached), or its detached leftovers."""
+    if attached:
+        query = sql.SQL(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = {}::regclass"
+        ).format(sql.Literal(table.parent))
+    else:
+        query = sql.SQL(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition"
+            " AND relname LIKE {} AND relnamespace = current_schema()::regnamespace"
+        ).format(sql.Literal(table.parent + "\\_p%"))
+    names = (row[0] for row in _run(query))
+    return {day: name for name in names if (day := table.day_of(name)) is not None}
+
+
+def _today() -> dt.date:
+    return _run(sql.SQL("SELECT (now() AT TIME ZONE 'UTC')::date"))[0][0]
+
+
+def ensure(*, ahead: int = AHEAD_DAYS, today: dt.date | None = None) -> list[str]:
+    """Make the day partitions of today and the next ``ahead`` days; return
+    the names made. Rows the default partition took for such a day move
+    into it, in the same transaction."""
+    today = today or _today()
+    made = []
+    for table in (RUNS, EVENTS):
+        have = _days(table, attached=True)
+        for offset in range(ahead + 1):
+            day = today + dt.timedelta(days=offset)
+            if day not in have:
+                _make(table, day)
+                made.append(table.name(day))
+    return made
+
+
+def _make(table: DayPartitioned, day: dt.date) -> None:
+    name, parent, default = (
+        sql.Identifier(n) for n in (table.name(day), table.parent, table.default)
+    )
+    column = sql.Identifier(table.column)
+    bounds = {"low": _start(day), "high": _start(day + DAY)}
+    with transaction.atomic():
+        set_config(connection, "lock_timeout", LOCK_TIMEOUT, local=True)
+        # Made apart and attached: ATTACH locks the parent only against
+        # other DDL (SHARE UPDATE EXCLUSIVE), and the default partition,
+        # which it scans, is small.
+        _run(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                name, parent
+            )
+        )
+        _run(
+            sql.SQL(
+                "WITH moved AS (DELETE FROM {default} WHERE {column} >= %(low)s"
+                " AND {column} < %(high)s RETURNING *) INSERT INTO {name} SELECT * FROM moved"
+            ).format(default=default, column=column, name=name),
+            bounds,
+        )
+        _run(
+            sql.SQL(
+                "ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (%(low)s) TO (%(high)s)"
+            ).format(parent, name),
+            bounds,
+        )
+    logger.info("Made partition %s", table.name(day))
+
+
+@dataclass
+class Pruned:
+    """What one prune removed, and how long it held the parents' lock."""
+
+    runs: int = 0
+    events: int = 0
+    kept_events: int = 0
+    days: list[str] = field(default_factory=list)
+    lock_seconds: float = 0.0
+    seconds: float = 0.0
+
+
+def prune(*, older_than_seconds: float) -> Pruned:
+    """Drop every finished-runs and events day wholly older than the
+    retention, with everything of those runs; delete the default
+    partitions' rows past it."""
+    began = time.monotonic()
+    result = Pruned()
+    cutoff = _run(
+        sql.SQL("SELECT now() - make_interval(secs => %(s)s)"), {"s": float(older_than_seconds)}
+    )[0][0]
+    for table, drop in ((RUNS, _drop_runs), (EVENTS, _drop_events)):
+        for day, name in sorted(_days(table, attached=True).items()):
+            if _start(day + DAY) <= cutoff:
+                if not _detach(table, name, result):
+                    break
+        for day, name in sorted(_days(table, attached=False).items()):
+            drop(name, _start(day + DAY), result)
+            result.days.append(name)
+    _prune_defaults(cutoff, result)
+    result.seconds = time.monotonic() - began
+    return result
+
+
+def _detach(table: DayPartitioned, name: str, result: Pruned) -> bool:
+    """Detach one day; False when the lock was not had in LOCK_TIMEOUT."""
+    began = time.monotonic()
+    try:
+        with transaction.atomic():
+            set_config(connection, "lock_timeout", LOCK_TIMEOUT, local=True)
+            # Plain DETACH: CONCURRENTLY is refused while a default
+            # partition exists. The exclusive lock is held for a catalog
+            # change only, no row is read.
+            _run(
+                sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+                    sql.Identifier(table.parent), sql.Identifier(name)
+                )
+            )
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != "55P03":
+            raise
+        logger.warning("Could not detach %s within %s; next prune", name, LOCK_TIMEOUT)
+        return False
+    finally:
+        result.lock_seconds += time.monotonic() - began
+    return True
+
+
+def _drop_runs(name: str, _end: dt.datetime, result: Pruned) -> None:
+    """Delete what belongs to the detached day's runs, then drop it."""
+    day = sql.Identifier(name)
+    with transaction.atomic():
+        for dependant in DEPENDANTS:
+            _run(
+                sql.SQL("DELETE FROM {} t USING {} d WHERE t.run_id = d.id").format(
+                    sql.Identifier(dependant), day
+                )
+            )
+        result.runs += _run(sql.SQL("SELECT count(*) FROM {}").format(day))[0][0]
+        _run(sql.SQL("DROP TABLE {}").format(day))
+
+
+def _drop_events(name: str, end: dt.datetime, result: Pruned) -> None:
+    """Copy back the events of runs still kept, then drop the detached day.
+
+    A run still kept created before the day's end is live, or finished
+    after every day dropped (those are detached by now): both read through
+    runqueue_run's created_at index, a handful of rows per partition.
+    """
+    day = sql.Identifier(name)
+    columns = sql.SQL("id, type, lease_epoch, data, created_at, run_id")
+    with transaction.atomic():
+        kept = _run(
+            sql.SQL(
+                "WITH kept AS (INSERT INTO runqueue_run_event ({columns})"
+                " SELECT {columns} FROM {day} e WHERE e.run_id IN"
+                " (SELECT r.id FROM runqueue_run r WHERE r.created_at < %(end)s)"
+                " RETURNING 1) SELECT count(*) FROM kept"
+            ).format(columns=columns, day=day),
+            {"end": end},
+        )[0][0]
+        total = _run(sql.SQL("SELECT count(*) FROM {}").format(day))[0][0]
+        _run(sql.SQL("DROP TABLE {}").format(day))
+    result.events += total - kept
+    result.kept_events += kept
+
+
+def _prune_defaults(cutoff: dt.datetime, result: Pruned) -> None:
+    """Rows past the retention in the default partitions (a day nobody made
+    in time): deleted row by row, as few as the days the maintenance missed."""
+    with transaction.atomic():
+        gone = _run(
+            sql.SQL(
+                "WITH gone AS (DELETE FROM runqueue_run_finished_default"
+                " WHERE finished_at < %(cutoff)s RETURNING id)"
+                " SELECT coalesce(array_agg(id), ARRAY[]::uuid[]) FROM gone"
+            ),
+            {"cutoff": cutoff},
+        )[0][0]
+        if gone:
+            for dependant in DEPENDANTS:
+                _run(
+                    sql.SQL("DELETE FROM {} WHERE run_id = ANY(%(ids)s::uuid[])").format(
+                        sql.Identifier(dependant)
+                    ),
+                    {"ids": gone},
+                )
+            _run(
+                sql.SQL("DELETE FROM runqueue_run_event WHERE run_id = ANY(%(ids)s::uuid[])"),
+                {"ids": gone},
+            )
+        result.runs += len(gone)
+        # Events past the retention whose run is gone: copied back by an
+        # earlier prune, or written on a day with no partition.
+        result.events += len(
+            _run(
+                sql.SQL(
+                    "DELETE FROM runqueue_run_event_default e WHERE e.created_at < %(cutoff)s"
+                    " AND NOT EXISTS (SELECT 1 FROM runqueue_run r WHERE r.id = e.run_id)"
+                    " RETURNING 1"
+                ),
+                {"cutoff": cutoff},
+            )
+        )
