@@ -125,6 +125,6 @@ def test_fillfactor_leaves_room_for_hot_updates() -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
-        # The live partition is what heartbeats update (migration 0006).
+        # The live partition is what heartbeats update (migration 0009).
         cur.execute("SELECT reloptions FROM pg_class WHERE relname = 'runqueue_run_live'")
         assert "fillfactor=80" in cur.fetchone()[0]
