@@ -27,7 +27,7 @@ if os.environ.get("RUNQUEUE_LOG_FORMAT", "plain") == "json":
     logconfig_dict = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "runqueue.logfmt.JsonFormatter"}},
+        "formatters": {"json": {"()": "runqueue.observability.logfmt.JsonFormatter"}},
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
         "loggers": {
             "gunicorn.error": {"handlers": ["console"], "level": "INFO", "propagate": False},

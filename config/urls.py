@@ -11,7 +11,7 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 
-from runqueue import queue_metrics
+from runqueue.observability import queue_metrics
 
 FAVICON = (Path(__file__).resolve().parent / "favicon.ico").read_bytes()
 

@@ -8,7 +8,8 @@ class RunqueueConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers checks, receivers and the hooks the lower layers call.
-        from runqueue import checks, conf, observe, registry  # noqa: F401
+        from runqueue import checks, conf, registry  # noqa: F401
+        from runqueue.observability import observe  # noqa: F401
         from runqueue.schedules import spec  # noqa: F401
 
         # Every process (web, worker, shell) knows every kind, so submit can

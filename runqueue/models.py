@@ -210,7 +210,7 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     #: The W3C traceparent of the request or span that submitted the run
-    #: ("" without one): the worker's span links to it (runqueue.tracing).
+    #: ("" without one): the worker's span links to it (runqueue.observability.tracing).
     traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
 
     objects = RunManager()

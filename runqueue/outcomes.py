@@ -6,7 +6,8 @@ writes it (``runqueue.leases.write`` or, batched with the next claim,
 outcome is always storable: ``Succeeded.of`` refuses a result PostgreSQL's
 jsonb would reject, so the runtime can turn it into a failure instead.
 A tool call's ``ToolOutcome`` is what ``ctx.invoke_tool`` returns; the
-worker's observers (``runqueue.observe``, ``runqueue.tracing``) read it.
+worker's observers (``observe`` and ``tracing`` in ``runqueue.observability``)
+read it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from functools import cache
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, leases, observe, registry
+from runqueue import aio, leases, registry
 from runqueue.conf import get_settings
 from runqueue.errors import (
     PERMANENT,
@@ -42,6 +42,7 @@ from runqueue.errors import (
 )
 from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
+from runqueue.observability import observe
 from runqueue.outcomes import (
     Failed,
     GaveUp,

@@ -25,7 +25,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events, tracing
+from runqueue import events
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
@@ -45,6 +45,7 @@ from runqueue.models import (
     RunStatus,
     SubmitOutcome,
 )
+from runqueue.observability import tracing
 from runqueue.sql import execute, prepared, set_config
 from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
 from runqueue.types import JSON

@@ -23,11 +23,7 @@ RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
 FORBIDDEN = [
     ("runqueue.conf", "runqueue.schedules"),
     ("runqueue.stream", "runqueue.api"),
-    ("runqueue.leases", "runqueue.observe"),
-    ("runqueue.leases", "runqueue.metrics"),
-    ("runqueue.leases", "runqueue.tracing"),
-    ("runqueue.leases", "runqueue.logfmt"),
-    ("runqueue.leases", "runqueue.queue_metrics"),
+    ("runqueue.leases", "runqueue.observability"),
 ]
 
 

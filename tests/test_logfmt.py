@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue.logfmt import JsonFormatter
+from runqueue.observability.logfmt import JsonFormatter
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.workers import REPO

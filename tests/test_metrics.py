@@ -18,8 +18,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 import runqueue
-from runqueue import leases, queue_metrics, testing
+from runqueue import leases, testing
 from runqueue.models import PriorityClass, Run, ToolStatus, Worker
+from runqueue.observability import queue_metrics
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.helpers import wait_until

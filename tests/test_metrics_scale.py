@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from runqueue import queue_metrics
+from runqueue.observability import queue_metrics
 from runqueue.sql import queries
 
 RUNS = 1_000_000

@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import runqueue
-from runqueue import Idempotency, RunContext, leases, observe, tracing
+from runqueue import Idempotency, RunContext, leases
 from runqueue.models import Run, RunStatus
+from runqueue.observability import observe, tracing
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.api_helpers import make_caller, new_key
@@ -171,7 +172,7 @@ sys.modules["opentelemetry"] = None  # as if the [otel] extra were not installed
 import django
 django.setup()
 from django.core.management import call_command
-from runqueue import tracing
+from runqueue.observability import tracing
 assert not tracing.enabled()
 call_command("runworker", "--burst", "--slots", "interactive=1")
 """

@@ -10,8 +10,8 @@ import threading
 import pytest
 from django.db import OperationalError
 
-from runqueue import metrics
 from runqueue.models import PriorityClass
+from runqueue.observability import metrics
 from runqueue.outcomes import Reported
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.services import Periodic, Service

@@ -24,7 +24,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, tracing
+from runqueue import events
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
@@ -33,6 +33,7 @@ from runqueue.api.render import events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
 
 logger = logging.getLogger("runqueue.api")

@@ -77,7 +77,7 @@ hooks = Hooks()
 
 #: Told of every lease a write found lost (``current``: the run's (epoch,
 #: status), or None if it is gone), with the action that found out; set by
-#: ``runqueue.observe`` (imported by the app's ready()), which records the
+#: ``runqueue.observability.observe`` (imported by the app's ready()), which records the
 #: metric, the span event and the log line. A hook, so this package does not
 #: import the observability above it.
 FencedObserver = Callable[["Lease", str, "tuple | None"], None]

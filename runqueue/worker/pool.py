@@ -19,9 +19,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from runqueue import aio, concurrency, housekeeping, leases, observe, schedules
+from runqueue import aio, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
+from runqueue.observability import observe
 from runqueue.outcomes import Reported
 from runqueue.sql import set_config
 from runqueue.worker.group import Group, GroupConfig

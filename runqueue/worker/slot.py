@@ -18,7 +18,8 @@ import threading
 
 from django.db import DatabaseError, connection
 
-from runqueue import aio, leases, observe, runtime
+from runqueue import aio, leases, runtime
+from runqueue.observability import observe
 from runqueue.outcomes import Outcome
 from runqueue.worker.group import Box, Dispatch, Done, Group, LoopBox
 from runqueue.worker.services import ConnectionCheck

@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runqueue import metrics
 from runqueue.conf import get_settings
 from runqueue.models import PriorityClass
+from runqueue.observability import metrics
 from runqueue.worker.pool import CLAIM_AHEAD, Pool, PoolConfig, default_worker_id
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 

@@ -4,7 +4,7 @@ as LogRecord attributes, and ``JsonFormatter`` writes each record as one
 JSON object per line with them. The deployable project switches to it with
 ``RUNQUEUE_LOG_FORMAT=json``; any project can name it in ``LOGGING``::
 
-    "formatters": {"json": {"()": "runqueue.logfmt.JsonFormatter"}}
+    "formatters": {"json": {"()": "runqueue.observability.logfmt.JsonFormatter"}}
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ writes, uncertain tool outcomes, claim latency and run duration per class.
 Registered in prometheus-client's default registry, so ``runworker
 --metrics-port`` serves them with the process collectors. The queue's own
 gauges (depth, oldest due run, dead letters) are read from the database by
-the web side instead (``runqueue.queue_metrics``): one scrape, not one per
+the web side instead (``runqueue.observability.queue_metrics``): one scrape, not one per
 worker. The per-run cost is a few dictionary look-ups: the labelled children
 are made once, here.
 """

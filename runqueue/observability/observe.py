@@ -1,6 +1,6 @@
 """What a worker reports per run, in one place: the log line with its
-structured fields (``runqueue.logfmt``), the Prometheus counters
-(``runqueue.metrics``) and the OpenTelemetry spans (``runqueue.tracing``).
+structured fields (``logfmt``), the Prometheus counters (``metrics``) and the
+OpenTelemetry spans (``tracing``), all in ``runqueue.observability``.
 
 The worker calls these at a handful of points (a slot starts a run, the
 pool learns its outcome, a write finds the lease lost, a tool call), one
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from runqueue import metrics, tracing
 from runqueue.leases import base as lease_base
 from runqueue.models import PriorityClass
+from runqueue.observability import metrics, tracing
 
 if TYPE_CHECKING:
     from runqueue.leases.base import Lease
