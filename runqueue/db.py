@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import QuerySet
 
 
 def connect(
@@ -43,3 +44,12 @@ def constraint_name(exc: BaseException) -> str | None:
     """The constraint a database error names (a unique violation's), or None."""
     diag = getattr(_psycopg_error(exc), "diag", None)
     return getattr(diag, "constraint_name", None)
+
+
+def capped_count(queryset: QuerySet, cap: int, *order: str) -> int:
+    """How many rows, counting at most ``cap + 1``: COUNT over a LIMITed
+    subquery, so the scan stops there. No ordering by default (it does not
+    change a count and costs a sort); ``order`` names an index's columns
+    where the planner should walk that index rather than scan the table
+    for the first ``cap`` matches."""
+    return queryset.order_by(*order).values("pk")[: cap + 1].count()

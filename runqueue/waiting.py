@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
+from runqueue import db
 from runqueue.conf import get_settings
 from runqueue.models import ConcurrencyLimit, PausedKind, PriorityClass, Run, RunStatus, Worker
 
@@ -49,7 +50,9 @@ def due_queued(cls: PriorityClass) -> QuerySet[Run]:
 
 
 def _count(queryset: QuerySet[Run]) -> int:
-    return queryset.order_by().values("pk")[: CAP + 1].count()
+    """Due runs counted up to CAP in the claim's order, so the count walks
+    the claim index (or the key index) rather than the live partition."""
+    return db.capped_count(queryset, CAP, "priority", "created_at")
 
 
 def _many(n: int) -> str:

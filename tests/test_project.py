@@ -78,8 +78,9 @@ def test_the_projects_defaults_keep_tenants_apart() -> None:
     """Issue 26: tenant B's interactive run waited 126 s behind tenant A's
     four long ones; the project now caps each tenant's interactive runs."""
     show = (
-        "from runqueue.conf import get_settings as g; c = g();"
-        " print(c.CONCURRENCY, c.STREAM_MAX_PER_TOKEN, c.STREAM_MAX_PER_TENANT)"
+        "from runqueue.conf import get_settings as g; from runqueue.models import PriorityClass;"
+        " c = g(); print(tuple(c.default_cap(k) for k in PriorityClass),"
+        " c.STREAM_MAX_PER_TOKEN, c.STREAM_MAX_PER_TENANT)"
     )
     default = _manage("shell", "--no-imports", "-c", show)
     assert default.stdout.strip() == "(1, None, None) 2 2", default.stderr

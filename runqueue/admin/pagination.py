@@ -12,15 +12,15 @@ from functools import cached_property
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
+from runqueue import db
+
 #: Counted rows at most; 100 pages of 100 runs.
 COUNT_CAP = 10_000
 
 
 def capped_count(queryset: QuerySet) -> int:
-    """How many rows, counting at most ``COUNT_CAP + 1``: COUNT over a
-    LIMITed subquery, so the scan stops there. Ordering is dropped: it does
-    not change a count and costs a sort."""
-    return queryset.order_by().values("pk")[: COUNT_CAP + 1].count()
+    """How many rows, counting at most ``COUNT_CAP + 1`` (``db.capped_count``)."""
+    return db.capped_count(queryset, COUNT_CAP)
 
 
 class CappedCountPaginator(Paginator):

@@ -71,7 +71,7 @@ class WorkerAdmin(GuardedAdmin):
     def last_seen(self, worker: Worker) -> str:
         return display.age(worker.last_seen_at) + " ago"
 
-    @admin.display(description="slots held by cancelled runs")
+    @admin.display(description="stopping")
     def held_by_cancelled(self, worker: Worker) -> str:
         """Slots whose handler was told to stop (cancelled, lost, shutdown) and
         has not returned: which run, why, and for how long (as of the worker's
