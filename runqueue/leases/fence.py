@@ -27,7 +27,10 @@ from runqueue.types import Params
 
 def _still_owned(lease: Lease) -> bool:
     return Run.objects.filter(
-        id=lease.run_id, lease_epoch=lease.epoch, status=RunStatus.RUNNING
+        id=lease.run_id,
+        lease_epoch=lease.epoch,
+        lease_token=lease.token,
+        status=RunStatus.RUNNING,
     ).exists()
 
 
@@ -58,6 +61,7 @@ def _record_fenced(lease: Lease, action: str) -> None:
             lease.epoch,
             {
                 "owner": lease.owner,
+                "token": str(lease.token),
                 "action": action,
                 "current_epoch": current[0],
                 "current_status": current[1],
@@ -130,7 +134,8 @@ class _FencedError(Exception):
 
 def _fence_row(lease: Lease, fence: str, params: Params | None) -> tuple[object, ...] | None:
     """Run the fence statement; its row, or None when it matched nothing."""
-    with prepared(fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}) as cur:
+    params = {"run_id": lease.run_id, "epoch": lease.epoch, "token": lease.token, **(params or {})}
+    with prepared(fence, params) as cur:
         return cur.fetchone()
 
 
