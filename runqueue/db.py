@@ -14,6 +14,15 @@ from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 
 
+def listen_alias() -> str:
+    """The DATABASES alias a LISTEN connects to: RUNQUEUE["LISTEN_DATABASE"],
+    or the default database. A LISTEN belongs to its server session, so it
+    needs a direct connection, never one through a transaction pooler."""
+    from runqueue.conf import get_settings
+
+    return get_settings().LISTEN_DATABASE or DEFAULT_DB_ALIAS
+
+
 def connect(
     alias: str = DEFAULT_DB_ALIAS, *, autocommit: bool = True, **kwargs: str | int | None
 ) -> psycopg.Connection:

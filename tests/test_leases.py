@@ -368,6 +368,7 @@ def test_fences_find_the_run_by_id_whatever_the_statistics_say() -> None:
         "run_id": held[250].run_id,
         "epoch": 1,
         "token": held[250].token,
+        "idle_timeout": "15s",
         "lease_seconds": 30.0,
     }
     with connection.cursor() as cursor:

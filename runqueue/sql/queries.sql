@@ -97,6 +97,17 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
   LEFT JOIN claimed c ON true
  ORDER BY c.priority, c.created_at
 
+-- fragment: idle_limit --
+-- The last condition of a fence statement: inside a worker transaction
+-- (%(idle_timeout)s not NULL), the server ends the transaction if the
+-- worker sits idle in it longer (a frozen worker must not hold the run's row
+-- lock for ever). set_config(..., true): local to this transaction, so
+-- nothing of runqueue's outlives it on a server connection a transaction
+-- pooler hands to other clients next. An InitPlan, run once.
+AND (%(idle_timeout)s::text IS NULL
+     OR (SELECT set_config('idle_in_transaction_session_timeout',
+                           %(idle_timeout)s::text, true)) IS NOT NULL)
+
 -- name: finish_and_claim --
 -- The worker's one statement per round trip: finish the runs its slots ended
 -- (the finish fragment) and claim up to %(limit)s due runs in the slot
@@ -175,6 +186,7 @@ UPDATE runqueue_run
        heartbeat_at = now()
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
    AND status = 'running'
+   -- include: idle_limit --
 RETURNING id;
 
 -- name: fence_renew_many --
@@ -208,6 +220,7 @@ WITH finished AS (
            lease_expires_at = NULL
      WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
        AND status = 'running'
+       -- include: idle_limit --
     RETURNING id, lease_epoch
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -226,6 +239,7 @@ UPDATE runqueue_run
        lease_expires_at = NULL
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
    AND status = 'running'
+   -- include: idle_limit --
 RETURNING id;
 
 -- name: fence_give_up --
@@ -238,6 +252,7 @@ UPDATE runqueue_run r
   FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
  WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
    AND r.status = 'running'
+   -- include: idle_limit --
 RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for;
 
 -- name: fence_release --
@@ -254,6 +269,7 @@ UPDATE runqueue_run
        lease_expires_at = NULL
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
    AND status = 'running'
+   -- include: idle_limit --
 RETURNING id, lease_epoch;
 
 -- name: expired_leases --
@@ -347,9 +363,11 @@ UPDATE runqueue_run
 RETURNING id, lease_epoch;
 
 -- name: set_config --
--- A session (or, with is_local, transaction) setting such as lock_timeout:
--- set_config takes the value as a parameter, which SET cannot.
-SELECT set_config(%(name)s, %(value)s, %(is_local)s);
+-- A setting such as lock_timeout for the current transaction only (in
+-- autocommit: nothing): set_config takes the value as a parameter, which SET
+-- LOCAL cannot. Never a session's setting: behind a transaction pooler the
+-- server connection serves other clients next.
+SELECT set_config(%(name)s, %(value)s, true);
 
 -- name: notify --
 -- Wake idle workers; sent inside the transaction, delivered on commit.

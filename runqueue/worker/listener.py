@@ -48,7 +48,7 @@ class Listener(threading.Thread):
         return self._listening.wait(timeout)
 
     def _connect(self) -> psycopg.Connection:
-        conn = db.connect()
+        conn = db.connect(db.listen_alias())
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn
 
