@@ -127,6 +127,33 @@ def check_concurrency_and_api_kinds(
     return messages
 
 
+@register()
+def check_listen_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """RUNQUEUE["LISTEN_DATABASE"] must name a database Django knows: the
+    listener would fail at every reconnect and fall back to polling."""
+    from django.conf import settings
+
+    from runqueue.conf import parse
+
+    try:
+        alias = parse(getattr(settings, "RUNQUEUE", {})).LISTEN_DATABASE
+    except ImproperlyConfigured:
+        return []  # reported as runqueue.E002
+    known = list(connections)  # DATABASES' aliases
+    if alias is None or alias in known:
+        return []
+    return [
+        Error(
+            f"RUNQUEUE['LISTEN_DATABASE'] is {alias!r}, which is not a DATABASES alias.",
+            hint="Name an entry of DATABASES that connects to the PostgreSQL server directly "
+            f"(not through a transaction pooler); known: {', '.join(known)}.",
+            id="runqueue.E004",
+        )
+    ]
+
+
 def default_isolation_level() -> object:
     """The isolation level the default database's OPTIONS ask for (None: the
     server's); whatever the settings hold, compared with READ COMMITTED."""

@@ -16,6 +16,7 @@ Defaults (every key optional)::
         "SUBMIT_LOCK_TIMEOUT_MS": 2000,  # wait on a concurrent same-key submit
         "MAX_PAYLOAD_BYTES": 1048576,  # a submitted payload's JSON size limit
         "NOTIFY_CHANNEL": "runqueue",
+        "LISTEN_DATABASE": None,      # DATABASES alias LISTEN connects to (None: "default")
         "HANDLER_MODULES": [],        # extra modules to import for @handler
         "TRANSIENT_EXCEPTIONS": [],   # dotted exception classes classified transient
         "TERMINAL_RUN_RETENTION_SECONDS": None,  # prune terminal runs older than this
@@ -72,6 +73,11 @@ class Settings:
     SUBMIT_LOCK_TIMEOUT_MS: int = 2000
     MAX_PAYLOAD_BYTES: int = 1048576
     NOTIFY_CHANNEL: str = "runqueue"
+    #: The DATABASES alias the LISTEN connections (workers' and the event
+    #: stream's) open: a direct connection to the server when "default"
+    #: goes through a transaction pooler, which cannot carry a LISTEN. None:
+    #: the default database.
+    LISTEN_DATABASE: str | None = None
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
@@ -244,6 +250,12 @@ def parse(raw: object) -> Settings:
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(
                     f"RUNQUEUE['NOTIFY_CHANNEL'] must be a 1-63 character string, got {value!r}"
+                )
+            values[name] = value
+        elif name == "LISTEN_DATABASE":
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE['LISTEN_DATABASE'] must be None or a DATABASES alias, got {value!r}"
                 )
             values[name] = value
         elif name == "API_SESSION_TENANT":

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
 from django.db.models import QuerySet
+
+
+def listen_alias() -> str:
+    """The DATABASES alias a LISTEN connects to: RUNQUEUE["LISTEN_DATABASE"],
+    or the default database. A LISTEN belongs to its server session, so it
+    needs a direct connection, never one through a transaction pooler."""
+    from runqueue.conf import get_settings
+
+    return get_settings().LISTEN_DATABASE or DEFAULT_DB_ALIAS
 
 
 def connect(
@@ -38,6 +49,29 @@ def _psycopg_error(exc: BaseException) -> BaseException:
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a database error (``"40001"``), or None."""
     return getattr(_psycopg_error(exc), "sqlstate", None)
+
+
+#: SQLSTATEs that say "this server cannot serve us now", not "this statement
+#: is wrong": a server that turned read-only (a primary demoted to a standby
+#: without closing its sockets answers 25006 to every write), an
+#: administrator's or a crash's shutdown, a server starting up, and the
+#: connection exceptions of class 08.
+RECONNECT_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True if ``exc`` means the connection is gone or points at a server
+    that cannot take writes now: close it and reconnect (a multi-host URL
+    with ``target_session_attrs=read-write``, or a proxy, then reaches the
+    new primary). Never a handler's or a run's failure."""
+    if isinstance(exc, DjangoInterfaceError | psycopg.InterfaceError):
+        return True
+    state = sqlstate(exc)
+    if state is None:
+        # No SQLSTATE: the client lost the server (a closed socket, a
+        # refused or timed-out connect).
+        return isinstance(exc, DjangoOperationalError | psycopg.OperationalError)
+    return state in RECONNECT_SQLSTATES or state.startswith("08")
 
 
 def constraint_name(exc: BaseException) -> str | None:

@@ -200,6 +200,10 @@ class Run(models.Model):
     max_attempts = models.IntegerField(default=3)
     scheduled_for = models.DateTimeField(null=True, blank=True)
     lease_epoch = models.BigIntegerField(default=0)
+    #: A random token each claim writes and every fenced write matches, with
+    #: the epoch: a claim a failover lost cannot be made again with the same
+    #: token, as it can with the same epoch. NULL when no lease is held.
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
     lease_owner = models.CharField(max_length=255, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -449,6 +453,9 @@ class ToolInvocation(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     lease_epoch = models.BigIntegerField()
+    #: The token of the lease that last wrote it (Run.lease_token): two
+    #: owners of one epoch, after a failover, are told apart by it.
+    lease_token = models.UUIDField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -130,7 +130,7 @@ def _make(table: DayPartitioned, day: dt.date) -> None:
     column = sql.Identifier(table.column)
     bounds = {"low": _start(day), "high": _start(day + DAY)}
     with transaction.atomic():
-        set_config(connection, "lock_timeout", LOCK_TIMEOUT, local=True)
+        set_config(connection, "lock_timeout", LOCK_TIMEOUT)
         # Made apart and attached: ATTACH locks the parent only against
         # other DDL (SHARE UPDATE EXCLUSIVE), and the default partition,
         # which it scans, is small.
@@ -194,7 +194,7 @@ def _detach(table: DayPartitioned, name: str, result: Pruned) -> bool:
     began = time.monotonic()
     try:
         with transaction.atomic():
-            set_config(connection, "lock_timeout", LOCK_TIMEOUT, local=True)
+            set_config(connection, "lock_timeout", LOCK_TIMEOUT)
             # Plain DETACH: CONCURRENTLY is refused while a default
             # partition exists. The exclusive lock is held for a catalog
             # change only, no row is read.

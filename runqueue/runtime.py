@@ -32,6 +32,7 @@ from django.utils.module_loading import import_string
 
 from runqueue import aio, leases, registry
 from runqueue.conf import get_settings
+from runqueue.db import connection_lost
 from runqueue.errors import (
     PERMANENT,
     PermanentError,
@@ -401,9 +402,9 @@ def decide(lease: leases.Lease) -> Outcome:
     ctx = build_context(lease)
     try:
         result = fn(ctx)
-    except (OperationalError, InterfaceError):
-        raise
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
+        if _database_lost(exc):
+            raise
         return _raised(lease, exc)
     return _returned(lease, ctx, result)
 
@@ -433,11 +434,19 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
         if not lease.cancelled.is_set():
             raise  # not the run's cancel: the loop itself is going away
         return _raised(lease, RunCancelled(lease.run_id, lease.cancel_reason), exc)
-    except (OperationalError, InterfaceError):
-        raise
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
+        if _database_lost(exc):
+            raise
         return _raised(lease, exc)
     return _returned(lease, ctx.sync, result)
+
+
+def _database_lost(exc: BaseException) -> bool:
+    """The handler met a lost connection or a server that cannot take
+    writes now (read-only, shutting down): no outcome can be written, so none
+    is decided; the worker reconnects and the lease's expiry requeues the
+    run. Never the run's failure."""
+    return isinstance(exc, OperationalError | InterfaceError) or connection_lost(exc)
 
 
 def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = None) -> Outcome:

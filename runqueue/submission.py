@@ -254,9 +254,7 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
 
 
 def _set_lock_timeout() -> None:
-    set_config(
-        connection, "lock_timeout", f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms", local=True
-    )
+    set_config(connection, "lock_timeout", f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms")
 
 
 def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:

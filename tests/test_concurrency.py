@@ -299,7 +299,8 @@ def test_walking_past_a_capped_backlog_locks_none_of_it(raw_connect) -> None:
     b = _submit("b")
     claimer = raw_connect(autocommit=False)
     (chosen,) = claimer.execute(
-        "SELECT runqueue_claim_capped(10, 0, 32767, '{0,1,2}', '{NULL,NULL,NULL}', '{}', '{}')"
+        "SELECT runqueue_claim_capped(10, 0, 32767, '{0,1,2}', '{NULL,NULL,NULL}', '{}', '{}',"
+        " '{}')"
     ).fetchone()
     assert chosen == [b]
     lockable = raw_connect().execute(
@@ -405,6 +406,9 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             # Today's statement calls the class functions of a later migration;
             # inlined, they are the arithmetic the statement had then.
             cursor.execute(class_functions())
+            # And it fences on a later migration's column (0010): added for
+            # the plan, dropped again before migrating forward.
+            cursor.execute("ALTER TABLE runqueue_run ADD COLUMN lease_token uuid")
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -415,6 +419,8 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             )
         before = _plain_plans()
     finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS lease_token")
         call_command("migrate", "runqueue", verbosity=0)
     after = _plain_plans()
     assert Run.objects.filter(concurrency_key="t3").count() > 0  # backfilled from the tenant

@@ -364,7 +364,13 @@ def test_fences_find_the_run_by_id_whatever_the_statistics_say() -> None:
         cursor.execute("ANALYZE runqueue_run")
     held = leases.claim("w", [ASYNC], limit=500)
     assert len(held) == 500
-    params = {"run_id": held[250].run_id, "epoch": 1, "lease_seconds": 30.0}
+    params = {
+        "run_id": held[250].run_id,
+        "epoch": 1,
+        "token": held[250].token,
+        "idle_timeout": "15s",
+        "lease_seconds": 30.0,
+    }
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + queries()["fence_renew"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())

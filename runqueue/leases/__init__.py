@@ -2,11 +2,12 @@
 
 With ``runqueue.submission`` (and the retention's drop of finished days, ``runqueue.partitions``),
 the only writers of runs. Every worker transaction starts
-with an UPDATE of the run row that asserts ``id``, ``lease_epoch`` and
-``status = 'running'``; it writes other rows only if that returned a row.
-Zero rows means fenced: the transaction rolls back, ``run.fenced`` is
-appended in a transaction of its own, and the worker writes nothing else.
-Every transition made by anyone but the owner bumps ``lease_epoch``.
+with an UPDATE of the run row that asserts ``id``, ``lease_epoch``, the
+claim's random ``lease_token`` and ``status = 'running'``; it writes other
+rows only if that returned a row. Zero rows means fenced: the transaction
+rolls back, ``run.fenced`` is appended in a transaction of its own, and the
+worker writes nothing else. Every transition made by anyone but the owner
+bumps ``lease_epoch`` and clears ``lease_token``.
 
 This module is the package's public surface: runqueue's other modules use
 these names; the modules inside the package import each other directly.

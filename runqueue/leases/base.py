@@ -166,6 +166,12 @@ class Lease:
         return self.run.lease_epoch
 
     @property
+    def token(self) -> uuid.UUID | None:
+        """The claim's random token: with the epoch, what every fenced write
+        matches (an epoch a lost claim had can be issued again; a token cannot)."""
+        return self.run.lease_token
+
+    @property
     def attempt(self) -> int:
         return self.run.attempts
 

@@ -156,6 +156,7 @@ def statement_params(
     return spec.params() | {
         "ids": [lease.run_id for lease, _ in finishes],
         "epochs": [lease.epoch for lease, _ in finishes],
+        "tokens": [lease.token for lease, _ in finishes],
         "statuses": [v["status"] for v in values],
         "results": [v["result"] for v in values],
         "failures": [v["failure"] for v in values],

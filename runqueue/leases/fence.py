@@ -27,7 +27,10 @@ from runqueue.types import Params
 
 def _still_owned(lease: Lease) -> bool:
     return Run.objects.filter(
-        id=lease.run_id, lease_epoch=lease.epoch, status=RunStatus.RUNNING
+        id=lease.run_id,
+        lease_epoch=lease.epoch,
+        lease_token=lease.token,
+        status=RunStatus.RUNNING,
     ).exists()
 
 
@@ -58,6 +61,7 @@ def _record_fenced(lease: Lease, action: str) -> None:
             lease.epoch,
             {
                 "owner": lease.owner,
+                "token": str(lease.token),
                 "action": action,
                 "current_epoch": current[0],
                 "current_status": current[1],
@@ -129,9 +133,25 @@ class _FencedError(Exception):
 
 
 def _fence_row(lease: Lease, fence: str, params: Params | None) -> tuple[object, ...] | None:
-    """Run the fence statement; its row, or None when it matched nothing."""
-    with prepared(fence, {"run_id": lease.run_id, "epoch": lease.epoch, **(params or {})}) as cur:
+    """Run the fence statement; its row, or None when it matched nothing.
+    Inside a transaction the statement also limits how long the transaction
+    may sit idle (``idle_timeout``), for this transaction only."""
+    params = {
+        "run_id": lease.run_id,
+        "epoch": lease.epoch,
+        "token": lease.token,
+        "idle_timeout": idle_timeout(lease) if connection.in_atomic_block else None,
+        **(params or {}),
+    }
+    with prepared(fence, params) as cur:
         return cur.fetchone()
+
+
+def idle_timeout(lease: Lease) -> str:
+    """How long a worker transaction of this lease may sit idle before the
+    server ends it, freeing the run's row lock: half the lease (at least
+    500 ms), so a frozen worker's lock is gone before its lease expires."""
+    return f"{max(int(lease.lease_seconds * 500), 500)}ms"
 
 
 def renew_params(lease: Lease) -> dict[str, object]:

@@ -109,6 +109,7 @@ def record_tool_started(
                 "result": None,
                 "error": None,
                 "lease_epoch": lease.epoch,
+                "lease_token": lease.token,
                 "finished_at": None,
             },
         )
@@ -143,6 +144,7 @@ def record_tool_outcome(
             result=result,
             error=error,
             lease_epoch=lease.epoch,
+            lease_token=lease.token,
             finished_at=timezone.now(),
         )
         if updated != 1:
@@ -230,6 +232,7 @@ def heartbeat_many(held: Sequence[Lease]) -> list[Lease]:
         params = {
             "ids": [lease.run_id for lease in live],
             "epochs": [lease.epoch for lease in live],
+            "tokens": [lease.token for lease in live],
             "lease_seconds": live[0].lease_seconds,
         }
         with prepared("fence_renew_many", params) as cursor:

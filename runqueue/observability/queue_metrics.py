@@ -68,7 +68,7 @@ def bounded_reads() -> Iterator[CursorWrapper]:
     the first ``HEAD``: reads that grow with the table."""
     with transaction.atomic(), connection.cursor() as cursor:
         for name in ("enable_sort", "enable_bitmapscan"):
-            execute(cursor, "set_config", {"name": name, "value": "off", "is_local": True})
+            execute(cursor, "set_config", {"name": name, "value": "off"})
         yield cursor
 
 

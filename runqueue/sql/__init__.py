@@ -153,8 +153,9 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
             yield cursor
 
 
-def set_config(connection: BaseDatabaseWrapper, name: str, value: str, *, local: bool) -> None:
-    """Set a server setting on a Django connection: for its transaction
-    (``local``) or its session."""
+def set_config(connection: BaseDatabaseWrapper, name: str, value: str) -> None:
+    """Set a server setting on a Django connection for its current
+    transaction only (``SET LOCAL``): runqueue sets nothing for a session,
+    which a transaction pooler would hand to another client."""
     with connection.cursor() as cursor:
-        execute(cursor, "set_config", {"name": name, "value": value, "is_local": local})
+        execute(cursor, "set_config", {"name": name, "value": value})

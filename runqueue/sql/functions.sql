@@ -99,7 +99,8 @@ CREATE OR REPLACE FUNCTION runqueue_claim_capped(
     p_class_indexes integer[],
     p_default_caps integer[],
     p_finishing_ids uuid[],
-    p_finishing_epochs bigint[]
+    p_finishing_epochs bigint[],
+    p_finishing_tokens uuid[]
 ) RETURNS uuid[]
 LANGUAGE plpgsql VOLATILE
 -- Plan the candidate cursors for all their rows (they are LIMITed), not for
@@ -241,8 +242,10 @@ BEGIN
                                           AND runqueue_priority_class_high(cand.cls)
                        AND NOT EXISTS (
                            SELECT 1
-                             FROM unnest(p_finishing_ids, p_finishing_epochs) AS f(id, epoch)
-                            WHERE f.id = r.id AND f.epoch = r.lease_epoch);
+                             FROM unnest(p_finishing_ids, p_finishing_epochs,
+                                         p_finishing_tokens) AS f(id, epoch, token)
+                            WHERE f.id = r.id AND f.epoch = r.lease_epoch
+                              AND f.token = r.lease_token);
                 END IF;
                 room := room || jsonb_build_object(pair, free);
             END IF;

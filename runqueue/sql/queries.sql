@@ -11,16 +11,18 @@
 -- fragment: finish --
 -- The finishes of finish_and_claim and finish_and_claim_capped (their first
 -- CTEs): the runs a worker's slots ended (succeeded or failed). Each finish
--- keeps its own fence (id, epoch, status = 'running'): only the rows whose
+-- keeps its own fence (id, epoch, token, status = 'running'): only the rows whose
 -- fence matched are finished (and logged by the logged fragment); a lease
--- whose id is missing from finished_ids was fenced and wrote nothing. JSON
+-- whose id is missing from finished_ids was fenced and wrote nothing. The
+-- token (lease_token) is the claim's: an epoch alone can be issued twice
+-- when a failover loses the claim's WAL, a random token cannot. JSON
 -- travels as text (NULL stays NULL).
 input AS (
     SELECT *
-      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(statuses)s::text[],
-                  %(results)s::text[], %(failures)s::text[], %(event_types)s::text[],
-                  %(event_data)s::text[])
-           AS i(id, epoch, status, result, failure, event_type, event_data)
+      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[],
+                  %(statuses)s::text[], %(results)s::text[], %(failures)s::text[],
+                  %(event_types)s::text[], %(event_data)s::text[])
+           AS i(id, epoch, token, status, result, failure, event_type, event_data)
 ), finished AS (
     UPDATE runqueue_run r
        SET status = i.status,
@@ -28,9 +30,11 @@ input AS (
            failure = i.failure::jsonb,
            finished_at = now(),
            lease_owner = '',
+           lease_token = NULL,
            lease_expires_at = NULL
       FROM input i
-     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+     WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
+       AND r.status = 'running'
        -- By id, whatever the statistics say: without this the planner may
        -- hash-join the input against every running run.
        AND r.id = ANY(%(ids)s::uuid[])
@@ -39,9 +43,12 @@ input AS (
 
 -- fragment: claim_set --
 -- What a claim writes to each run it takes: running, the next epoch and
--- attempt, the lease.
+-- attempt, the lease, and a fresh random token that every fenced write of
+-- this lease must match (docs/decisions.md, "A fencing token lost WAL
+-- cannot recreate").
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
+           lease_token = gen_random_uuid(),
            attempts = r.attempts + 1,
            lease_owner = %(owner)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
@@ -51,7 +58,8 @@ input AS (
 -- fragment: expire_set --
 -- The expiry path, for a lease given up (fence_give_up) or expired
 -- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
--- c.failure once the run has no attempt left; a new epoch either way.
+-- c.failure once the run has no attempt left; a new epoch either way, and
+-- no token.
 SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
     lease_epoch = r.lease_epoch + 1,
     scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
@@ -60,6 +68,7 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
                    ELSE r.failure END,
     finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
     lease_owner = '',
+    lease_token = NULL,
     lease_expires_at = NULL
 
 -- fragment: logged --
@@ -75,6 +84,7 @@ logged AS (
     SELECT c.id, 'run.claimed', c.lease_epoch,
            jsonb_build_object(
                'owner', c.lease_owner,
+               'token', c.lease_token,
                'attempt', c.attempts,
                'priority', c.priority,
                'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
@@ -86,6 +96,17 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
  ORDER BY c.priority, c.created_at
+
+-- fragment: idle_limit --
+-- The last condition of a fence statement: inside a worker transaction
+-- (%(idle_timeout)s not NULL), the server ends the transaction if the
+-- worker sits idle in it longer (a frozen worker must not hold the run's row
+-- lock for ever). set_config(..., true): local to this transaction, so
+-- nothing of runqueue's outlives it on a server connection a transaction
+-- pooler hands to other clients next. An InitPlan, run once.
+AND (%(idle_timeout)s::text IS NULL
+     OR (SELECT set_config('idle_in_transaction_session_timeout',
+                           %(idle_timeout)s::text, true)) IS NOT NULL)
 
 -- name: finish_and_claim --
 -- The worker's one statement per round trip: finish the runs its slots ended
@@ -146,7 +167,8 @@ WITH
 -- include: claim_set --
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
-               %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[]))::uuid[])
+               %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[],
+               %(tokens)s::uuid[]))::uuid[])
        -- The live partition's statuses, as in finish_and_claim: partition
        -- pruning, not a status test (it implies no partial index).
        AND r.status IN ('queued', 'running', 'waiting_for_user')
@@ -162,7 +184,9 @@ WITH
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
 RETURNING id;
 
 -- name: fence_renew_many --
@@ -171,8 +195,10 @@ RETURNING id;
 UPDATE runqueue_run r
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
-  FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS i(id, epoch)
- WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.status = 'running'
+  FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[])
+       AS i(id, epoch, token)
+ WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
+   AND r.status = 'running'
    AND r.id = ANY(%(ids)s::uuid[])
 RETURNING r.id;
 
@@ -190,8 +216,11 @@ WITH finished AS (
            failure = %(failure)s::jsonb,
            finished_at = now(),
            lease_owner = '',
+           lease_token = NULL,
            lease_expires_at = NULL
-     WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+     WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+       AND status = 'running'
+       -- include: idle_limit --
     RETURNING id, lease_epoch
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -206,8 +235,11 @@ SELECT id FROM finished;
 UPDATE runqueue_run
    SET status = 'waiting_for_user',
        lease_owner = '',
+       lease_token = NULL,
        lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
 RETURNING id;
 
 -- name: fence_give_up --
@@ -218,7 +250,9 @@ RETURNING id;
 UPDATE runqueue_run r
    -- include: expire_set --
   FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
- WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.status = 'running'
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+   AND r.status = 'running'
+   -- include: idle_limit --
 RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for;
 
 -- name: fence_release --
@@ -231,8 +265,11 @@ UPDATE runqueue_run
        attempts = greatest(attempts - 1, 0),
        scheduled_for = now(),
        lease_owner = '',
+       lease_token = NULL,
        lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND status = 'running'
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
 RETURNING id, lease_epoch;
 
 -- name: expired_leases --
@@ -291,6 +328,7 @@ UPDATE runqueue_run
        lease_epoch = lease_epoch + 1,
        finished_at = now(),
        lease_owner = '',
+       lease_token = NULL,
        lease_expires_at = NULL
  WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting_for_user')
 RETURNING id, lease_epoch;
@@ -305,7 +343,8 @@ UPDATE runqueue_run
        attempts = 0,
        scheduled_for = now(),
        finished_at = NULL,
-       failure = NULL
+       failure = NULL,
+       lease_token = NULL
  WHERE id = %(run_id)s AND status = 'failed'
 RETURNING id, lease_epoch, priority;
 
@@ -318,14 +357,17 @@ UPDATE runqueue_run
        input = %(input)s,
        lease_epoch = lease_epoch + 1,
        attempts = 0,
-       scheduled_for = now()
+       scheduled_for = now(),
+       lease_token = NULL
  WHERE id = %(run_id)s AND status = 'waiting_for_user'
 RETURNING id, lease_epoch;
 
 -- name: set_config --
--- A session (or, with is_local, transaction) setting such as lock_timeout:
--- set_config takes the value as a parameter, which SET cannot.
-SELECT set_config(%(name)s, %(value)s, %(is_local)s);
+-- A setting such as lock_timeout for the current transaction only (in
+-- autocommit: nothing): set_config takes the value as a parameter, which SET
+-- LOCAL cannot. Never a session's setting: behind a transaction pooler the
+-- server connection serves other clients next.
+SELECT set_config(%(name)s, %(value)s, true);
 
 -- name: notify --
 -- Wake idle workers; sent inside the transaction, delivered on commit.

@@ -175,7 +175,7 @@ class Hub:
         return True
 
     def _connect(self) -> psycopg.Connection:
-        conn = db.connect()
+        conn = db.connect(db.listen_alias())
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
         return conn
 

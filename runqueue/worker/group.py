@@ -52,9 +52,10 @@ from typing import Protocol
 from django.db import DatabaseError, connection
 
 from runqueue import leases
+from runqueue.db import connection_lost
 from runqueue.models import PriorityClass
 from runqueue.outcomes import Failed, Outcome, Reported, Succeeded
-from runqueue.worker.services import ConnectionCheck, retrying
+from runqueue.worker.services import ConnectionCheck, reconnect_delay, retrying
 
 logger = logging.getLogger("runqueue.worker")
 
@@ -342,14 +343,27 @@ class Group(threading.Thread):
                     claimed = self._round(outcomes, want)
                 except Exception as exc:
                     if isinstance(exc, DatabaseError):
-                        logger.warning("%s: database error (%s)", self.name, exc)
                         connection.close()
+                    if isinstance(exc, DatabaseError) and connection_lost(exc):
+                        # Lost, or a server that turned read-only: reconnect
+                        # soon, whatever the outage's length (a failover's
+                        # new primary is claimed from within about a second).
+                        wait = reconnect_delay()
+                        logger.warning(
+                            "%s: connection lost (%s); reconnecting in %.1fs",
+                            self.name,
+                            exc,
+                            wait,
+                        )
+                    elif isinstance(exc, DatabaseError):
+                        wait, delay = delay, min(delay * 2, 30)
+                        logger.warning("%s: database error (%s)", self.name, exc)
                     else:
+                        wait, delay = delay, min(delay * 2, 30)
                         logger.exception("%s: writing a round failed", self.name)
                     with self._cond:
                         self._claiming = False
-                        self._cond.wait_for(lambda: self._stopping, delay)
-                    delay = min(delay * 2, 30)
+                        self._cond.wait_for(lambda: self._stopping, wait)
                     continue
                 delay = 0.5
                 self._hand_out(claimed, want, wakes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -16,13 +17,19 @@ from django.db import connection
 from psycopg import sql
 
 from runqueue import db
+from runqueue.worker.services import reconnect_delay
 
 logger = logging.getLogger("runqueue.worker")
+
+#: How often an idle LISTEN connection asks whether its server is still a
+#: primary (``pg_is_in_recovery()``).
+RECOVERY_CHECK_SECONDS = 5.0
 
 
 class Listener(threading.Thread):
     """Never opens a transaction, never goes through Django's pooled
-    connection; reconnects with backoff. ``wake(payload)`` gets the class
+    connection; reconnects after a short jittered wait that never grows
+    (``reconnect_delay``), and leaves a server found in recovery. ``wake(payload)`` gets the class
     name, or "" for any class (and after a reconnect, when notifies may
     have been missed)."""
 
@@ -41,7 +48,7 @@ class Listener(threading.Thread):
         return self._listening.wait(timeout)
 
     def _connect(self) -> psycopg.Connection:
-        conn = db.connect()
+        conn = db.connect(db.listen_alias())
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         return conn
 
@@ -52,18 +59,29 @@ class Listener(threading.Thread):
             connection.close()  # ``wake`` may claim on this thread's Django connection
 
     def _listen(self) -> None:
-        delay = 0.5
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
                     self._listening.set()
-                    delay = 0.5
                     self.wake("")
+                    checked = time.monotonic()
                     while not self.stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self.wake(note.payload)
+                        if time.monotonic() - checked >= RECOVERY_CHECK_SECONDS:
+                            checked = time.monotonic()
+                            self._check_primary(conn)
             except psycopg.Error as exc:
                 self._listening.clear()
+                delay = reconnect_delay()
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
                 self.stopping.wait(delay)
-                delay = min(delay * 2, 30)
+
+    @staticmethod
+    def _check_primary(conn: psycopg.Connection) -> None:
+        """A server that became a standby without closing its sockets (a role
+        flip behind a proxy) delivers no NOTIFY any more: leave it, so the
+        next connection reaches the primary."""
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        if row is not None and row[0]:
+            raise psycopg.OperationalError("the server is in recovery (a standby now)")

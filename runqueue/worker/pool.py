@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from runqueue import aio, concurrency, housekeeping, leases, schedules
@@ -24,7 +22,6 @@ from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.observability import observe
 from runqueue.outcomes import Reported
-from runqueue.sql import set_config
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, Service, retrying
@@ -92,7 +89,6 @@ class PoolConfig:
 class Pool:
     def __init__(self, config: PoolConfig) -> None:
         self.config = config
-        self._uid = f"runqueue-pool-{id(self)}"
         #: Set on the first SIGTERM/SIGINT: stop claiming, let runs finish.
         self.stopping = threading.Event()
         #: Set once every run is finished or given back: background loops end.
@@ -243,20 +239,7 @@ class Pool:
             },
         )
 
-    def _limit_transactions(
-        self, sender: object, connection: BaseDatabaseWrapper, **kwargs: object
-    ) -> None:
-        """A worker frozen inside a transaction (SIGSTOP, a GC pause, a lost
-        network) must not hold the run's row lock for ever: the server ends
-        such a transaction after half a lease."""
-        timeout_ms = max(int(self.config.lease_seconds * 500), 500)
-        set_config(
-            connection, "idle_in_transaction_session_timeout", f"{timeout_ms}ms", local=False
-        )
-
     def start(self) -> None:
-        connection_created.connect(self._limit_transactions, dispatch_uid=self._uid)
-        connection.close()  # the next connection gets the setting too
         self._register()
         self.heartbeat = Periodic("runqueue-heartbeat", self.heartbeat_services, self.stopped)
         self.heartbeat.start()
@@ -348,7 +331,4 @@ class Pool:
             )
         )
         connection.close()
-        # Connections made after this pool (a test's, the next pool's) are
-        # not this worker's: they keep the server's setting.
-        connection_created.disconnect(dispatch_uid=self._uid)
         logger.info("Worker %s stopped", self.config.worker_id)

@@ -13,13 +13,26 @@ from dataclasses import dataclass
 
 from django.db import (
     DatabaseError,
-    InterfaceError,
-    OperationalError,
     close_old_connections,
     connection,
 )
 
+from runqueue.db import connection_lost
+
 logger = logging.getLogger("runqueue.worker")
+
+#: Seconds between attempts to reach the database again after the
+#: connection was lost: drawn afresh each time from this range, never
+#: growing, so work resumes within about a second of the server (or a
+#: promoted standby) accepting connections however long the outage was,
+#: and workers that lost it together do not come back in step.
+RECONNECT_SECONDS = (0.2, 1.0)
+
+
+def reconnect_delay(rng: random.Random | None = None) -> float:
+    """A jittered, bounded wait before the next attempt to reconnect."""
+    low, high = RECONNECT_SECONDS
+    return (rng or random).uniform(low, high)  # noqa: S311 - jitter, not a secret
 
 
 class ConnectionCheck:
@@ -42,14 +55,17 @@ class ConnectionCheck:
 
 
 def retrying[T](write: Callable[[], T], attempts: int = 3) -> T | None:
-    """A shutdown write, retried on a fresh connection if the database was lost."""
-    for attempt in range(attempts):
+    """A shutdown write, retried on a fresh connection if the database was
+    lost (or turned read-only)."""
+    for _attempt in range(attempts):
         try:
             return write()
-        except (OperationalError, InterfaceError) as exc:
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
             logger.warning("Shutdown write failed (%s); retrying", exc)
             connection.close()
-            time.sleep(0.2 * (attempt + 1))
+            time.sleep(reconnect_delay())
     return None
 
 
@@ -103,7 +119,10 @@ class Periodic(threading.Thread):
         try:
             service.tick()
         except DatabaseError as exc:
-            logger.warning("%s: database error (%s); retrying", service.name, exc)
+            # Lost, read-only or any other error: a fresh connection next
+            # tick (to the new primary after a failover).
+            what = "connection lost" if connection_lost(exc) else "database error"
+            logger.warning("%s: %s (%s); retrying", service.name, what, exc)
             connection.close()
         except Exception:
             logger.exception("%s: tick failed", service.name)

@@ -1,0 +1,335 @@
+"""The fencing token (docs/decisions.md, "A fencing token lost WAL cannot
+recreate"): runs.lease_token, written fresh by every claim and matched by
+every fenced write beside lease_epoch; tool invocations record the token of
+the lease that wrote them. Added to the parent runs table, so every
+partition (migration 0009) gets the column. runqueue_claim_capped takes the
+finishing leases' tokens too: only a finish that will commit frees a place.
+
+FUNCTIONS is functions.sql's text as it was when written (a migration is
+history; see 0006_function_source).
+"""
+
+from importlib import import_module
+
+from django.db import migrations, models
+
+_OLD_SIGNATURE = (
+    "runqueue_claim_capped(integer, integer, integer, integer[], integer[], uuid[], bigint[])"
+)
+_NEW_SIGNATURE = (
+    "runqueue_claim_capped(integer, integer, integer, integer[], integer[], uuid[], bigint[],"
+    " uuid[])"
+)
+
+FUNCTIONS = r"""
+-- The index of a priority's class (runqueue.models.PriorityClass). The class
+-- functions are LANGUAGE sql IMMUTABLE with a one-line body and no STRICT or
+-- SET: the planner inlines them, so a statement plans as it would with the
+-- arithmetic written in place. tests/test_queries.py checks them against
+-- PriorityClass (runqueue.sql.classes renders them from it).
+CREATE OR REPLACE FUNCTION runqueue_priority_class(priority integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT least(priority / 10, 2)$$;
+
+-- The lowest priority of the class at idx: the class's value, as
+-- ConcurrencyLimit and PausedKind store it. NULL for no class.
+CREATE OR REPLACE FUNCTION runqueue_priority_class_low(idx integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT CASE idx WHEN 0 THEN 0 WHEN 1 THEN 10 WHEN 2 THEN 20 END$$;
+
+-- The highest priority of the class at idx. NULL for no class.
+CREATE OR REPLACE FUNCTION runqueue_priority_class_high(idx integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT CASE idx WHEN 0 THEN 9 WHEN 1 THEN 19 WHEN 2 THEN 32767 END$$;
+
+-- Every class as (idx, low, high), in order.
+CREATE OR REPLACE FUNCTION runqueue_priority_classes()
+    RETURNS TABLE (idx integer, low integer, high integer)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$VALUES (0, 0, 9), (1, 10, 19), (2, 20, 32767)$$;
+
+-- One NOTIFY per appended event of a watched run, on the channel
+-- runqueue_events with the run id as payload; nothing for the others. The
+-- trigger that calls it (migration 0003) fires after every insert into
+-- runqueue_run_event, so no insert path can forget it (docs/decisions.md,
+-- "Event stream").
+CREATE OR REPLACE FUNCTION runqueue_event_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM runqueue_stream_watch w WHERE w.run_id = NEW.run_id) THEN
+        PERFORM pg_notify('runqueue_events', NEW.run_id::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The capped claim's walk (docs/decisions.md, "Concurrency caps"), called
+-- once by finish_and_claim_capped. VOLATILE: in READ COMMITTED every
+-- statement inside takes a fresh snapshot, so the running count below is
+-- taken after the (key, class) lock is held and sees every claim committed
+-- before this one got the lock. Only a claim moves a run into running, and
+-- every capped claim of a (key, class) holds its lock from the count to its
+-- commit: the count plus what it claims never exceeds the cap. A (key,
+-- class) whose lock another claimer holds is stepped over (no waiting), as
+-- is one at its cap. The walk reads the claim index in claim order, 64 runs
+-- at a time; once it steps over a (key, class) with 64 or more runs queued
+-- ahead, or has stepped over 256 runs in all, it goes key by key instead
+-- (each key's next runs from runqueue_run_key_idx, merged in claim order),
+-- so a long backlog at its cap costs one index probe per key with queued
+-- runs, not one row per run. Runs are locked one at a time, only when
+-- chosen: stepping over writes nothing.
+CREATE OR REPLACE FUNCTION runqueue_claim_capped(
+    p_limit integer,
+    p_min_priority integer,
+    p_max_priority integer,
+    p_class_indexes integer[],
+    p_default_caps integer[],
+    p_finishing_ids uuid[],
+    p_finishing_epochs bigint[],
+    p_finishing_tokens uuid[]
+) RETURNS uuid[]
+LANGUAGE plpgsql VOLATILE
+-- Plan the candidate cursors for all their rows (they are LIMITed), not for
+-- a fast first tenth: that picks a walk of the claim index per key.
+SET cursor_tuple_fraction = 1
+AS $fn$
+DECLARE
+    chosen uuid[] := '{}';
+    -- Runs tried (chosen, or locked by another claimer): never fetched again.
+    tried uuid[] := '{}';
+    -- Room left per 'class:key' in this call; 0: at its cap, paused, or
+    -- being claimed by another claimer (then its 'class:key' is in blocked).
+    room jsonb := '{}';
+    blocked text[] := '{}';
+    at_priority integer := -1;
+    at_created timestamptz := '-infinity';
+    by_key boolean := false;
+    switch boolean;
+    skipped integer := 0;
+    fetched integer;
+    candidates refcursor;
+    cand record;
+    pair text;
+    cap integer;
+    free integer;
+BEGIN
+    IF p_limit < 1 THEN
+        RETURN chosen;
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'runqueue: a capped claim needs READ COMMITTED, not %',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    LOOP
+        fetched := 0;
+        switch := false;
+        IF NOT by_key THEN
+            -- The claim's own order from where the walk stands (the runs
+            -- before it were all tried or stepped over), 64 at a time.
+            OPEN candidates FOR
+                SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key,
+                       runqueue_priority_class(q.priority) AS cls
+                  FROM runqueue_run q
+                 WHERE q.priority BETWEEN p_min_priority AND p_max_priority
+                   AND runqueue_priority_class(q.priority) = ANY(p_class_indexes)
+                   AND (q.priority, q.created_at) >= (at_priority, at_created)
+                   AND q.id <> ALL(tried)
+                   -- Claimable: due, and its kind not paused (in all classes, or in its class).
+                   -- Due: queued, its time come (on the database clock), attempts left.
+                   AND q.status = 'queued'
+                   AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                   AND q.attempts < q.max_attempts
+                   AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                    WHERE p.kind = q.kind
+                                      AND (p.priority_class IS NULL
+                                           OR p.priority_class
+                                              = runqueue_priority_class_low(
+                                                    runqueue_priority_class(q.priority))))
+                 ORDER BY q.priority, q.created_at
+                 LIMIT 64;
+        ELSE
+            -- Key by key: the next runs of each (key, class) not stepped
+            -- over, merged in claim order, p_limit at a time. Each key's
+            -- runs must come from runqueue_run_key_idx, never from a walk of
+            -- the claim index filtered by key (the backlog this mode is for):
+            -- the key is a range of one, not an equality, so the ORDER BY
+            -- keeps it and only that index gives the order without a sort.
+            OPEN candidates FOR
+                WITH RECURSIVE keys(key) AS (
+                    (SELECT q.concurrency_key
+                       FROM runqueue_run q
+                      WHERE q.status = 'queued' AND q.concurrency_key >= ''
+                        AND q.priority BETWEEN p_min_priority AND p_max_priority
+                      ORDER BY q.concurrency_key
+                      LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT q.concurrency_key
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued' AND q.concurrency_key > keys.key
+                               AND q.priority BETWEEN p_min_priority AND p_max_priority
+                             ORDER BY q.concurrency_key
+                             LIMIT 1)
+                      FROM keys
+                     WHERE keys.key IS NOT NULL
+                )
+                SELECT h.id, h.priority, h.created_at, h.key, h.cls
+                  FROM keys
+                 CROSS JOIN unnest(p_class_indexes) AS c(cls)
+                 CROSS JOIN LATERAL (
+                     SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key, c.cls
+                       FROM runqueue_run q
+                      WHERE q.concurrency_key >= keys.key AND q.concurrency_key <= keys.key
+                        AND q.priority BETWEEN greatest(runqueue_priority_class_low(c.cls), p_min_priority)
+                                           AND least(runqueue_priority_class_high(c.cls), p_max_priority)
+                        AND (q.priority, q.created_at) >= (at_priority, at_created)
+                        AND q.id <> ALL(tried)
+                        -- A paused kind is not filtered here: the lock's
+                        -- re-check below does it.
+                        -- Due: queued, its time come (on the database clock), attempts left.
+                        AND q.status = 'queued'
+                        AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                        AND q.attempts < q.max_attempts
+                      ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
+                      LIMIT p_limit) AS h
+                 WHERE keys.key IS NOT NULL
+                   AND (c.cls || ':' || keys.key) <> ALL(blocked)
+                 ORDER BY h.priority, h.created_at
+                 LIMIT p_limit;
+        END IF;
+        LOOP
+            FETCH candidates INTO cand;
+            EXIT WHEN NOT FOUND;
+            fetched := fetched + 1;
+            at_priority := cand.priority;
+            at_created := cand.created_at;
+            IF (cand.cls || ':' || cand.key) = ANY(blocked) THEN
+                skipped := skipped + 1;
+                IF NOT by_key AND skipped > 256 THEN
+                    by_key := true;
+                    switch := true;
+                    EXIT;
+                END IF;
+                CONTINUE;
+            END IF;
+            pair := cand.cls || ':' || cand.key;
+            free := (room ->> pair)::integer;
+            IF free IS NULL THEN
+                SELECT l.max_running INTO cap
+                  FROM runqueue_concurrency_limit l
+                 WHERE l.key = cand.key
+                   AND l.priority_class = runqueue_priority_class_low(cand.cls);
+                IF NOT FOUND THEN
+                    cap := p_default_caps[cand.cls + 1];
+                END IF;
+                IF cap IS NULL THEN
+                    free := p_limit;
+                ELSIF cap = 0
+                      OR NOT pg_try_advisory_xact_lock(
+                          hashtextextended('runqueue.concurrency:' || pair, 0)) THEN
+                    free := 0;
+                ELSE
+                    -- A fresh snapshot, taken with the lock held. The runs
+                    -- this statement finishes are not counted: they leave
+                    -- running in the same commit, and no other claim of this
+                    -- (key, class) can move a run into running before it.
+                    SELECT cap - count(*) INTO free
+                      FROM runqueue_run r
+                     WHERE r.status = 'running'
+                       AND r.concurrency_key = cand.key
+                       AND r.priority BETWEEN runqueue_priority_class_low(cand.cls)
+                                          AND runqueue_priority_class_high(cand.cls)
+                       AND NOT EXISTS (
+                           SELECT 1
+                             FROM unnest(p_finishing_ids, p_finishing_epochs,
+                                         p_finishing_tokens) AS f(id, epoch, token)
+                            WHERE f.id = r.id AND f.epoch = r.lease_epoch
+                              AND f.token = r.lease_token);
+                END IF;
+                room := room || jsonb_build_object(pair, free);
+            END IF;
+            IF free <= 0 THEN
+                -- Step over this (key, class) from here on.
+                blocked := blocked || pair;
+                skipped := skipped + 1;
+                -- A long backlog of it ahead: go key by key from here on.
+                IF NOT by_key THEN
+                    SELECT count(*) >= 64 INTO by_key
+                      FROM (SELECT 1
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued'
+                               AND q.concurrency_key = cand.key
+                               AND q.priority BETWEEN runqueue_priority_class_low(cand.cls)
+                                                  AND runqueue_priority_class_high(cand.cls)
+                               AND (q.priority, q.created_at) >= (cand.priority, cand.created_at)
+                             LIMIT 64) AS backlog;
+                    IF by_key THEN
+                        switch := true;
+                        EXIT;
+                    END IF;
+                END IF;
+                CONTINUE;
+            END IF;
+            -- Lock the chosen run, re-checked on its latest version; one
+            -- another claimer holds is stepped over.
+            tried := tried || cand.id;
+            PERFORM 1
+               FROM runqueue_run q
+              WHERE q.id = cand.id
+                -- Claimable: due, and its kind not paused (in all classes, or in its class).
+                -- Due: queued, its time come (on the database clock), attempts left.
+                AND q.status = 'queued'
+                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                AND q.attempts < q.max_attempts
+                AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                 WHERE p.kind = q.kind
+                                   AND (p.priority_class IS NULL
+                                        OR p.priority_class
+                                           = runqueue_priority_class_low(
+                                                 runqueue_priority_class(q.priority))))
+                FOR NO KEY UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                chosen := chosen || cand.id;
+                room := room || jsonb_build_object(pair, free - 1);
+                IF cardinality(chosen) >= p_limit THEN
+                    CLOSE candidates;
+                    RETURN chosen;
+                END IF;
+            END IF;
+        END LOOP;
+        CLOSE candidates;
+        -- Go on while the last batch was full (a walk window) or gave
+        -- anything (key by key: what it gave is tried or stepped over now).
+        EXIT WHEN NOT (switch OR (by_key AND fetched > 0) OR fetched = 64);
+    END LOOP;
+    RETURN chosen;
+END;
+$fn$;
+
+"""
+
+# Back to 0009: 0006's walk, with its signature.
+_PREVIOUS = import_module("runqueue.migrations.0006_function_source")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("runqueue", "0009_history"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="run",
+            name="lease_token",
+            field=models.UUIDField(blank=True, editable=False, null=True),
+        ),
+        migrations.AddField(
+            model_name="toolinvocation",
+            name="lease_token",
+            field=models.UUIDField(blank=True, null=True),
+        ),
+        migrations.RunSQL(
+            [f"DROP FUNCTION {_OLD_SIGNATURE}", FUNCTIONS],
+            reverse_sql=[f"DROP FUNCTION {_NEW_SIGNATURE}", _PREVIOUS.FUNCTIONS],
+        ),
+    ]
