@@ -17,9 +17,9 @@ from django.db import connection, connections
 
 import runqueue
 from runqueue import db, leases, partitions
-from runqueue.observability import queue_metrics
 from runqueue.leases.fence import idle_timeout
 from runqueue.models import PriorityClass, Run, RunStatus
+from runqueue.observability import queue_metrics
 from runqueue.sql import queries
 from runqueue.submission import SubmitRequest
 from runqueue.worker.listener import Listener
