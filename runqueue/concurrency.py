@@ -7,10 +7,11 @@ is ``RUNQUEUE["CONCURRENCY"]`` and a ``ConcurrencyLimit`` row overrides it
 for one key (0 pauses the key). Only a claim moves a run into running, so
 only the claim enforces caps: ``finish_and_claim_capped`` runs the walk of
 ``runqueue_claim_capped`` (its source: ``runqueue/sql/functions.sql``). A
-deployment with no cap anywhere runs the plain ``finish_and_claim`` and pays nothing for it.
+claim from classes with no cap (no default cap, no limit row in them) runs
+the plain ``finish_and_claim`` and pays nothing for it.
 
 Whether a cap may apply is cached per process: a default cap comes from the
-settings; whether any ``ConcurrencyLimit`` row exists is read again after a
+settings; which classes have a ``ConcurrencyLimit`` row is read again after a
 limit is saved or deleted here (a ``NOTIFY`` tells the workers of other
 processes) and on every sweeper tick.
 """
@@ -18,6 +19,7 @@ processes) and on every sweeper tick.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
@@ -32,39 +34,53 @@ NOTIFY_PAYLOAD = "concurrency"
 
 
 class _Limits:
-    """Whether any ConcurrencyLimit row exists, cached; None: read it again."""
+    """The classes (by value) in which some ConcurrencyLimit row exists,
+    cached; None: read them again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._exist: bool | None = None
+        self._classes: frozenset[int] | None = None
 
-    def exist(self) -> bool:
-        known = self._exist
+    def classes(self) -> frozenset[int]:
+        known = self._classes
         if known is None:
-            known = ConcurrencyLimit.objects.exists()
+            known = self._read()
             with self._lock:
-                if self._exist is None:
-                    self._exist = known
+                if self._classes is None:
+                    self._classes = known
         return known
 
     def invalidate(self) -> None:
         with self._lock:
-            self._exist = None
+            self._classes = None
 
-    def refresh(self) -> bool:
-        known = ConcurrencyLimit.objects.exists()
+    def refresh(self) -> frozenset[int]:
+        known = self._read()
         with self._lock:
-            self._exist = known
+            self._classes = known
         return known
+
+    @staticmethod
+    def _read() -> frozenset[int]:
+        return frozenset(
+            ConcurrencyLimit.objects.values_list("priority_class", flat=True).distinct()
+        )
 
 
 _limits = _Limits()
 
 
-def caps_may_apply() -> bool:
-    """True when a claim must take the capped path: a default cap is set,
-    or some key has a limit (cached; see the module docstring)."""
-    return get_settings().caps_configured or _limits.exist()
+def caps_may_apply(classes: Iterable[PriorityClass] = tuple(PriorityClass)) -> bool:
+    """True when a claim from ``classes`` must take the capped path: one of
+    them has a default cap, or some key has a limit in one of them (cached;
+    see the module docstring). Caps are per key and class, so a group that
+    claims only uncapped classes keeps the plain claim."""
+    conf = get_settings()
+    wanted = [PriorityClass(c) for c in classes]
+    if any(conf.default_cap(c) is not None for c in wanted):
+        return True
+    limited = _limits.classes()
+    return any(c.value in limited for c in wanted)
 
 
 def invalidate() -> None:

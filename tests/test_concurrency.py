@@ -202,6 +202,22 @@ def test_without_caps_the_plain_statement_runs(statements, settings) -> None:
     assert statements[-1] == "finish_and_claim"
 
 
+def test_a_claim_from_uncapped_classes_keeps_the_plain_statement(statements, settings) -> None:
+    """Caps are per key and class: an interactive cap (the deployable
+    project's default) must not put the async slots on the capped walk."""
+    settings.RUNQUEUE = {"CONCURRENCY": {"interactive": 1}}
+    _submit("a", ASYNC)
+    _submit("a", INTER)
+    assert len(leases.claim("w", [ASYNC], limit=5, lease_seconds=60)) == 1
+    assert statements[-1] == "finish_and_claim"
+    assert len(leases.claim("w", [INTER], limit=5, lease_seconds=60)) == 1
+    assert statements[-1] == "finish_and_claim_capped"
+    _limit("b", ASYNC, 3)  # a limit row in the async class: the async claim is capped too
+    leases.claim("w", [ASYNC], limit=5, lease_seconds=60)
+    assert statements[-1] == "finish_and_claim_capped"
+    assert not concurrency.caps_may_apply([PriorityClass.MAINTENANCE])
+
+
 def test_a_worker_learns_of_a_limit_saved_elsewhere_on_refresh(raw_connect) -> None:
     assert not concurrency.caps_may_apply()
     raw_connect().execute(

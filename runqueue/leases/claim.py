@@ -170,7 +170,7 @@ def _statement(
 ) -> tuple[set[uuid.UUID], list[Lease]]:
     """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
     name, params = "finish_and_claim", statement_params(finishes, spec)
-    if spec.limit and concurrency.caps_may_apply():
+    if spec.limit and concurrency.caps_may_apply(spec.classes):
         name, params = "finish_and_claim_capped", params | concurrency.claim_params()
     with prepared(name, params) as cursor:
         rows = cursor.fetchall()
