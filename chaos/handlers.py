@@ -47,16 +47,21 @@ async_fetch = _async_tool("fetch", Idempotency.IDEMPOTENT)
 async_pay = _async_tool("pay", Idempotency.NON_IDEMPOTENT)
 
 
+def _arguments(kind: str, ctx: Any) -> tuple[bool, dict[str, Any], int]:
+    """The turn's payload checked whole (PermanentError naming a bad field):
+    whether to ask first, the tools' arguments, and how many steps."""
+    payload = fields.fields(kind, ctx.payload, ("ask", "work_ms", "steps", "answer"))
+    work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
+    args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
+    return fields.flag(payload, "ask"), args, fields.integer(payload, "steps", 2, 0, MAX_STEPS)
+
+
 @handler(KIND)
 def turn(ctx: RunContext) -> Any:
-    payload = fields.fields(KIND, ctx.payload, ("ask", "work_ms", "steps", "answer"))
-    ask = fields.flag(payload, "ask")
-    work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
-    steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)
+    ask, args, steps = _arguments(KIND, ctx)
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
-    args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
     statuses = []
     while state["step"] < steps:
         for name, fn, idem in (
@@ -76,14 +81,10 @@ def turn(ctx: RunContext) -> Any:
 @handler(KIND_ASYNC)
 async def turn_async(ctx: Any) -> Any:
     """``turn`` as an async handler (``runqueue.runtime.AsyncRunContext``)."""
-    payload = fields.fields(KIND_ASYNC, ctx.payload, ("ask", "work_ms", "steps", "answer"))
-    ask = fields.flag(payload, "ask")
-    work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
-    steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)
+    ask, args, steps = _arguments(KIND_ASYNC, ctx)
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
-    args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
     statuses = []
     while state["step"] < steps:
         for name, fn, idem in (

@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import ADDITION, DELETION, LogEntry
-from django.contrib.admin.options import Action, ActionLocation
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -17,6 +16,7 @@ from runqueue import registry
 from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.admin.permissions import NoBulkDelete
 from runqueue.models import PausedKind, PriorityClass, QueueEvent
 from runqueue.pausing import pause_kind, resume_kind
 
@@ -103,7 +103,7 @@ class PauseForm(forms.ModelForm):
 
 
 @admin.register(PausedKind)
-class PausedKindAdmin(GuardedAdmin):
+class PausedKindAdmin(NoBulkDelete, GuardedAdmin):
     """What is paused, by whom, since when and why. Add pauses a kind."""
 
     list_display = ["kind", "class_display", "paused_by", "since", "paused_at", "reason"]
@@ -124,13 +124,6 @@ class PausedKindAdmin(GuardedAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: PausedKind | None = None) -> bool:
         return permissions.may_view(request, self.opts)
-
-    def get_actions(
-        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Action | None]:
-        actions = super().get_actions(request, action_location=action_location)
-        actions.pop("delete_selected", None)
-        return actions
 
     def save_model(
         self, request: HttpRequest, obj: PausedKind, form: forms.Form, change: bool

@@ -7,6 +7,8 @@ page needs no ModelAdmin to know who may open it.
 
 from __future__ import annotations
 
+from django.contrib import admin
+from django.contrib.admin.options import Action, ActionLocation
 from django.contrib.auth import get_permission_codename
 from django.db.models import Model
 from django.db.models.options import Options
@@ -82,3 +84,16 @@ class RunPermissionsMixin:
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return may_view(request, self.opts)
+
+
+class NoBulkDelete(admin.ModelAdmin):
+    """No "delete selected" action: rows whose deletion would lose history
+    or come back by themselves (runs, workers, tokens, pauses) are acted on
+    through the service's own actions instead."""
+
+    def get_actions(
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
+        actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)
+        return actions

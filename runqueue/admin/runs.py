@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
-from django.contrib.admin.options import Action, ActionLocation
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -28,7 +27,7 @@ from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilte
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
-from runqueue.admin.permissions import RunPermissionsMixin
+from runqueue.admin.permissions import NoBulkDelete, RunPermissionsMixin
 from runqueue.models import (
     Checkpoint,
     DeadLetteredRun,
@@ -104,7 +103,7 @@ def unresolved_uncertain() -> Exists:
 
 
 @admin.register(Run)
-class RunAdmin(OperatorMixin, RunPermissionsMixin, GuardedAdmin):
+class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     list_display = [
         "short_id",
         "status_display",
@@ -172,13 +171,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, GuardedAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         """Every list and the run page know which runs are uncertain."""
         return super().get_queryset(request).annotate(has_uncertain=unresolved_uncertain())
-
-    def get_actions(
-        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Action | None]:
-        actions = super().get_actions(request, action_location=action_location)
-        actions.pop("delete_selected", None)
-        return actions
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str

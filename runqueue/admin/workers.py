@@ -5,19 +5,19 @@ from __future__ import annotations
 import datetime as dt
 
 from django.contrib import admin
-from django.contrib.admin.options import Action, ActionLocation
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.admin.permissions import NoBulkDelete
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunStatus, Worker
 
 
 @admin.register(Worker)
-class WorkerAdmin(GuardedAdmin):
+class WorkerAdmin(NoBulkDelete, GuardedAdmin):
     list_display = [
         "id",
         "hostname",
@@ -34,14 +34,6 @@ class WorkerAdmin(GuardedAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
-
-    def get_actions(
-        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Action | None]:
-        """No bulk delete: a live worker's row comes back at its next heartbeat."""
-        actions = super().get_actions(request, action_location=action_location)
-        actions.pop("delete_selected", None)
-        return actions
 
     def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
         return False  # workers write their own rows

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.options import Action, ActionLocation
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -22,6 +21,7 @@ from django.urls import reverse
 
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.admin.permissions import NoBulkDelete
 from runqueue.api import tokens
 from runqueue.models import ApiToken
 
@@ -51,7 +51,7 @@ class ApiTokenForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(GuardedAdmin):
+class ApiTokenAdmin(NoBulkDelete, GuardedAdmin):
     # Short headers and values: every column fits a 1366 px screen.
     list_display = (
         "__str__",
@@ -170,14 +170,6 @@ class ApiTokenAdmin(GuardedAdmin):
         response = TemplateResponse(request, "admin/runqueue/apitoken/token_created.html", context)
         response["Cache-Control"] = "no-store"
         return response
-
-    def get_actions(
-        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
-    ) -> dict[str, Action | None]:
-        """Revoke, never delete: a deleted token's runs lose who submitted them."""
-        actions = super().get_actions(request, action_location=action_location)
-        actions.pop("delete_selected", None)
-        return actions
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
