@@ -35,6 +35,7 @@ Defaults (every key optional)::
         "API_KINDS": [],              # HTTP API: the kinds it may submit (others: 422)
         "API_SESSION_MAX_PRIORITY_CLASS": "async",  # HTTP API: browser sessions' ceiling
         "CONCURRENCY": {},            # class -> runs of one concurrency key running at once
+        "PREPARED_STATEMENTS": True,  # the worker's hot statements prepared on the server
     }
 """
 
@@ -78,6 +79,11 @@ class Settings:
     #: goes through a transaction pooler, which cannot carry a LISTEN. None:
     #: the default database.
     LISTEN_DATABASE: str | None = None
+    #: The hot statements (claim, fences, finishes) prepared on the server,
+    #: whatever Django does with its own queries. False behind a transaction
+    #: pooler that cannot carry prepared statements from one client to the
+    #: next (PgBouncer before 1.21, or with max_prepared_statements = 0).
+    PREPARED_STATEMENTS: bool = True
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
@@ -250,6 +256,12 @@ def parse(raw: object) -> Settings:
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(
                     f"RUNQUEUE['NOTIFY_CHANNEL'] must be a 1-63 character string, got {value!r}"
+                )
+            values[name] = value
+        elif name == "PREPARED_STATEMENTS":
+            if not isinstance(value, bool):
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
                 )
             values[name] = value
         elif name == "LISTEN_DATABASE":

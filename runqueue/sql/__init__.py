@@ -37,11 +37,15 @@ from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from runqueue.conf import get_settings
 from runqueue.types import Params
 
 _BLOCK = re.compile(r"^-- (?P<kind>name|function|fragment): (?P<name>[a-z_]+) --$", re.MULTILINE)
 _INCLUDE = re.compile(r"^(?P<indent>[ \t]*)-- include: (?P<name>[a-z_]+) --[ \t]*$", re.MULTILINE)
 _HERE = Path(__file__).parent
+#: psycopg prepares a statement executed this many times: never, in effect;
+#: ``prepared`` asks for its statements with ``prepare=True``.
+_ONLY_WHEN_ASKED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -141,15 +145,25 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
     transaction exactly as a Django cursor would, with database errors
     mapped to Django's. Django's cursors bind parameters on the client, so
     the server plans every statement again; the worker's statements are
-    the same thousands of times, and preparing them halves their cost.
+    the same thousands of times, and a prepared one skips the planning (on
+    the partitioned runs table, most of an idle claim's server time).
+    Django opens its connections with psycopg's ``prepare_threshold`` None,
+    which turns every prepare off, ``prepare=True`` included; unless
+    ``RUNQUEUE["PREPARED_STATEMENTS"]`` is False (a pooler that cannot carry
+    them), the threshold is set so high that only these statements, which
+    ask, are prepared: Django's own queries are left as they were.
     """
     # What Django's cursor() does first: the health check (once per request
     # cycle, i.e. per slot loop) and the connection itself.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
+    raw = connection.connection
+    prepare = get_settings().PREPARED_STATEMENTS
+    if prepare and raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
     with connection.wrap_database_errors:
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(queries()[name], params, prepare=True)
+        with psycopg.Cursor(raw) as cursor:
+            cursor.execute(queries()[name], params, prepare=prepare)
             yield cursor
 
 

@@ -1,0 +1,60 @@
+"""The worker's hot statements are prepared on the server by default
+(Django's own connection settings turn every prepare off), and not at all
+with RUNQUEUE["PREPARED_STATEMENTS"] False, for a pooler that cannot carry
+them."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+
+import runqueue
+from runqueue import conf, leases
+from runqueue.models import PriorityClass
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _claim_one() -> None:
+    runqueue.submit(kind="test.echo", priority=PriorityClass.INTERACTIVE)
+    held = leases.claim("w/test", [PriorityClass.INTERACTIVE], limit=1, lease_seconds=30)
+    assert len(held) == 1
+
+
+def test_the_claim_is_prepared_on_the_server_by_default() -> None:
+    connection.close()  # a connection as Django opens it
+    _claim_one()  # submit's statement and the claim's
+    statements = _prepared_statements()
+    assert any("SKIP LOCKED" in text for text in statements), statements
+    _claim_one()
+    assert len(_prepared_statements()) == len(statements)  # the same ones, not new ones
+
+
+def test_django_queries_stay_unprepared(django_user_model) -> None:
+    connection.close()
+    _claim_one()
+    before = len(_prepared_statements())
+    for _ in range(10):
+        django_user_model.objects.filter(username="nobody").exists()
+    assert len(_prepared_statements()) == before
+
+
+def test_nothing_is_prepared_when_turned_off(settings) -> None:
+    settings.RUNQUEUE = {"PREPARED_STATEMENTS": False}
+    connection.close()
+    _claim_one()
+    _claim_one()
+    assert _prepared_statements() == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_the_setting_is_a_bool(value: object) -> None:
+    with pytest.raises(ImproperlyConfigured, match="PREPARED_STATEMENTS"):
+        conf.parse({"PREPARED_STATEMENTS": value})
