@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
+from django.db import DatabaseError, connection
 
 import runqueue
 from runqueue import conf, leases
@@ -58,3 +58,23 @@ def test_nothing_is_prepared_when_turned_off(settings) -> None:
 def test_the_setting_is_a_bool(value: object) -> None:
     with pytest.raises(ImproperlyConfigured, match="PREPARED_STATEMENTS"):
         conf.parse({"PREPARED_STATEMENTS": value})
+
+
+def test_a_migration_under_a_prepared_claim_costs_one_failed_claim(raw_connect) -> None:
+    """A column added while a worker holds the claim prepared changes the
+    statement's result type: the next claim fails once, the one after
+    prepares the new shape (a worker retries its claim)."""
+    connection.close()
+    _claim_one()
+    raw_connect().execute("ALTER TABLE runqueue_run ADD COLUMN added_later integer")
+    try:
+        runqueue.submit(kind="test.echo", priority=PriorityClass.INTERACTIVE)
+        claim = lambda: leases.claim(  # noqa: E731
+            "w/test", [PriorityClass.INTERACTIVE], limit=1, lease_seconds=30
+        )
+        with pytest.raises(DatabaseError, match="cached plan"):
+            claim()
+        assert len(claim()) == 1
+    finally:
+        connection.close()
+        raw_connect().execute("ALTER TABLE runqueue_run DROP COLUMN added_later")

@@ -163,7 +163,18 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
         raw.prepare_threshold = _ONLY_WHEN_ASKED
     with connection.wrap_database_errors:
         with psycopg.Cursor(raw) as cursor:
-            cursor.execute(queries()[name], params, prepare=prepare)
+            try:
+                cursor.execute(queries()[name], params, prepare=prepare)
+            except psycopg.errors.FeatureNotSupported:
+                # "cached plan must not change result type": a migration
+                # changed a table under a prepared statement. Outside a
+                # transaction nothing rolls back to make psycopg forget its
+                # statements, so every retry would fail alike: DEALLOCATE ALL
+                # (psycopg forgets them on seeing it) and the caller's retry
+                # prepares the new shape.
+                if not connection.in_atomic_block:
+                    raw.execute("DEALLOCATE ALL")
+                raise
             yield cursor
 
 
