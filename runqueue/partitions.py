@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from django.db import OperationalError, connection, transaction
 from psycopg import sql
 
+from runqueue.db import sqlstate
 from runqueue.sql import set_config
 
 logger = logging.getLogger("runqueue.partitions")
@@ -204,7 +205,7 @@ def _detach(table: DayPartitioned, name: str, result: Pruned) -> bool:
                 )
             )
     except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) != "55P03":
+        if sqlstate(exc) != "55P03":
             raise
         logger.warning("Could not detach %s within %s; next prune", name, LOCK_TIMEOUT)
         return False

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 import runqueue
-from runqueue import Idempotency, aio, leases, runtime
+from runqueue import Idempotency, aio, leases, runtime, testing
 from runqueue.models import Run, RunStatus, ToolInvocation
 from tests.helpers import event_types, expire_lease
 
@@ -63,11 +63,6 @@ async def async_fails(ctx: runtime.AsyncRunContext) -> None:
     raise runqueue.PermanentError("card declined")
 
 
-def _run(lease: leases.Lease) -> str:
-    outcome = runtime.decide(lease)
-    return leases.label(lease, outcome, leases.write(lease, outcome))
-
-
 def _claim() -> leases.Lease:
     lease = leases.claim_one("w1")
     assert lease is not None
@@ -88,7 +83,7 @@ def test_async_tools_record_and_replay_like_sync_ones(fast_retry) -> None:
     )
     expire_lease(sub.run.id)
     leases.sweep()
-    assert _run(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     run = Run.objects.get(id=sub.run.id)
     assert run.result == [
         ["lookup", "completed", True],
@@ -104,7 +99,7 @@ def test_async_tools_record_and_replay_like_sync_ones(fast_retry) -> None:
 def test_a_first_attempt_runs_every_async_and_sync_tool_once() -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.async_tools")
-    assert _run(_claim()) == "succeeded"
+    assert testing.execute(_claim()) == "succeeded"
     assert CALLS == [("lookup", f"{sub.run.id}:0"), ("charge", f"{sub.run.id}:1")]
     assert Run.objects.get(id=sub.run.id).result[2] == ["timeout", "uncertain", False]
 
@@ -112,7 +107,7 @@ def test_a_first_attempt_runs_every_async_and_sync_tool_once() -> None:
 @pytest.mark.parametrize(("error", "label"), [("transient", "requeued"), ("permanent", "failed")])
 def test_an_async_handlers_failure_is_classified_like_a_sync_ones(error, label) -> None:
     sub = runqueue.submit(kind="rt.async_fails", payload={"error": error})
-    assert _run(_claim()) == label
+    assert testing.execute(_claim()) == label
     status = Run.objects.get(id=sub.run.id).status
     assert status == (RunStatus.QUEUED if label == "requeued" else RunStatus.FAILED)
 
@@ -121,6 +116,6 @@ def test_an_async_handler_that_lost_its_lease_writes_nothing() -> None:
     sub = runqueue.submit(kind="rt.async_tools")
     lease = _claim()
     runqueue.cancel(sub.run.id, reason="test", actor="t")  # the epoch moves on
-    assert _run(lease) == "fenced"
+    assert testing.execute(lease) == "fenced"
     assert not ToolInvocation.objects.filter(run_id=sub.run.id).exists()
     assert Run.objects.get(id=sub.run.id).status == RunStatus.CANCELLED

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from django.db import OperationalError, connection
 
 from runqueue.conf import get_settings
+from runqueue.db import sqlstate
 from runqueue.models import (
     PriorityClass,
     Run,
@@ -33,10 +34,7 @@ def moved_by_another(exc: BaseException) -> bool:
     requeued; migration 0009). PostgreSQL answers 40001 instead of
     re-reading the row, and the statement wrote nothing: run it again and
     it reads the row where it is now."""
-    cause = exc.__cause__
-    return getattr(cause, "sqlstate", None) == "40001" and "moved to another partition" in str(
-        cause
-    )
+    return sqlstate(exc) == "40001" and "moved to another partition" in str(exc.__cause__)
 
 
 def retry_moved[T](statement: Callable[[], T]) -> T:
