@@ -143,6 +143,7 @@ def load(*, runs: int, days: float, start: int = 0, batch: int = 200_000, echo=p
     from django.utils import timezone
 
     now = timezone.now()
+    _make_days(now, days, echo)
     begun = time.monotonic()
     for first in range(start, start + runs, batch):
         params = {
@@ -163,6 +164,23 @@ def load(*, runs: int, days: float, start: int = 0, batch: int = 200_000, echo=p
         for table in TABLES:
             cursor.execute(f"ANALYZE {table}")
     echo(f"loaded {runs:,} runs over {days:g} days in {time.monotonic() - begun:,.0f} s; analyzed")
+
+
+def _make_days(now: object, days: float, echo=print) -> None:
+    """In the partitioned layout, the day partitions of the loaded days, as
+    the migration makes them for a database's existing history (otherwise
+    every row lands in the default partition and retention has no day to
+    drop). A layout without partitions has nothing to make."""
+    try:
+        from runqueue import partitions
+    except ImportError:
+        return
+    import datetime as dt
+    import math
+
+    first = (now - dt.timedelta(days=days)).date()  # type: ignore[operator]
+    made = partitions.ensure(ahead=math.ceil(days) + partitions.AHEAD_DAYS, today=first)
+    echo(f"made {len(made)} day partitions from {first}")
 
 
 def main(argv: list[str] | None = None) -> None:
