@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import DatabaseError
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from runqueue import partitions
 from runqueue.conf import get_settings
@@ -100,9 +100,9 @@ def delete_expired_keys(*, batch: int = 1000, heartbeat: Callable[[], bool] | No
     deleted = 0
     while True:
         ids = list(
-            IdempotencyKey.objects.filter(expires_at__lte=timezone.now()).values_list(
-                "id", flat=True
-            )[:batch]
+            IdempotencyKey.objects.filter(expires_at__lte=Now()).values_list("id", flat=True)[
+                :batch
+            ]
         )
         if not ids:
             return deleted

@@ -618,8 +618,9 @@ class Worker(models.Model):
     last_seen_at = models.DateTimeField(db_default=Now())
     stopped_at = models.DateTimeField(null=True, blank=True)
     #: Slots held by a handler told to stop that has not returned yet:
-    #: ``[{"run_id", "group", "reason", "since"}]`` (``since``: ISO time of the
-    #: cancel), rewritten by the worker with ``last_seen_at``.
+    #: ``[{"run_id", "group", "reason", "held_seconds"}]`` (how long the slot
+    #: had been held when the worker wrote ``last_seen_at``, on the worker's
+    #: own monotonic clock: no host time is stored).
     cancelled_slots = models.JSONField(default=list, blank=True)
 
     class Meta:

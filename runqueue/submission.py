@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -264,11 +266,12 @@ def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
             tenant=request.tenant, principal=request.principal, key=request.idempotency_key
         )
         .select_related("run")
+        .annotate(expired=ExpressionWrapper(Q(expires_at__lte=Now()), BooleanField()))
         .first()
     )
     if found is None:
         return None
-    if found.expires_at <= timezone.now():
+    if found.expired:
         found.delete()  # expired: the key is free again
         return None
     if found.request_hash != request_hash:
@@ -475,7 +478,7 @@ def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outco
                 request_hash=request_hash,
                 run=run,
                 outcome=outcome,
-                expires_at=timezone.now() + retention,
+                expires_at=Now() + retention,
             )
     except IntegrityError as exc:
         if constraint_name(exc) != _KEY_CONSTRAINT:

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 import runqueue
 from runqueue import leases, schedules, testing
+from runqueue.clock import db_now
 from runqueue.models import PausedKind, QueueEvent, Run, RunEvent, RunStatus, Schedule
 from tests.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
 from tests.test_admin_scheduled_work import failed_runs
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_drive_a_schedule_page(page, tmp_path) -> None:  # noqa: F811
-    now = schedules.db_now()
+    now = db_now()
     start = now - dt.timedelta(hours=3)
     # The nightly schedule has no missed ticks (handled up to now), so the
     # tick below never fires it, whatever the time of day: its one run is

@@ -28,17 +28,12 @@ def test_held_leases_are_counted_per_worker() -> None:
 def test_the_worker_page_shows_slots_held_by_cancelled_runs(admin_client) -> None:
     """A handler told to stop that has not returned: which run holds which
     slot, why, and for how long, as the worker last reported it."""
-    import datetime as dt
-
-    from django.utils import timezone
-
-    since = (timezone.now() - dt.timedelta(seconds=42)).isoformat()
     Worker.objects.create(
         id="W",
         hostname="h",
         pid=1,
         cancelled_slots=[
-            {"run_id": "1b2c", "group": "interactive", "reason": "cancelled", "since": since}
+            {"run_id": "1b2c", "group": "interactive", "reason": "cancelled", "held_seconds": 42}
         ],
     )
     Worker.objects.create(id="W2", hostname="h", pid=2)

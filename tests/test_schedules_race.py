@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 
 from runqueue import schedules
+from runqueue.clock import db_now
 from runqueue.models import Run, RunStatus, Schedule, ScheduleTick
 from tests.helpers import Worker, wait_until
 from tests.test_schedules import HOUR, T0, make, ticks_fired
@@ -142,7 +143,7 @@ def test_three_runworkers_one_killed_fire_each_missed_tick_once(start_worker) ->
     """Real workers on the real clock: a schedule four hours behind (catch-up
     all) is found by every worker's sweeper; one worker is SIGKILLed on the
     way. Four ticks, four runs."""
-    now = schedules.db_now()
+    now = db_now()
     schedule = make("behind", "0 * * * *", at=now - 4 * HOUR, catch_up="all", kind="test.record")
     Schedule.objects.filter(pk=schedule.pk).update(paused_at=now)  # held until all are up
     fast = ["--sweep-seconds", "0.2", "--poll-seconds", "0.2", "--slots", "maintenance=1"]

@@ -27,6 +27,7 @@ from runqueue import registry, schedules
 from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import (
@@ -249,7 +250,7 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.display(description="next three fire times")
     def next_three(self, schedule: Schedule) -> SafeString:
-        start = max(schedule.handled_until, schedules.db_now())
+        start = max(schedule.handled_until, db_now())
         times = itertools.islice(cron.upcoming(schedule.cron, schedule.timezone, start), 3)
         return format_html(
             '<ol class="rq-next-fires">{}</ol>',

@@ -6,12 +6,13 @@ import datetime as dt
 
 from django.contrib import admin
 from django.http import HttpRequest
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
+from django.db.models import QuerySet
+from django.db.models.functions import Now
 
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
+from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunStatus, Worker
 
@@ -35,13 +36,18 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        # The database's clock, read with the rows: a worker's times are
+        # the database's, so liveness and ages never mix in this host's clock.
+        return super().get_queryset(request).annotate(db_now=Now())
+
     def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
         return False  # workers write their own rows
 
     @admin.display(boolean=True, description="live")
     def live(self, worker: Worker) -> bool:
         stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
-        return worker.stopped_at is None and worker.last_seen_at >= timezone.now() - stale
+        return worker.stopped_at is None and worker.last_seen_at >= _now(worker) - stale
 
     @admin.display(description="held leases")
     def held(self, worker: Worker) -> int:
@@ -57,11 +63,11 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
 
     @admin.display(description="started", ordering="started_at")
     def started(self, worker: Worker) -> str:
-        return display.age(worker.started_at) + " ago"
+        return display.age(worker.started_at, _now(worker)) + " ago"
 
     @admin.display(description="last seen", ordering="last_seen_at")
     def last_seen(self, worker: Worker) -> str:
-        return display.age(worker.last_seen_at) + " ago"
+        return display.age(worker.last_seen_at, _now(worker)) + " ago"
 
     @admin.display(description="stopping")
     def held_by_cancelled(self, worker: Worker) -> str:
@@ -70,10 +76,22 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
         last report)."""
         if worker.stopped_at is not None or not worker.cancelled_slots:
             return "-"
-        return "; ".join(_held(slot) for slot in worker.cancelled_slots)
+        now = _now(worker)
+        return "; ".join(_held(slot, worker.last_seen_at, now) for slot in worker.cancelled_slots)
 
 
-def _held(slot: dict[str, str]) -> str:
-    since = parse_datetime(slot.get("since", ""))
-    age = display.duration(timezone.now() - since) if since else "?"
+def _now(worker: Worker) -> dt.datetime:
+    """The database's time the row was read at (``get_queryset``)."""
+    return getattr(worker, "db_now", None) or db_now()
+
+
+def _held(slot: dict[str, object], reported_at: dt.datetime, now: dt.datetime) -> str:
+    """A slot held by a cancelled run, for how long: as reported, plus the
+    time since the report (both on the database's clock)."""
+    held = slot.get("held_seconds")
+    age = (
+        display.duration(dt.timedelta(seconds=float(held)) + (now - reported_at))
+        if isinstance(held, int | float)
+        else "?"
+    )
     return f"{slot.get('group')} slot: run {slot.get('run_id')} ({slot.get('reason')}) for {age}"

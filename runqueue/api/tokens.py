@@ -15,6 +15,7 @@ import secrets
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runqueue.models import ApiToken
@@ -75,12 +76,12 @@ def verify(raw: str) -> ApiToken | None:
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=Now())
         token.last_used_at = now
     return token
 
 
 def revoke(token: ApiToken) -> None:
     if token.revoked_at is None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=Now())
+        token.refresh_from_db(fields=["revoked_at"])

@@ -9,9 +9,10 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from runqueue import events
+from runqueue.clock import db_now
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidArgument,
@@ -144,7 +145,7 @@ def _interrupted_tools(run_id: uuid.UUID, epoch: int) -> None:
             "message": "the run was cancelled while the call was in flight: "
             "it may or may not have happened",
         },
-        finished_at=timezone.now(),
+        finished_at=Now(),
     )
     for seq in seqs:
         events.append(run_id, events.TOOL_UNCERTAIN, epoch, {"seq": seq})
@@ -210,7 +211,7 @@ def resolve_uncertain(
             "happened": happened,
             "note": note,
             "actor": actor,
-            "at": timezone.now().isoformat(),
+            "at": db_now().isoformat(),
         }
         tool.save(update_fields=["resolution"])
         events.append(

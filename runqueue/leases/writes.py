@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 
 from django.db.models import Max
-from django.utils import timezone
+from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
 from runqueue import events
@@ -145,7 +145,7 @@ def record_tool_outcome(
             error=error,
             lease_epoch=lease.epoch,
             lease_token=lease.token,
-            finished_at=timezone.now(),
+            finished_at=Now(),
         )
         if updated != 1:
             raise ValueError(f"no tool invocation #{seq} for run {lease.run_id}")

@@ -6,7 +6,6 @@ schedule have the principal ``schedule:<name>`` and a ``schedule.fired``
 event. See docs/decisions.md, "Scheduled work".
 """
 
-from runqueue.schedules.clock import db_now
 from runqueue.schedules.operate import (
     ScheduleError,
     define,
@@ -21,7 +20,6 @@ from runqueue.schedules.ticks import ON_TIME_SECONDS, hooks, plan, tick
 __all__ = [
     "ON_TIME_SECONDS",
     "ScheduleError",
-    "db_now",
     "define",
     "hooks",
     "pause",

@@ -20,11 +20,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from runqueue import events
+from runqueue.clock import db_now
 from runqueue.conf import Settings, get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import Run, Schedule, ScheduleSource, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
-from runqueue.schedules.clock import db_now
 from runqueue.schedules.spec import ScheduleSpec
 
 if TYPE_CHECKING:

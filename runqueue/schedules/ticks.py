@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
+from runqueue.clock import db_now
 from runqueue.db import constraint_name
 from runqueue.errors import RunqueueError
 from runqueue.models import (
@@ -31,7 +32,6 @@ from runqueue.models import (
     TickOutcome,
 )
 from runqueue.schedules import cron
-from runqueue.schedules.clock import db_now
 from runqueue.schedules.operate import sync_settings
 
 logger = logging.getLogger("runqueue.schedules")

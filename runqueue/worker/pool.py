@@ -3,7 +3,6 @@ sweeper and graceful shutdown. One per ``runworker`` process."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import signal
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from runqueue import aio, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
@@ -206,13 +205,13 @@ class Pool:
 
     def cancelled_slots(self) -> list[dict[str, str]]:
         """The Worker row's ``cancelled_slots``: slots held by a handler told to stop."""
-        now, wall = time.monotonic(), timezone.now()
+        now = time.monotonic()
         return [
             {
                 "run_id": str(lease.run_id),
                 "group": lease.owner.rpartition("/")[2],
                 "reason": lease.cancel_reason,
-                "since": (wall - dt.timedelta(seconds=now - lease.cancelled_at)).isoformat(),
+                "held_seconds": round(now - lease.cancelled_at, 1),
             }
             for lease in self.ignoring_cancellation()
         ]
@@ -221,7 +220,7 @@ class Pool:
         """The worker row's ``last_seen_at`` (the admin tells live workers by
         it) and the slots held by cancelled runs."""
         Worker.objects.filter(id=self.config.worker_id).update(
-            last_seen_at=timezone.now(), cancelled_slots=self.cancelled_slots()
+            last_seen_at=Now(), cancelled_slots=self.cancelled_slots()
         )
 
     # --- life cycle -----------------------------------------------------------------------
@@ -233,8 +232,8 @@ class Pool:
                 "hostname": socket.gethostname(),
                 "pid": os.getpid(),
                 "slots": shape(self.config.slots),
-                "started_at": timezone.now(),
-                "last_seen_at": timezone.now(),
+                "started_at": Now(),
+                "last_seen_at": Now(),
                 "stopped_at": None,
             },
         )
@@ -327,7 +326,7 @@ class Pool:
         connection.close()  # the main thread's connection sat idle since start
         retrying(
             lambda: Worker.objects.filter(id=self.config.worker_id).update(
-                stopped_at=timezone.now(), last_seen_at=timezone.now()
+                stopped_at=Now(), last_seen_at=Now()
             )
         )
         connection.close()
