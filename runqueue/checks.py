@@ -154,6 +154,71 @@ def check_listen_database(
     ]
 
 
+@register()
+def check_pooler(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """Behind a transaction pooler (RUNQUEUE["POOLER"]): no statement
+    prepared on one client's server connection may run on another's, and a
+    LISTEN needs a direct connection. A default database on PgBouncer's
+    usual port with no POOLER said is asked about."""
+    from django.conf import settings
+
+    from runqueue.conf import parse
+
+    try:
+        conf = parse(getattr(settings, "RUNQUEUE", {}))
+    except ImproperlyConfigured:
+        return []  # reported as runqueue.E002
+    default = settings.DATABASES.get("default", {})
+    threshold = (default.get("OPTIONS") or {}).get("prepare_threshold")
+    messages: list[CheckMessage] = []
+    if conf.POOLER == "transaction" and not conf.POOLER_TRACKS_PREPARED:
+        if conf.PREPARED_STATEMENTS or threshold is not None:
+            what = (
+                "RUNQUEUE['PREPARED_STATEMENTS'] is True"
+                if conf.PREPARED_STATEMENTS
+                else f"DATABASES['default']['OPTIONS']['prepare_threshold'] is {threshold!r}"
+            )
+            messages.append(
+                Error(
+                    f"{what}, but the default database goes through a transaction pooler "
+                    "that does not carry prepared statements (RUNQUEUE['POOLER'] is "
+                    "'transaction'): a statement prepared by one client would run on another's "
+                    'server connection ("bind message supplies 3 parameters, but prepared '
+                    'statement requires 17").',
+                    hint="Leave PREPARED_STATEMENTS unset (None) and remove prepare_threshold; "
+                    "or, with PgBouncer 1.21+ and max_prepared_statements > 0, set "
+                    "RUNQUEUE['POOLER_TRACKS_PREPARED'] = True.",
+                    id="runqueue.E005",
+                )
+            )
+        if conf.LISTEN_DATABASE is None:
+            messages.append(
+                CheckWarning(
+                    "The default database goes through a transaction pooler "
+                    "(RUNQUEUE['POOLER'] is 'transaction') and RUNQUEUE['LISTEN_DATABASE'] is "
+                    "not set: a LISTEN through it hears nothing, so workers and event "
+                    "streams fall back to their polls (POLL_SECONDS, STREAM_POLL_SECONDS).",
+                    hint="Add a DATABASES entry that connects to the server directly and name "
+                    "it in RUNQUEUE['LISTEN_DATABASE'].",
+                    id="runqueue.W005",
+                )
+            )
+    if conf.POOLER is None and str(default.get("PORT") or "") == "6432":
+        messages.append(
+            CheckWarning(
+                "The default database is on port 6432, PgBouncer's usual port, and "
+                "RUNQUEUE['POOLER'] is not set.",
+                hint="Behind PgBouncer say its pool mode: RUNQUEUE['POOLER'] = 'transaction' "
+                "(or 'session'). A server of its own on that port: silence this with "
+                "SILENCED_SYSTEM_CHECKS = ['runqueue.W006'].",
+                id="runqueue.W006",
+            )
+        )
+    return messages
+
+
 def default_isolation_level() -> object:
     """The isolation level the default database's OPTIONS ask for (None: the
     server's); whatever the settings hold, compared with READ COMMITTED."""

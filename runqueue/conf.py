@@ -35,7 +35,9 @@ Defaults (every key optional)::
         "API_KINDS": [],              # HTTP API: the kinds it may submit (others: 422)
         "API_SESSION_MAX_PRIORITY_CLASS": "async",  # HTTP API: browser sessions' ceiling
         "CONCURRENCY": {},            # class -> runs of one concurrency key running at once
-        "PREPARED_STATEMENTS": True,  # the worker's hot statements prepared on the server
+        "PREPARED_STATEMENTS": None,  # hot statements prepared (None: unless POOLER forbids)
+        "POOLER": None,               # what "default" goes through: None, "session", "transaction"
+        "POOLER_TRACKS_PREPARED": False,  # pooler carries prepared statements (PgBouncer 1.21+)
     }
 """
 
@@ -80,10 +82,18 @@ class Settings:
     #: the default database.
     LISTEN_DATABASE: str | None = None
     #: The hot statements (claim, fences, finishes) prepared on the server,
-    #: whatever Django does with its own queries. False behind a transaction
-    #: pooler that cannot carry prepared statements from one client to the
-    #: next (PgBouncer before 1.21, or with max_prepared_statements = 0).
-    PREPARED_STATEMENTS: bool = True
+    #: whatever Django does with its own queries. None: prepared, unless
+    #: POOLER is "transaction" and the pooler cannot carry prepared statements
+    #: from one client to the next (PgBouncer before 1.21, or with
+    #: max_prepared_statements = 0); True there is refused (runqueue.E005).
+    PREPARED_STATEMENTS: bool | None = None
+    #: What the default database's connections go through: None (straight to
+    #: the server), "session" or "transaction" (a pooler in that mode, such as
+    #: PgBouncer). Said, not guessed: the checks and the listener act on it.
+    POOLER: str | None = None
+    #: The transaction pooler tracks protocol-level prepared statements
+    #: (PgBouncer 1.21+ with max_prepared_statements > 0).
+    POOLER_TRACKS_PREPARED: bool = False
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
@@ -109,6 +119,14 @@ class Settings:
     )
 
     @property
+    def prepares(self) -> bool:
+        """The hot statements are prepared on the server (PREPARED_STATEMENTS
+        as set, or, left None, unless a transaction pooler cannot carry them)."""
+        if self.PREPARED_STATEMENTS is not None:
+            return self.PREPARED_STATEMENTS
+        return self.POOLER != "transaction" or self.POOLER_TRACKS_PREPARED
+
+    @property
     def caps_configured(self) -> bool:
         """A default cap is set for some class."""
         return any(cap is not None for cap in self.CONCURRENCY.values())
@@ -117,6 +135,9 @@ class Settings:
         """The cap of a key without a limit in ``priority_class`` (None: no cap)."""
         return self.CONCURRENCY.get(priority_class)
 
+
+#: What RUNQUEUE["POOLER"] may say.
+POOLERS = (None, "session", "transaction")
 
 #: The largest page the events endpoint serves, whatever a client asks for.
 MAX_EVENTS_PAGE_SIZE = 1000
@@ -259,9 +280,22 @@ def parse(raw: object) -> Settings:
                 )
             values[name] = value
         elif name == "PREPARED_STATEMENTS":
+            if value is not None and not isinstance(value, bool):
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE['PREPARED_STATEMENTS'] must be None, True or False, got {value!r}"
+                )
+            values[name] = value
+        elif name == "POOLER_TRACKS_PREPARED":
             if not isinstance(value, bool):
                 raise ImproperlyConfigured(
-                    f"RUNQUEUE['PREPARED_STATEMENTS'] must be True or False, got {value!r}"
+                    f"RUNQUEUE['POOLER_TRACKS_PREPARED'] must be True or False, got {value!r}"
+                )
+            values[name] = value
+        elif name == "POOLER":
+            if value not in POOLERS:
+                raise ImproperlyConfigured(
+                    "RUNQUEUE['POOLER'] must be None, 'session' or 'transaction' (what the "
+                    f"default database's connections go through), got {value!r}"
                 )
             values[name] = value
         elif name == "LISTEN_DATABASE":

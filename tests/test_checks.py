@@ -61,3 +61,41 @@ def test_manage_py_check_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
 def test_migrations_are_complete() -> None:
     """makemigrations --check: the models and 0001 agree."""
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def _pooler_ids(settings, runqueue: dict) -> list[str]:
+    settings.RUNQUEUE = runqueue
+    return [m.id for m in checks.check_pooler()]
+
+
+def test_a_transaction_pooler_refuses_prepared_statements_unless_it_carries_them(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listen = {"POOLER": "transaction", "LISTEN_DATABASE": "default"}
+    assert _pooler_ids(settings, listen) == []  # prepares turned off by itself
+    assert _pooler_ids(settings, {**listen, "PREPARED_STATEMENTS": True}) == ["runqueue.E005"]
+    assert _pooler_ids(settings, {**listen, "PREPARED_STATEMENTS": False}) == []
+    tracked = {**listen, "PREPARED_STATEMENTS": True, "POOLER_TRACKS_PREPARED": True}
+    assert _pooler_ids(settings, tracked) == []
+    options = settings.DATABASES["default"].setdefault("OPTIONS", {})
+    monkeypatch.setitem(options, "prepare_threshold", 5)
+    (error,) = [m for m in checks.check_pooler() if m.id == "runqueue.E005"] or [None]
+    assert error is None  # POOLER_TRACKS_PREPARED still set
+    settings.RUNQUEUE = listen
+    (error,) = checks.check_pooler()
+    assert error.id == "runqueue.E005" and "prepare_threshold" in error.msg
+    settings.RUNQUEUE = {}
+    assert checks.check_pooler() == []  # no pooler said: the URL's threshold is the user's
+
+
+def test_a_transaction_pooler_without_a_listen_database_is_warned_about(settings) -> None:
+    assert _pooler_ids(settings, {"POOLER": "transaction"}) == ["runqueue.W005"]
+    assert _pooler_ids(settings, {"POOLER": "session"}) == []
+
+
+def test_pgbouncers_port_without_a_pooler_said_is_asked_about(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(settings.DATABASES["default"], "PORT", "6432")
+    assert _pooler_ids(settings, {}) == ["runqueue.W006"]
+    assert _pooler_ids(settings, {"POOLER": "session"}) == []

@@ -19,7 +19,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases
 from runqueue.clock import db_now
-from runqueue.models import IdempotencyKey, Idempotency, ToolInvocation, ToolStatus, Worker
+from runqueue.models import Idempotency, IdempotencyKey, ToolInvocation, ToolStatus, Worker
 from runqueue.worker.pool import Pool, PoolConfig, SlotSpec
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -54,8 +54,8 @@ def test_nothing_is_prepared_when_turned_off(settings) -> None:
     assert _prepared_statements() == []
 
 
-@pytest.mark.parametrize("value", ["yes", 1, None])
-def test_the_setting_is_a_bool(value: object) -> None:
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_the_setting_is_a_bool_or_none(value: object) -> None:
     with pytest.raises(ImproperlyConfigured, match="PREPARED_STATEMENTS"):
         conf.parse({"PREPARED_STATEMENTS": value})
 
@@ -78,3 +78,31 @@ def test_a_migration_under_a_prepared_claim_costs_one_failed_claim(raw_connect) 
     finally:
         connection.close()
         raw_connect().execute("ALTER TABLE runqueue_run DROP COLUMN added_later")
+
+
+def test_nothing_is_prepared_behind_a_transaction_pooler_that_cannot_carry_it(settings) -> None:
+    settings.RUNQUEUE = {"POOLER": "transaction", "LISTEN_DATABASE": "default"}
+    connection.close()
+    _claim_one()
+    _claim_one()
+    assert _prepared_statements() == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "prepares"),
+    [
+        ({}, True),
+        ({"POOLER": "session"}, True),
+        ({"POOLER": "transaction"}, False),
+        ({"POOLER": "transaction", "POOLER_TRACKS_PREPARED": True}, True),
+        ({"PREPARED_STATEMENTS": False}, False),
+    ],
+)
+def test_what_prepares_by_default(raw: dict, prepares: bool) -> None:
+    assert conf.parse(raw).prepares is prepares
+
+
+@pytest.mark.parametrize("value", ["bouncer", "Transaction", 1])
+def test_the_pooler_setting_names_a_mode(value: object) -> None:
+    with pytest.raises(ImproperlyConfigured, match="POOLER"):
+        conf.parse({"POOLER": value})

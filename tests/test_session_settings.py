@@ -9,6 +9,7 @@ connections open the database RUNQUEUE["LISTEN_DATABASE"] names."""
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 
 import pytest
@@ -25,7 +26,7 @@ from runqueue.submission import SubmitRequest
 from runqueue.worker.listener import Listener
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
-from tests.helpers import Worker
+from tests.helpers import Worker, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,3 +166,42 @@ def test_listeners_connect_to_the_listen_database(settings) -> None:
     assert len(errors) == 1 and "'nowhere'" in errors[0].msg
     settings.RUNQUEUE = {}
     assert db.listen_alias() == "default"
+
+
+def test_a_listen_that_hears_nothing_sent_through_default_says_so(
+    settings, monkeypatch, caplog
+) -> None:
+    """The listener NOTIFYs itself through "default" after each connect: a
+    LISTEN that never hears it (here: on another database, as a LISTEN
+    through a transaction pooler hears nothing) is logged, and the worker
+    polls. On the right database the probe arrives and nothing is logged."""
+    from runqueue.worker import listener as listener_module
+
+    monkeypatch.setattr(listener_module, "PROBE_SECONDS", 1.0)
+    caplog.set_level(logging.WARNING, logger="runqueue.worker")
+    elsewhere = copy.deepcopy(connections.settings["default"])
+    elsewhere["NAME"] = "postgres"  # NOTIFY is per database
+    connections.settings["elsewhere"] = elsewhere
+    try:
+        for alias, hears in (("default", True), ("elsewhere", False)):
+            settings.RUNQUEUE = {"LISTEN_DATABASE": alias}
+            woken: list[str] = []
+            stopping = threading.Event()
+            listener = Listener("runqueue_probe_test", woken.append, stopping)
+            listener.start()
+            try:
+                assert listener.wait_listening(30)
+                wait_until(
+                    lambda lst=listener: lst.heard_probe is not None, what="the probe's verdict"
+                )
+            finally:
+                stopping.set()
+                listener.join(10)
+            assert listener.heard_probe is hears
+            assert all(not p.startswith("probe:") for p in woken), woken
+            warned = [r for r in caplog.records if "heard no NOTIFY" in r.getMessage()]
+            assert bool(warned) is not hears and (
+                not warned or "'elsewhere'" in warned[0].getMessage()
+            )
+    finally:
+        del connections.settings["elsewhere"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from django.contrib import admin
-from django.http import HttpRequest
 from django.db.models import QuerySet
 from django.db.models.functions import Now
+from django.http import HttpRequest
 
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin

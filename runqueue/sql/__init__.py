@@ -149,16 +149,17 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
     the partitioned runs table, most of an idle claim's server time).
     Django opens its connections with psycopg's ``prepare_threshold`` None,
     which turns every prepare off, ``prepare=True`` included; unless
-    ``RUNQUEUE["PREPARED_STATEMENTS"]`` is False (a pooler that cannot carry
-    them), the threshold is set so high that only these statements, which
-    ask, are prepared: Django's own queries are left as they were.
+    prepares are off (``Settings.prepares``: a transaction pooler that
+    cannot carry them, or ``PREPARED_STATEMENTS`` False), the threshold is
+    set so high that only these statements, which ask, are prepared:
+    Django's own queries are left as they were.
     """
     # What Django's cursor() does first: the health check (once per request
     # cycle, i.e. per slot loop) and the connection itself.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
-    prepare = get_settings().PREPARED_STATEMENTS
+    prepare = get_settings().prepares
     if prepare and raw.prepare_threshold is None:
         raw.prepare_threshold = _ONLY_WHEN_ASKED
     with connection.wrap_database_errors:

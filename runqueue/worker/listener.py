@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import psycopg
@@ -17,6 +18,7 @@ from django.db import connection
 from psycopg import sql
 
 from runqueue import db
+from runqueue.sql import execute
 from runqueue.worker.services import reconnect_delay
 
 logger = logging.getLogger("runqueue.worker")
@@ -24,6 +26,11 @@ logger = logging.getLogger("runqueue.worker")
 #: How often an idle LISTEN connection asks whether its server is still a
 #: primary (``pg_is_in_recovery()``).
 RECOVERY_CHECK_SECONDS = 5.0
+#: How long a LISTEN waits, after each connect, for the probe NOTIFY it sent
+#: through the default database before it says it hears nothing.
+PROBE_SECONDS = 5.0
+#: Payloads that start so are the listener's own probes, never a wake-up.
+PROBE_PREFIX = "probe:"
 
 
 class Listener(threading.Thread):
@@ -41,6 +48,9 @@ class Listener(threading.Thread):
         self.wake = wake
         self.stopping = stopping
         self._listening = threading.Event()
+        #: Whether the last connect's probe arrived (None: not yet known;
+        #: see ``_send_probe``).
+        self.heard_probe: bool | None = None
 
     def wait_listening(self, timeout: float) -> bool:
         """True once LISTEN is in place (False if not within ``timeout``
@@ -64,10 +74,28 @@ class Listener(threading.Thread):
                 with self._connect() as conn:
                     self._listening.set()
                     self.wake("")
+                    self.heard_probe = None
+                    probe = self._send_probe()
                     checked = time.monotonic()
                     while not self.stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
+                            if note.payload.startswith(PROBE_PREFIX):
+                                if note.payload == probe:
+                                    probe = None
+                                    self.heard_probe = True
+                                continue
                             self.wake(note.payload)
+                        if probe is not None and time.monotonic() - checked >= PROBE_SECONDS:
+                            probe = None
+                            self.heard_probe = False
+                            logger.warning(
+                                "LISTEN on database %r heard no NOTIFY sent through 'default' "
+                                "within %.0fs (a transaction pooler between them?): workers "
+                                "poll every POLL_SECONDS instead. Set "
+                                "RUNQUEUE['LISTEN_DATABASE'] to a direct connection.",
+                                db.listen_alias(),
+                                PROBE_SECONDS,
+                            )
                         if time.monotonic() - checked >= RECOVERY_CHECK_SECONDS:
                             checked = time.monotonic()
                             self._check_primary(conn)
@@ -76,6 +104,21 @@ class Listener(threading.Thread):
                 delay = reconnect_delay()
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
                 self.stopping.wait(delay)
+
+    def _send_probe(self) -> str | None:
+        """NOTIFY this LISTEN through the default database, the way a submit
+        does: if it never arrives, NOTIFYs sent through "default" do not
+        reach this connection (a transaction pooler hands the LISTEN's
+        server session to other clients), and the log says so. None if the
+        probe could not be sent (the next connect tries again)."""
+        probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with db.connect() as conn, conn.cursor() as cursor:
+                execute(cursor, "notify", {"channel": self.channel, "payload": probe})
+        except psycopg.Error as exc:
+            logger.info("LISTEN probe not sent (%s)", exc)
+            return None
+        return probe
 
     @staticmethod
     def _check_primary(conn: psycopg.Connection) -> None:
