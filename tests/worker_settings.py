@@ -6,7 +6,12 @@ import os
 
 from config.settings import *  # noqa: F403
 
-DATABASES = {"default": json.loads(os.environ["RUNQUEUE_TEST_DATABASE"])}
+DATABASES = {
+    "default": json.loads(os.environ["RUNQUEUE_TEST_DATABASE"]),
+    "direct": json.loads(
+        os.environ.get("RUNQUEUE_TEST_DIRECT_DATABASE") or os.environ["RUNQUEUE_TEST_DATABASE"]
+    ),
+}
 RUNQUEUE = json.loads(os.environ.get("RUNQUEUE_TEST_SETTINGS", "{}")) | {
     "HANDLER_MODULES": ["tests.handlers"]
 }

@@ -67,11 +67,17 @@ def start_worker(transactional_db, tmp_path) -> Iterator:
     }
     started: list[WorkerProcess] = []
 
-    def start(*args: str, settings: dict | None = None) -> WorkerProcess:
+    def start(
+        *args: str, settings: dict | None = None, through: dict | None = None
+    ) -> WorkerProcess:
+        """``through``: HOST/PORT (and OPTIONS) the worker's default database
+        is reached by instead (a pooler); the test database itself is then
+        the worker's "direct" alias, for RUNQUEUE["LISTEN_DATABASE"]."""
         env = dict(os.environ)
         env |= {
             "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-            "RUNQUEUE_TEST_DATABASE": json.dumps(database),
+            "RUNQUEUE_TEST_DATABASE": json.dumps(database | (through or {})),
+            "RUNQUEUE_TEST_DIRECT_DATABASE": json.dumps(database),
             "RUNQUEUE_TEST_SETTINGS": json.dumps(settings or {}),
             "PYTHONUNBUFFERED": "1",
         }
