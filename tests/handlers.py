@@ -167,3 +167,11 @@ async def async_cooperative(ctx: Any) -> dict:
         ledger(ctx.run.id, "cancelled", ctx.lease.cancel_reason)
         raise
     return {"cancelled": False}
+
+
+@runqueue.handler("test.host_time")
+def host_time(ctx: RunContext) -> dict:
+    """The worker host's clock (a test runs the worker under libfaketime),
+    with a tool call whose record the database times."""
+    ctx.invoke_tool("noop", lambda: None, idempotency=Idempotency.IDEMPOTENT)
+    return {"host_time": time.time()}

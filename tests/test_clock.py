@@ -11,6 +11,7 @@ processes is in the topology suite.)
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from django.contrib import admin
@@ -19,8 +20,17 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases
 from runqueue.clock import db_now
-from runqueue.models import Idempotency, IdempotencyKey, ToolInvocation, ToolStatus, Worker
+from runqueue.models import (
+    Idempotency,
+    IdempotencyKey,
+    Run,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+    Worker,
+)
 from runqueue.worker.pool import Pool, PoolConfig, SlotSpec
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,3 +110,48 @@ def test_an_idempotency_key_expires_by_the_database_clock(settings, monkeypatch)
     monkeypatch.setattr(timezone, "now", lambda: real() + OFF)
     again = runqueue.submit(kind="agent.turn", idempotency_key="k-1")
     assert again.outcome == "replayed" and again.run.id == first.run.id
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime is not installed (.ci/run does)")
+def test_workers_on_hosts_90s_ahead_and_behind_agree_with_the_database(start_worker) -> None:
+    """Two real worker processes under libfaketime, one 90 s ahead of the
+    database and one 90 s behind: both show live, every run finishes, and
+    every time they wrote is the database's."""
+    workers = {
+        offset: start_worker(
+            "--slots",
+            "interactive=2",
+            "--worker-id",
+            f"faked{offset:+d}",
+            env={"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"{offset:+d}s"},
+        )
+        for offset in (90, -90)
+    }
+    runs = [runqueue.submit(kind="test.host_time").run.id for _ in range(20)]
+    wait_until(
+        lambda: Run.objects.filter(id__in=runs, status=RunStatus.SUCCEEDED).count() == len(runs),
+        timeout=120,
+        what="every run to succeed",
+    )
+    now = db_now()
+    offsets = {
+        round(run.result["host_time"] - now.timestamp(), -1)
+        for run in Run.objects.filter(id__in=runs)
+    }
+    assert offsets <= {90.0, -90.0, 80.0, -80.0}  # the hosts' clocks were off
+    model_admin = admin.site._registry[Worker]
+    for offset, process in workers.items():
+        wait_until(
+            lambda o=offset: Worker.objects.filter(id=f"faked{o:+d}").exists(),
+            what="the worker's row",
+        )
+        row = model_admin.get_queryset(None).get(id=f"faked{offset:+d}")
+        assert model_admin.live(row), (offset, row.last_seen_at, now, process.output())
+        assert _close_to_db(row.started_at, slack=60) and _close_to_db(row.last_seen_at)
+    for tool in ToolInvocation.objects.filter(run_id__in=runs):
+        assert tool.finished_at >= tool.created_at and _close_to_db(tool.finished_at, slack=60)
+    for run in Run.objects.filter(id__in=runs):
+        assert run.created_at <= run.started_at <= run.finished_at

@@ -21,7 +21,6 @@ import runqueue
 from runqueue.models import Run, RunEvent, RunStatus
 from tests import pgbouncer
 from tests.helpers import wait_until
-from tests.workers import start_worker  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,7 +68,7 @@ def _prepared_on_pool(bouncer: pgbouncer.Bouncer) -> list[str]:
 
 def test_workers_through_a_transaction_pooler_finish_every_run_once(
     bouncer,
-    start_worker,  # noqa: F811
+    start_worker,
 ) -> None:
     """Two workers with 4 slots each (8) over 2 server connections: every
     run succeeds exactly once, its tool effect happens once, and the pooled
@@ -101,7 +100,7 @@ def test_workers_through_a_transaction_pooler_finish_every_run_once(
         assert "Traceback" not in worker.output(), worker.output()
 
 
-def test_a_listen_through_the_pooler_is_found_deaf(bouncer, start_worker) -> None:  # noqa: F811
+def test_a_listen_through_the_pooler_is_found_deaf(bouncer, start_worker) -> None:
     """Without a LISTEN_DATABASE the worker LISTENs through the pooler,
     hears nothing, says so, and still runs work by polling."""
     worker = start_worker(
@@ -123,7 +122,7 @@ def test_a_listen_through_the_pooler_is_found_deaf(bouncer, start_worker) -> Non
 
 def test_a_prepare_threshold_through_a_transaction_pooler_is_refused(
     bouncer,
-    start_worker,  # noqa: F811
+    start_worker,
 ) -> None:
     """The URL's prepare_threshold would have one client run another's
     statement: the worker does not start, and says why."""

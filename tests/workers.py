@@ -68,12 +68,16 @@ def start_worker(transactional_db, tmp_path) -> Iterator:
     started: list[WorkerProcess] = []
 
     def start(
-        *args: str, settings: dict | None = None, through: dict | None = None
+        *args: str,
+        settings: dict | None = None,
+        through: dict | None = None,
+        env: dict[str, str] | None = None,
     ) -> WorkerProcess:
         """``through``: HOST/PORT (and OPTIONS) the worker's default database
         is reached by instead (a pooler); the test database itself is then
-        the worker's "direct" alias, for RUNQUEUE["LISTEN_DATABASE"]."""
-        env = dict(os.environ)
+        the worker's "direct" alias, for RUNQUEUE["LISTEN_DATABASE"].
+        ``env``: more environment (LD_PRELOAD for libfaketime)."""
+        env = dict(os.environ) | (env or {})
         env |= {
             "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
             "RUNQUEUE_TEST_DATABASE": json.dumps(database | (through or {})),
