@@ -1,0 +1,86 @@
+"""The fence on a real failover: two clusters of the machine's PostgreSQL
+(a primary and an asynchronous streaming standby), the primary crashed and
+the standby promoted after a claim whose WAL never reached it.
+
+The scenario runs in a process of its own whose Django reaches the nodes
+through a libpq multi-host URL with ``target_session_attrs=read-write``
+(tests/failover_scenario.py): the reconnect after the crash finds the
+promoted standby by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import clusters
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    not clusters.available(), reason="PostgreSQL 15's server binaries are not installed"
+)
+
+
+@pytest.fixture
+def pair() -> Iterator[clusters.Pair]:
+    made = clusters.Pair()
+    try:
+        yield made.create()
+    finally:
+        made.drop()
+
+
+def test_a_claim_lost_in_a_failover_fences_the_old_owner_on_the_promoted_standby(pair) -> None:
+    primary, standby = pair.primary.port, pair.standby.port
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "127.0.0.1,127.0.0.1",
+        "PORT": f"{primary},{standby}",
+        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 5},
+    }
+    env = dict(os.environ) | {
+        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
+        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.failover_scenario",
+            str(pair.folder),
+            str(primary),
+            str(standby),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+
+    # The promoted standby issued Z's epoch again, to W, with another token.
+    assert seen["same_epoch"] and seen["tokens_differ"] and seen["zombie_started_tool"]
+    assert seen["server_port"] == standby  # the multi-host URL found the new primary
+    # Every write of the old owner wrote nothing; every write of the new one did.
+    assert seen["zombie"] == dict.fromkeys(seen["zombie"], False)
+    assert seen["owner"] == dict.fromkeys(seen["owner"], True)
+    final = seen["final"]
+    assert final["status"] == "succeeded" and final["result"] == {"by": "W"}
+    assert final["tools"] == [[0, "completed", {"by": "W"}]]
+    assert final["tool_tokens"] == [final["owner_token"]]
+    assert final["fenced_owners"] == ["worker-Z"] and final["notes"] == 0
