@@ -109,6 +109,8 @@ class Pair:
             "-D",
             s.datadir,
             "-R",
+            "-c",
+            "fast",
             "-X",
             "stream",
         )
