@@ -189,7 +189,12 @@ def stream_tokens(ctx: RunContext) -> dict:
     payload = ctx.payload
     text = []
     for delta in token_deltas(payload.get("seed", 0), payload["deltas"]):
-        if not ctx.stream(delta):
+        try:
+            sent = ctx.stream(delta)
+        except runqueue.RunCancelled:
+            sent = False
+        if not sent:  # what was published before the fence, for the test
+            ledger(ctx.run.id, "stream.stopped", str(ctx.text.offset))
             return {"fenced": True}
         text.append(delta)
         if payload.get("pace_ms"):
