@@ -172,7 +172,7 @@ class EventStream:
         """The deltas received of the lease shown, as messages, and whether
         one of a later lease waits (it stays queued). Earlier leases' are
         dropped: their text is no longer the run's."""
-        out = []
+        out: list[bytes] = []
         while self.deltas:
             epoch, offset, text = self.deltas[0]
             if epoch > self.epoch:
