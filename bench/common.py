@@ -42,6 +42,9 @@ class Profile:
     churn_runs: int
     #: Leases held while heartbeats alone are measured (HOT ratio).
     heartbeat_runs: int
+    #: ``ctx.stream``: turns, and deltas each turn streams (bench.streaming).
+    stream_turns: int = 100
+    stream_deltas: int = 2_000
 
 
 FULL = Profile(
@@ -75,6 +78,8 @@ QUICK = Profile(
     claim_samples=100,
     churn_runs=2_000,
     heartbeat_runs=200,
+    stream_turns=10,
+    stream_deltas=500,
 )
 
 

@@ -92,3 +92,22 @@ def cancel_sync(ctx: runqueue.RunContext) -> None:
     finally:
         if on_returned is not None:
             on_returned(ctx.payload)
+
+
+def stream_deltas(seed: int, count: int) -> list[str]:
+    """A model's tokens: short words, accents, emoji, a newline now and then."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["the", " queue", " é", " run", " 🙂", " lease", "\n", " naïve", " token", ","]
+    return [rng.choice(words) for _ in range(count)]
+
+
+@runqueue.handler("bench.stream")
+def stream(ctx: runqueue.RunContext) -> dict:
+    """Streams ``payload.deltas`` deltas as fast as it can; returns the text."""
+    deltas = stream_deltas(ctx.payload["seed"], ctx.payload["deltas"])
+    for delta in deltas:
+        if not ctx.stream(delta):
+            return {"fenced": True}
+    return {"text": "".join(deltas)}

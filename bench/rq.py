@@ -226,7 +226,17 @@ def _ratio(stats: dict[str, int]) -> float | None:
     return round(stats["n_tup_hot_upd"] / stats["n_tup_upd"], 3) if stats["n_tup_upd"] else None
 
 
-PARTS = ("drain", "enqueue", "pickup", "pickup_hops", "reserved", "claim", "hot", "churn")
+PARTS = (
+    "drain",
+    "enqueue",
+    "pickup",
+    "pickup_hops",
+    "reserved",
+    "claim",
+    "hot",
+    "churn",
+    "streaming",
+)
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
 
@@ -273,6 +283,11 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
         if "churn" in parts:
             log(f"runqueue: churn {profile.churn_runs} runs")
             out["churn"] = churn(profile.churn_runs, profile.slots)
+        if "streaming" in parts:
+            from bench import streaming
+
+            log(f"runqueue: streaming {profile.stream_turns} turns x {profile.stream_deltas}")
+            out["streaming"] = streaming.run(profile.stream_turns, profile.stream_deltas, url, log)
         if drains is not None:
             out |= drains.run(profile.drain_runs, log)
     rq_db.reset()

@@ -47,18 +47,31 @@ async_fetch = _async_tool("fetch", Idempotency.IDEMPOTENT)
 async_pay = _async_tool("pay", Idempotency.NON_IDEMPOTENT)
 
 
-def _arguments(kind: str, ctx: Any) -> tuple[bool, dict[str, Any], int]:
+def _arguments(kind: str, ctx: Any) -> tuple[bool, dict[str, Any], int, bool]:
     """The turn's payload checked whole (PermanentError naming a bad field):
-    whether to ask first, the tools' arguments, and how many steps."""
-    payload = fields.fields(kind, ctx.payload, ("ask", "work_ms", "steps", "answer"))
+    whether to ask first, the tools' arguments, how many steps, and whether
+    to stream text (``ctx.stream``) as it goes."""
+    payload = fields.fields(kind, ctx.payload, ("ask", "work_ms", "steps", "answer", "stream"))
     work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
     args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
-    return fields.flag(payload, "ask"), args, fields.integer(payload, "steps", 2, 0, MAX_STEPS)
+    steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)
+    return fields.flag(payload, "ask"), args, steps, fields.flag(payload, "stream")
+
+
+def _words(step: int, statuses: list[str]) -> list[str]:
+    """A step's streamed text, a delta per word."""
+    return [f"step {step}:", *(f" {s}" for s in statuses), " ✓\n"]
+
+
+def _result(state: dict, statuses: list[str], answer: Any, text: list[str] | None) -> Any:
+    out = {"steps": state["step"], "tools": statuses, "answer": answer}
+    return out if text is None else out | {"text": "".join(text)}
 
 
 @handler(KIND)
 def turn(ctx: RunContext) -> Any:
-    ask, args, steps = _arguments(KIND, ctx)
+    ask, args, steps, stream = _arguments(KIND, ctx)
+    text: list[str] | None = [] if stream else None
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
@@ -73,15 +86,20 @@ def turn(ctx: RunContext) -> Any:
                 return None  # another worker owns the run: stop here
             statuses.append(outcome.status)
         state = {"step": state["step"] + 1}
+        for word in _words(state["step"], statuses) if text is not None else ():
+            if not ctx.stream(word):
+                return None
+            text.append(word)  # type: ignore[union-attr]
         if not ctx.checkpoint(state):
             return None
-    return {"steps": state["step"], "tools": statuses, "answer": ctx.input}
+    return _result(state, statuses, ctx.input, text)
 
 
 @handler(KIND_ASYNC)
 async def turn_async(ctx: Any) -> Any:
     """``turn`` as an async handler (``runqueue.runtime.AsyncRunContext``)."""
-    ask, args, steps = _arguments(KIND_ASYNC, ctx)
+    ask, args, steps, stream = _arguments(KIND_ASYNC, ctx)
+    text: list[str] | None = [] if stream else None
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
@@ -96,6 +114,10 @@ async def turn_async(ctx: Any) -> Any:
                 return None
             statuses.append(outcome.status)
         state = {"step": state["step"] + 1}
+        for word in _words(state["step"], statuses) if text is not None else ():
+            if not await ctx.stream(word):
+                return None
+            text.append(word)  # type: ignore[union-attr]
         if not await ctx.checkpoint(state):
             return None
-    return {"steps": state["step"], "tools": statuses, "answer": ctx.input}
+    return _result(state, statuses, ctx.input, text)

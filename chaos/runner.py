@@ -292,6 +292,7 @@ class ChaosRun:
                     "steps": self.rng.randint(1, 4),
                     "work_ms": self.rng.randint(50, 400),
                     "ask": self.rng.random() < 0.1,
+                    "stream": self.rng.random() < 0.5,
                 },
                 session_id=f"chaos-{i}",
                 priority=classes[i % 3],

@@ -19,6 +19,7 @@ MUST_BE_ZERO = (
     "writes_by_fenced_epochs",
     "non_idempotent_effects_repeated",
     "cap_violations",
+    "stream_mismatches",
 )
 
 
@@ -86,6 +87,40 @@ def cap_violations(cap: Any) -> tuple[int, dict[str, int]]:
     return violations, peak
 
 
+def stream_mismatches(submitted: set[Any]) -> tuple[int, int]:
+    """(succeeded turns that streamed text, those whose text as a client
+    assembles it from the durable events differs from the result). A
+    client writes each run.text at its offset and starts afresh at each
+    run.claimed, so the last turn's text is what follows the last claim."""
+    results = {
+        run_id: result["text"]
+        for run_id, result in Run.objects.filter(id__in=submitted, status="succeeded").values_list(
+            "id", "result"
+        )
+        if isinstance(result, dict) and "text" in result
+    }
+    texts: dict[Any, list[str | None]] = {}
+    rows = (
+        RunEvent.objects.filter(run_id__in=list(results), type__in=["run.claimed", "run.text"])
+        .order_by("run_id", "id")
+        .values_list("run_id", "type", "data")
+    )
+    for run_id, type_, data in rows.iterator(chunk_size=2000):
+        if type_ == "run.claimed":
+            texts[run_id] = []
+            continue
+        chars = texts.setdefault(run_id, [])
+        end = data["offset"] + len(data["text"])
+        chars.extend([None] * (end - len(chars)))
+        chars[data["offset"] : end] = data["text"]
+    bad = 0
+    for run_id, expected in results.items():
+        chars = texts.get(run_id, [])
+        got = None if None in chars else "".join(chars)  # type: ignore[arg-type]
+        bad += got != expected
+    return len(results), bad
+
+
 def figures(submitted: set[Any]) -> dict[str, Any]:
     runs = dict(Run.objects.values_list("id", "status"))
     terminal_events = Counter(
@@ -106,7 +141,10 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
     from runqueue import concurrency
 
     violations, peaks = cap_violations(concurrency.cap_for)
+    streamed, mismatched = stream_mismatches(submitted)
     return {
+        "streamed_turns_checked": streamed,
+        "stream_mismatches": mismatched,
         "runs_submitted": len(submitted),
         "runs_terminal": sum(1 for r in submitted if runs.get(r) in TERMINAL_STATUSES),
         "runs_lost": sum(1 for r in submitted if runs.get(r) not in TERMINAL_STATUSES),

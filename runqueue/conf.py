@@ -31,6 +31,8 @@ Defaults (every key optional)::
         "STREAM_POLL_SECONDS": 5,     # re-read a stream's events this often without a NOTIFY
         "STREAM_MAX_SECONDS": 3600,   # close a stream after this long (clients resume)
         "EMIT_MAX_BYTES": 16384,      # ctx.emit's data size limit, as JSON
+        "STREAM_TEXT_FLUSH_MS": 1000,  # ctx.stream: buffered text made durable at most this often
+        "STREAM_TEXT_FLUSH_BYTES": 8192,  # ... or once this many bytes are buffered
         "METRICS_TOKEN": None,        # bearer token the metrics view requires (None: open)
         "API_KINDS": [],              # HTTP API: the kinds it may submit (others: 422)
         "API_SESSION_MAX_PRIORITY_CLASS": "async",  # HTTP API: browser sessions' ceiling
@@ -108,6 +110,10 @@ class Settings:
     STREAM_POLL_SECONDS: float = 5
     STREAM_MAX_SECONDS: float = 3600
     EMIT_MAX_BYTES: int = 16384
+    #: ``ctx.stream``'s text is live at once (NOTIFY) and durable in
+    #: ``run.text`` events, one per this many ms or bytes (runqueue.stream.text).
+    STREAM_TEXT_FLUSH_MS: int = 1000
+    STREAM_TEXT_FLUSH_BYTES: int = 8192
     METRICS_TOKEN: str | None = None
     API_KINDS: tuple[str, ...] = ()
     #: A class index (``PriorityClass.index``), from the class's slug.
@@ -141,6 +147,12 @@ POOLERS = (None, "session", "transaction")
 
 #: The largest page the events endpoint serves, whatever a client asks for.
 MAX_EVENTS_PAGE_SIZE = 1000
+#: Bounds of STREAM_TEXT_FLUSH_BYTES: smaller makes a row per few tokens,
+#: larger makes one event's text more than a reader should take at once.
+MIN_TEXT_FLUSH_BYTES = 256
+MAX_TEXT_FLUSH_BYTES = 1048576
+#: STREAM_TEXT_FLUSH_MS at most a minute.
+MAX_TEXT_FLUSH_MS = 60000
 
 _INTEGERS = {
     "MAX_ATTEMPTS",
@@ -152,6 +164,8 @@ _INTEGERS = {
     "STREAM_MAX_PER_TOKEN",
     "STREAM_MAX_PER_TENANT",
     "EMIT_MAX_BYTES",
+    "STREAM_TEXT_FLUSH_MS",
+    "STREAM_TEXT_FLUSH_BYTES",
 }
 #: Numbers that None turns off.
 _MAY_BE_NONE = {"TERMINAL_RUN_RETENTION_SECONDS", "STREAM_MAX_PER_TOKEN", "STREAM_MAX_PER_TENANT"}
@@ -338,6 +352,18 @@ def parse(raw: object) -> Settings:
         raise ImproperlyConfigured(
             "RUNQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS, "
             "or every lease expires between heartbeats"
+        )
+    if not MIN_TEXT_FLUSH_BYTES <= settings.STREAM_TEXT_FLUSH_BYTES <= MAX_TEXT_FLUSH_BYTES:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['STREAM_TEXT_FLUSH_BYTES'] must be {MIN_TEXT_FLUSH_BYTES}-"
+            f"{MAX_TEXT_FLUSH_BYTES} (one run.text event's text), "
+            f"got {settings.STREAM_TEXT_FLUSH_BYTES!r}"
+        )
+    if settings.STREAM_TEXT_FLUSH_MS > MAX_TEXT_FLUSH_MS:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['STREAM_TEXT_FLUSH_MS'] must be at most {MAX_TEXT_FLUSH_MS} "
+            "(a reconnecting client waits this long at most for text it missed), "
+            f"got {settings.STREAM_TEXT_FLUSH_MS!r}"
         )
     if settings.API_EVENTS_PAGE_SIZE > MAX_EVENTS_PAGE_SIZE:
         raise ImproperlyConfigured(

@@ -31,6 +31,9 @@ SUCCEEDED = "run.succeeded"
 FAILED = "run.failed"
 CANCELLED = "run.cancelled"
 OPERATOR_REQUEUED = "run.operator_requeued"
+#: A durable chunk of the text a turn streamed (``ctx.stream``); data:
+#: {"offset": characters of the turn's text before it, "text": ...}.
+TEXT = "run.text"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

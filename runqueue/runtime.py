@@ -54,6 +54,7 @@ from runqueue.outcomes import (
     Waiting,
 )
 from runqueue.stream.emit import emit as stream_emit
+from runqueue.stream.text import TurnText
 from runqueue.types import JSON
 
 logger = logging.getLogger("runqueue.runtime")
@@ -82,6 +83,7 @@ class RunContext:
         self.state = state
         self._seq = tool_seq
         self._recorded = recorded
+        self.text = TurnText(lease)
 
     @property
     def run(self) -> Run:
@@ -133,6 +135,13 @@ class RunContext:
         False once fenced. ValueError for a reserved type or oversized data."""
         self.check()
         return stream_emit(self.lease, event_type, data)
+
+    def stream(self, text: str) -> bool:
+        """Send a text delta to the run's live stream clients (no row per
+        delta: ``runqueue.stream.text``); False once fenced. TypeError or
+        ValueError for text that is not a str or holds NUL."""
+        self.check()
+        return self.text.stream(text)
 
     def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
         """Return this from the handler to wait for the user's answer."""
@@ -295,6 +304,10 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync.emit, event_type, data)
 
+    async def stream(self, text: str) -> bool:
+        self.check()
+        return await aio.db(self.sync.stream, text)
+
     def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
         return self.sync.ask_user(question, state)
 
@@ -405,7 +418,9 @@ def decide(lease: leases.Lease) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
         if _database_lost(exc):
             raise
+        ctx.text.flush()  # what it streamed, before its outcome
         return _raised(lease, exc)
+    ctx.text.flush()
     return _returned(lease, ctx, result)
 
 
@@ -433,11 +448,14 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
     except asyncio.CancelledError as exc:
         if not lease.cancelled.is_set():
             raise  # not the run's cancel: the loop itself is going away
+        await aio.db(ctx.sync.text.flush)
         return _raised(lease, RunCancelled(lease.run_id, lease.cancel_reason), exc)
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
         if _database_lost(exc):
             raise
+        await aio.db(ctx.sync.text.flush)
         return _raised(lease, exc)
+    await aio.db(ctx.sync.text.flush)
     return _returned(lease, ctx.sync, result)
 
 

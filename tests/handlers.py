@@ -175,3 +175,50 @@ def host_time(ctx: RunContext) -> dict:
     with a tool call whose record the database times."""
     ctx.invoke_tool("noop", lambda: None, idempotency=Idempotency.IDEMPOTENT)
     return {"host_time": time.time()}
+
+def token_deltas(seed: int, count: int) -> list[str]:
+    """``count`` deltas like a model's: words, accents, emoji, a newline now
+    and then, and one delta past a NOTIFY payload's 8000 bytes."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["the", "queue", "é", "run", "🙂", "lease", "\n", "naïve", "日本", "token"]
+    out = [rng.choice(words) + rng.choice(["", " ", ", "]) for _ in range(count)]
+    if count > 10:
+        out[count // 2] = "€" * 3000  # 9000 bytes: split into pieces
+    return out
+
+
+@runqueue.handler("test.stream")
+def stream_tokens(ctx: RunContext) -> dict:
+    """Streams payload["deltas"] deltas (seed payload["seed"]), pausing
+    payload["pace_ms"] between them; ``raise`` at the end if asked."""
+    payload = ctx.payload
+    text = []
+    for delta in token_deltas(payload.get("seed", 0), payload["deltas"]):
+        try:
+            sent = ctx.stream(delta)
+        except runqueue.RunCancelled:
+            sent = False
+        if not sent:  # what was published before the fence, for the test
+            ledger(ctx.run.id, "stream.stopped", str(ctx.text.offset))
+            return {"fenced": True}
+        text.append(delta)
+        if payload.get("pace_ms"):
+            ctx.cancelled.wait(payload["pace_ms"] / 1000)
+    if payload.get("raise"):
+        raise runqueue.PermanentError("failed after streaming")
+    if payload.get("ask"):
+        return ctx.ask_user("more?")
+    return {"text": "".join(text)}
+
+
+@runqueue.handler("test.async_stream")
+async def async_stream_tokens(ctx: Any) -> dict:
+    """``test.stream``, awaited."""
+    text = []
+    for delta in token_deltas(ctx.payload.get("seed", 0), ctx.payload["deltas"]):
+        if not await ctx.stream(delta):
+            return {"fenced": True}
+        text.append(delta)
+    return {"text": "".join(text)}

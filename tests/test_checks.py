@@ -33,6 +33,10 @@ def test_error_when_database_is_not_postgresql(monkeypatch: pytest.MonkeyPatch) 
         ({"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5}, "must be shorter than LEASE_SECONDS"),
         ({"LEASE_SECOND": 5}, "Unknown RUNQUEUE setting(s): 'LEASE_SECOND'"),
         ({"BACKOFF_JITTER": 1.5}, "BACKOFF_JITTER"),
+        ({"STREAM_TEXT_FLUSH_MS": 0}, "RUNQUEUE['STREAM_TEXT_FLUSH_MS'] is out of range: 0"),
+        ({"STREAM_TEXT_FLUSH_MS": 120000}, "STREAM_TEXT_FLUSH_MS'] must be at most 60000"),
+        ({"STREAM_TEXT_FLUSH_BYTES": 100}, "STREAM_TEXT_FLUSH_BYTES'] must be 256-1048576"),
+        ({"STREAM_TEXT_FLUSH_BYTES": 4096.5}, "STREAM_TEXT_FLUSH_BYTES'] must be an integer"),
     ],
 )
 def test_bad_runqueue_values_get_a_clear_message(raw: dict, message: str) -> None:

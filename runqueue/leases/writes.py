@@ -60,6 +60,13 @@ def append_event(lease: Lease, type_: str, data: dict[str, JSON] | None = None) 
     return fenced(lease, "event", "fence_renew", renew_params(lease), write) is not None
 
 
+def publish_text(lease: Lease, pieces: Sequence[str]) -> bool:
+    """Send ``pieces`` (NOTIFY payloads) to the run's live streams if this
+    worker still owns the run; False once fenced. Writes no row: the
+    lease is checked under the run row's share lock in the same statement."""
+    return fenced(lease, "stream", "stream_text", {"pieces": list(pieces)}) is not None
+
+
 def _next_checkpoint_seq(run_id: uuid.UUID) -> int:
     last = Checkpoint.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
     return 0 if last is None else last + 1

@@ -189,6 +189,28 @@ UPDATE runqueue_run
    -- include: idle_limit --
 RETURNING id;
 
+-- name: stream_text --
+-- ctx.stream's live text: one NOTIFY on runqueue_text per piece, only while
+-- the lease holds, and only if a web process watches the run. Raw: a NOTIFY
+-- and a row lock in one statement. The run row is locked FOR SHARE, so a
+-- fence committing meanwhile (cancel, requeue, another claim: each an
+-- UPDATE of the row) either waits for this statement's commit, the deltas
+-- then delivered before its own NOTIFYs, or makes it match nothing: a fenced
+-- worker's text reaches no one. Zero rows: fenced. No row is written (the
+-- lock sets the row's xmax; docs/decisions.md, "Token streaming").
+WITH owned AS (
+    SELECT r.id
+      FROM runqueue_run r
+     WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+       AND r.status = 'running'
+       FOR SHARE
+), sent AS (
+    SELECT pg_notify('runqueue_text', u.piece)
+      FROM owned o, unnest(%(pieces)s::text[]) AS u(piece)
+     WHERE EXISTS (SELECT 1 FROM runqueue_stream_watch w WHERE w.run_id = o.id)
+)
+SELECT o.id, (SELECT count(*) FROM sent) AS sent FROM owned o;
+
 -- name: fence_renew_many --
 -- The heartbeat of every lease a worker holds, in one statement: each row
 -- keeps its own fence, and an id missing from the result was fenced.

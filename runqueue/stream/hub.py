@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 
 import psycopg
@@ -29,11 +29,18 @@ from psycopg import sql
 from runqueue import db
 from runqueue.conf import get_settings
 from runqueue.sql import execute
+from runqueue.stream import text
+
+#: A text delta as a stream gets it: (epoch, offset, text).
+Delta = tuple[int, int, str]
 
 logger = logging.getLogger("runqueue.stream")
 
 #: The channel the trigger sends on (fixed in the migration, as the tables are).
 CHANNEL = "runqueue_events"
+#: Deltas a stream keeps while its client is slow; older ones are dropped
+#: (the run.text events carry the same text, by offset).
+MAX_PENDING_DELTAS = 10000
 #: A watch row outlives its process by at most this long.
 WATCH_TTL_SECONDS = 300.0
 #: How often the listener refreshes this process's rows.
@@ -73,6 +80,7 @@ class Hub:
         # deleted by its last stream while a new stream of it registers.
         self._watch_lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
+        self._deltas: dict[threading.Event, deque[Delta]] = {}
         self.open_streams = 0
         self._held: Counter[str] = Counter()
         self.listening = threading.Event()
@@ -119,8 +127,9 @@ class Hub:
 
     # --- watching runs -----------------------------------------------------
 
-    def watch(self, run_id: uuid.UUID) -> threading.Event:
-        """Register a stream of ``run_id``: the event is set on each wake-up.
+    def watch(self, run_id: uuid.UUID, deltas: deque[Delta] | None = None) -> threading.Event:
+        """Register a stream of ``run_id``: the event is set on each wake-up,
+        and each text delta of the run (``ctx.stream``) is put in ``deltas``.
         Writes the watch row (on the caller's connection, autocommit)."""
         if self._start():
             self.listening.wait(5.0)  # the first stream; without it, the poll covers the gap
@@ -132,6 +141,8 @@ class Hub:
                 execute(cursor, "stream_watch", params)
             with self._lock:
                 self._waiters.setdefault(key, set()).add(wake)
+                if deltas is not None:
+                    self._deltas[wake] = deltas
         return wake
 
     def unwatch(self, run_id: uuid.UUID, wake: threading.Event) -> None:
@@ -140,6 +151,7 @@ class Hub:
             with self._lock:
                 waiters = self._waiters.get(key, set())
                 waiters.discard(wake)
+                self._deltas.pop(wake, None)
                 last = not waiters
                 if last:
                     self._waiters.pop(key, None)
@@ -161,6 +173,22 @@ class Hub:
         for wake in waiters:
             wake.set()
 
+    def deliver(self, payload: str) -> None:
+        """Hand a text delta (NOTIFY on ``runqueue_text``) to its run's streams."""
+        parsed = text.parse(payload)
+        if parsed is None:
+            logger.warning("Ignored a malformed text delta")
+            return
+        run_id, epoch, offset, piece = parsed
+        with self._lock:
+            waiters = list(self._waiters.get(run_id, ()))
+            for wake in waiters:
+                inbox = self._deltas.get(wake)
+                if inbox is not None:
+                    inbox.append((epoch, offset, piece))
+        for wake in waiters:
+            wake.set()
+
     # --- the listener ------------------------------------------------------
 
     def _start(self) -> bool:
@@ -177,6 +205,7 @@ class Hub:
     def _connect(self) -> psycopg.Connection:
         conn = db.connect(db.listen_alias())
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(text.CHANNEL)))
         return conn
 
     def close(self) -> None:
@@ -208,7 +237,10 @@ class Hub:
                 execute(conn.cursor(), "stream_watch_refresh", refresh)
                 refresh_at = time.monotonic() + REFRESH_SECONDS
             for note in conn.notifies(timeout=1.0):
-                self.wake(note.payload)
+                if note.channel == text.CHANNEL:
+                    self.deliver(note.payload)
+                else:
+                    self.wake(note.payload)
 
 
 _hub: Hub | None = None

@@ -5,6 +5,15 @@ client's ``Last-Event-ID`` resumes after it), ``event:`` its type, ``data:``
 the event as the events endpoint shows it. The stream ends after a terminal
 event (``run.succeeded``, ``run.failed``, ``run.cancelled``).
 
+Text a handler streams (``ctx.stream``) comes as ``run.text`` messages whose
+data is ``{"offset": ..., "text": ...}``: each live delta as it is sent
+(no ``id:``, so ``Last-Event-ID`` stays at the last stored event), and each
+stored chunk with its id. A client writes each text at its offset (in
+characters, i.e. code points) and starts a turn's text afresh at each
+``run.claimed``; whatever it saw twice, it ends with the text the handler
+streamed. A delta of an earlier lease than the stream has shown is dropped;
+one of a later lease waits until the stream has read that lease's claim.
+
 Resuming by id loses nothing because a run's event ids follow commit order:
 every transaction that appends an event to a run holds the run row's lock
 (its fence, claim, finish or transition UPDATE, or ``FOR UPDATE``) or
@@ -17,6 +26,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Generator
 
 from django.db import DatabaseError
@@ -24,7 +34,7 @@ from django.db import DatabaseError
 from runqueue import events
 from runqueue.conf import get_settings
 from runqueue.models import Run, RunEvent
-from runqueue.stream.hub import Hub, Place
+from runqueue.stream.hub import MAX_PENDING_DELTAS, Delta, Hub, Place
 
 TERMINAL_EVENTS = frozenset({events.SUCCEEDED, events.FAILED, events.CANCELLED})
 #: Events read per query while replaying.
@@ -37,10 +47,18 @@ logger = logging.getLogger("runqueue.stream")
 
 
 def frame(event: RunEvent) -> bytes:
-    """One SSE message; JSON escapes newlines, so ``data`` is one line."""
+    """One SSE message; JSON escapes newlines, so ``data`` is one line. A
+    ``run.text`` chunk's data is its offset and text, as a delta's is."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
-    data = json.dumps(events.event_body(event), separators=(",", ":"), ensure_ascii=False)
+    body = event.data if event.type == events.TEXT else events.event_body(event)
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return f"id: {event.id}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+
+def text_frame(offset: int, text: str) -> bytes:
+    """A live delta: a ``run.text`` message without an id."""
+    data = json.dumps({"offset": offset, "text": text}, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {events.TEXT}\ndata: {data}\n\n".encode()
 
 
 def has_events_after(run_id: uuid.UUID, after: int) -> bool:
@@ -60,6 +78,9 @@ class EventStream:
         # A run already finished is streamed up to now, then the stream ends
         # (nothing after its terminal event moves it, bar an operator).
         self.ends_when_replayed = run.is_terminal
+        #: The latest lease the stream has shown: its deltas are sent.
+        self.epoch = run.lease_epoch
+        self.deltas: deque[Delta] = deque(maxlen=MAX_PENDING_DELTAS)
         self._closed = False
         self._body = self._events()
 
@@ -104,15 +125,17 @@ class EventStream:
             return
         # Watch before the first read: an event committed after the read
         # wakes this stream.
-        wake = self.hub.watch(self.run_id)
+        wake = self.hub.watch(self.run_id, self.deltas)
         try:
             next_keepalive = started + conf.STREAM_KEEPALIVE_SECONDS
+            reread = False
             while True:
                 wake.clear()  # a wake-up during the read makes the wait return at once
                 batch = self._read()
                 for event in batch:
                     yield frame(event)
                     self.after = event.id
+                    self.epoch = max(self.epoch, event.lease_epoch)
                     if event.type in TERMINAL_EVENTS:
                         return
                 now = time.monotonic()
@@ -120,6 +143,19 @@ class EventStream:
                     next_keepalive = now + conf.STREAM_KEEPALIVE_SECONDS
                     if len(batch) == BATCH:
                         continue  # more to replay
+                sent, ahead = self._live_text()
+                if sent:
+                    yield sent
+                    next_keepalive = time.monotonic() + conf.STREAM_KEEPALIVE_SECONDS
+                if ahead:
+                    if batch or not reread:
+                        reread = True
+                        continue  # a later lease's delta: read its claim first
+                    # Its claim committed before it was sent, so a read since
+                    # would have shown it; should it not have, show the lease.
+                    self.epoch = self.deltas[0][0]
+                    continue
+                reread = False
                 if self.ends_when_replayed or now >= deadline:
                     return
                 timeout = min(next_keepalive, deadline) - now
@@ -131,3 +167,17 @@ class EventStream:
                         next_keepalive = time.monotonic() + conf.STREAM_KEEPALIVE_SECONDS
         finally:
             self.hub.unwatch(self.run_id, wake)
+
+    def _live_text(self) -> tuple[bytes, bool]:
+        """The deltas received of the lease shown, as messages, and whether
+        one of a later lease waits (it stays queued). Earlier leases' are
+        dropped: their text is no longer the run's."""
+        out: list[bytes] = []
+        while self.deltas:
+            epoch, offset, text = self.deltas[0]
+            if epoch > self.epoch:
+                return b"".join(out), True
+            self.deltas.popleft()
+            if epoch == self.epoch:
+                out.append(text_frame(offset, text))
+        return b"".join(out), False
