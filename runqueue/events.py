@@ -31,6 +31,9 @@ SUCCEEDED = "run.succeeded"
 FAILED = "run.failed"
 CANCELLED = "run.cancelled"
 OPERATOR_REQUEUED = "run.operator_requeued"
+#: A handler's model calls on a budget (ctx.reserve, ctx.settle).
+BUDGET_RESERVED = "budget.reserved"
+BUDGET_SETTLED = "budget.settled"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.utils import timezone
 
-from runqueue import aio, concurrency, housekeeping, leases, schedules
+from runqueue import aio, budgets, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.observability import observe
@@ -124,6 +124,7 @@ class Pool:
             # Every worker may fire a due tick; each fires once.
             Service("schedule-ticker", config.sweep_seconds, schedules.tick),
             Service("caps-refresh", config.sweep_seconds, concurrency.refresh),
+            Service("budgets-refresh", config.sweep_seconds, budgets.refresh),
             Service("worker-row", config.sweep_seconds, self._seen),
             Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
         )
@@ -154,6 +155,9 @@ class Pool:
             return
         if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
             concurrency.invalidate()
+            payload = ""
+        elif payload == budgets.NOTIFY_PAYLOAD:  # budgets changed, or one resumed
+            budgets.invalidate()
             payload = ""
         for group in self.groups:
             if not payload or payload in group.class_names:
