@@ -170,6 +170,10 @@ BEGIN
                    AND runqueue_priority_class(q.priority) = ANY(p_class_indexes)
                    AND (q.priority, q.created_at) >= (at_priority, at_created)
                    AND q.id <> ALL(tried)
+                   -- A budget stepped over is not read again in this call.
+                   AND (q.budget_key IS NULL
+                        OR NOT (q.budget_key = ANY(budgets_blocked)
+                                OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
                    -- Claimable: due, and its kind not paused (in all classes, or in its class).
                    -- Due: queued, its time come (on the database clock), attempts left.
                    AND q.status = 'queued'
@@ -221,6 +225,9 @@ BEGIN
                                            AND least(runqueue_priority_class_high(c.cls), p_max_priority)
                         AND (q.priority, q.created_at) >= (at_priority, at_created)
                         AND q.id <> ALL(tried)
+                        AND (q.budget_key IS NULL
+                             OR NOT (q.budget_key = ANY(budgets_blocked)
+                                     OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
                         -- A paused kind is not filtered here: the lock's
                         -- re-check below does it.
                         -- Due: queued, its time come (on the database clock), attempts left.
@@ -414,7 +421,8 @@ $$;
 -- share (stride scheduling); a tenant may reserve while no other tenant
 -- with queued runs on the key, seen asking within one bucket, has a lower
 -- pass. A tenant's pass never lags vtime (the least pass of the tenants
--- asking), so a tenant back from idle banks no credit.
+-- asking), so a tenant back from idle banks no credit. Every verdict but
+-- 'busy' and 'paused' records the tenant as asking (seen).
 CREATE OR REPLACE FUNCTION runqueue_budget_take(
     p_key text, p_tenant text, p_tokens bigint, p_wait boolean) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -429,6 +437,8 @@ DECLARE
     unit float8;
     v_seen jsonb;
     v_passes jsonb;
+    waiting text[];
+    other_tenant text;
     verdict text := 'taken';
 BEGIN
     IF p_wait THEN
@@ -448,13 +458,34 @@ BEGIN
     SELECT * INTO used FROM runqueue_budget_window(b, now());
     fresh := at_s - b.per_seconds / 10.0;
     v_seen := b.seen || jsonb_build_object(p_tenant, at_s);
+    -- The other tenants with queued runs on the key: a skip scan of
+    -- runqueue_run_budget_idx, one probe per tenant.
+    WITH RECURSIVE t(tenant) AS (
+        (SELECT q.tenant FROM runqueue_run q
+          WHERE q.budget_key = p_key AND q.status = 'queued' AND q.budget_key IS NOT NULL
+          ORDER BY q.tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.tenant FROM runqueue_run q
+                 WHERE q.budget_key = p_key AND q.status = 'queued'
+                   AND q.budget_key IS NOT NULL AND q.tenant > t.tenant
+                 ORDER BY q.tenant LIMIT 1)
+          FROM t WHERE t.tenant IS NOT NULL
+    )
+    SELECT coalesce(array_agg(t.tenant), '{}') INTO waiting
+      FROM t WHERE t.tenant IS NOT NULL AND t.tenant <> p_tenant;
+    -- One never seen asking counts from now: if no claim reaches its runs
+    -- within a bucket (its cap is full, its kind paused, its time not
+    -- come), it stops holding the others back.
+    FOREACH other_tenant IN ARRAY waiting LOOP
+        IF NOT v_seen ? other_tenant THEN
+            v_seen := v_seen || jsonb_build_object(other_tenant, at_s);
+        END IF;
+    END LOOP;
+    SELECT array_agg(u) INTO waiting
+      FROM unnest(waiting) AS u WHERE (v_seen ->> u)::float8 >= fresh;
     mine := greatest(coalesce((b.passes ->> p_tenant)::float8, b.vtime), b.vtime);
-    SELECT min(greatest(coalesce((b.passes ->> s.key)::float8, b.vtime), b.vtime)) INTO other
-      FROM jsonb_each_text(b.seen) AS s
-     WHERE s.key <> p_tenant AND s.value::float8 >= fresh
-       AND EXISTS (SELECT 1 FROM runqueue_run q
-                    WHERE q.budget_key = p_key AND q.tenant = s.key
-                      AND q.status = 'queued' AND q.budget_key IS NOT NULL);
+    SELECT min(greatest(coalesce((b.passes ->> u)::float8, b.vtime), b.vtime)) INTO other
+      FROM unnest(waiting) AS u;
     IF other IS NOT NULL AND mine > other THEN
         verdict := 'turn';
     ELSIF b.requests IS NOT NULL AND used.requests + 1 > b.requests THEN
@@ -472,11 +503,10 @@ BEGIN
                      ELSE p_tokens::float8 / greatest(b.tokens, 1) END;
         v_passes := v_passes || jsonb_build_object(p_tenant, mine + unit / share);
         -- vtime: the least pass of the tenants asking (never back).
-        SELECT greatest(b.vtime, min(greatest(coalesce((v_passes ->> s.key)::float8, b.vtime),
+        SELECT greatest(b.vtime, min(greatest(coalesce((v_passes ->> u)::float8, b.vtime),
                                              b.vtime)))
           INTO b.vtime
-          FROM jsonb_each_text(v_seen) AS s
-         WHERE s.value::float8 >= fresh;
+          FROM unnest(coalesce(waiting, '{}') || p_tenant) AS u;
     END IF;
     -- Forget tenants not seen for a window, and passes no ahead of vtime.
     SELECT coalesce(jsonb_object_agg(s.key, s.value), '{}') INTO v_seen
