@@ -52,7 +52,8 @@ def _claimer(index: int, stop: threading.Event, errors: list[BaseException]) -> 
                     continue
                 finishes.append((lease, Succeeded.of(None)))
             if finishes:
-                leases.finish_and_claim(finishes, leases.claim_spec("done", leases.ALL_CLASSES, limit=0))
+                nothing = leases.claim_spec("done", leases.ALL_CLASSES, limit=0)
+                leases.finish_and_claim(finishes, nothing)
             elif not claimed:
                 time.sleep(0.01)  # a claimer's poll, not synchronisation
     except BaseException as exc:  # noqa: BLE001 - reported to the test

@@ -36,7 +36,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import events, waiting
+from runqueue import budgets, events, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
