@@ -8,16 +8,15 @@ exceed its tokens, nor their number its requests."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
 from typing import Any
 
 import pytest
-from django.db import connection
 
 import runqueue
+from chaos.verify import budget_charges, budget_overruns
 from runqueue import budgets, leases, runtime
 from runqueue.models import Budget, Run, RunStatus
 from runqueue.outcomes import Succeeded
@@ -60,69 +59,10 @@ def _claimer(index: int, stop: threading.Event, errors: list[BaseException]) -> 
         errors.append(exc)
 
 
-def _charges() -> list[tuple[float, int]]:
-    """(when, tokens) of every reservation, from the event log alone: each
-    claim of a run with a budget and each budget.reserved, at what the call
-    used once settled (settles come in reservation order per run)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT e.run_id, e.type, extract(epoch FROM e.created_at), e.data
-              FROM runqueue_run_event e
-             WHERE e.type IN ('run.claimed', 'budget.reserved', 'budget.settled',
-                              'run.requeued', 'run.created')
-             ORDER BY e.id
-            """
-        )
-        rows = cursor.fetchall()
-    declared: dict[Any, int | None] = {}
-    open_: dict[Any, list[list[Any]]] = {}
-    charges: list[list[Any]] = []
-    for run_id, type_, at, text in rows:
-        data = json.loads(text) if isinstance(text, str) else text
-        if type_ == "run.created":
-            declared[run_id] = initial.get(run_id)
-        elif type_ == "run.requeued" and data.get("reason") == "budget":
-            declared[run_id] = data["budget"]["tokens"]
-        elif type_ == "run.claimed" and declared.get(run_id) is not None:
-            charge = [float(at), declared[run_id]]
-            charges.append(charge)
-            open_.setdefault(run_id, []).append(charge)
-        elif type_ == "budget.reserved":
-            charge = [float(at), data["tokens"]]
-            charges.append(charge)
-            open_.setdefault(run_id, []).append(charge)
-        elif type_ == "budget.settled":
-            charge = open_[run_id].pop(0)
-            assert charge[1] == data["reserved"]
-            charge[1] = data["used"]
-    return [(at, tokens) for at, tokens in charges]
-
-
-#: Each run's budget tokens as submitted (the log's run.created has none).
-initial: dict[Any, int | None] = {}
-
-
-def _worst_window(charges: list[tuple[float, int]]) -> tuple[int, int]:
-    """The most tokens and calls in any window of PER_SECONDS."""
-    charges.sort()
-    most_tokens = most_calls = 0
-    start = 0
-    total = 0
-    for end, (at, tokens) in enumerate(charges):
-        total += tokens
-        while charges[start][0] <= at - PER_SECONDS:
-            total -= charges[start][1]
-            start += 1
-        most_tokens = max(most_tokens, total)
-        most_calls = max(most_calls, end - start + 1)
-    return most_tokens, most_calls
-
-
 def test_racing_claimers_never_reserve_past_a_budget() -> None:
     Budget.objects.create(key=KEY, tokens=TOKENS, requests=REQUESTS, per_seconds=PER_SECONDS)
     rng = random.Random(7)
-    made = runqueue.submit_many(
+    runqueue.submit_many(
         [
             runqueue.SubmitRequest(
                 kind="k",
@@ -132,8 +72,6 @@ def test_racing_claimers_never_reserve_past_a_budget() -> None:
             for i in range(RUNS)
         ]
     )
-    initial.clear()
-    initial.update({s.run.id: s.run.budget_tokens for s in made})
     assert budgets.may_apply()
     stop, errors = threading.Event(), []
     threads = [
@@ -153,10 +91,9 @@ def test_racing_claimers_never_reserve_past_a_budget() -> None:
             thread.outcome(60)
     assert not errors, errors
     assert Run.objects.filter(status=RunStatus.SUCCEEDED).count() == RUNS
-    charges = _charges()
-    tokens, calls = _worst_window(charges)
-    assert tokens <= TOKENS, (tokens, TOKENS)
-    assert calls <= REQUESTS, (calls, REQUESTS)
+    overruns, worst = budget_overruns(lambda key: (TOKENS, REQUESTS, PER_SECONDS))
+    assert overruns == 0, worst
+    tokens, calls = worst[KEY]
     # The race was real: the budget was the bottleneck, its windows filled.
     assert calls >= REQUESTS * 0.6 or tokens >= TOKENS * 0.6, (tokens, calls)
-    assert len(charges) > RUNS * 0.75
+    assert len(budget_charges()[KEY]) > RUNS * 0.75

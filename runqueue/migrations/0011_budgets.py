@@ -135,6 +135,8 @@ DECLARE
     budgets_blocked text[] := '{}';
     verdict text;
     locked boolean;
+    cand_budget text;
+    cand_tokens integer;
     at_priority integer := -1;
     at_created timestamptz := '-infinity';
     by_key boolean := false;
@@ -319,32 +321,34 @@ BEGIN
             -- Lock the chosen run, re-checked on its latest version; one
             -- another claimer holds is stepped over.
             tried := tried || cand.id;
-            PERFORM 1
-               FROM runqueue_run q
-              WHERE q.id = cand.id
-                -- Claimable: due, and its kind not paused (in all classes, or in its class).
-                -- Due: queued, its time come (on the database clock), attempts left.
-                AND q.status = 'queued'
-                AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
-                AND q.attempts < q.max_attempts
-                AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
-                                 WHERE p.kind = q.kind
-                                   AND (p.priority_class IS NULL
-                                        OR p.priority_class
-                                           = runqueue_priority_class_low(
-                                                 runqueue_priority_class(q.priority))))
-                FOR NO KEY UPDATE SKIP LOCKED;
+            -- Its budget is read from the locked version too: a run given
+            -- back to wait for a budget since the candidates were read has
+            -- one now.
+            SELECT q.budget_key, q.budget_tokens INTO cand_budget, cand_tokens
+              FROM runqueue_run q
+             WHERE q.id = cand.id
+               -- Claimable: due, and its kind not paused (in all classes, or in its class).
+               -- Due: queued, its time come (on the database clock), attempts left.
+               AND q.status = 'queued'
+               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+               AND q.attempts < q.max_attempts
+               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                WHERE p.kind = q.kind
+                                  AND (p.priority_class IS NULL
+                                       OR p.priority_class
+                                          = runqueue_priority_class_low(
+                                                runqueue_priority_class(q.priority))))
+               FOR NO KEY UPDATE SKIP LOCKED;
             locked := FOUND;
-            IF locked AND cand.budget_key IS NOT NULL THEN
+            IF locked AND cand_budget IS NOT NULL THEN
                 -- A budgeted run is chosen only once its call is reserved
                 -- (docs/decisions.md, "Budgets"); else it stays queued (its
                 -- row lock ends with this statement) and the walk goes on.
-                verdict := runqueue_budget_take(
-                    cand.budget_key, cand.tenant, cand.budget_tokens, false);
+                verdict := runqueue_budget_take(cand_budget, cand.tenant, cand_tokens, false);
                 IF verdict IN ('busy', 'paused') THEN
-                    budgets_blocked := budgets_blocked || cand.budget_key;
+                    budgets_blocked := budgets_blocked || cand_budget;
                 ELSIF verdict NOT IN ('taken', 'unlimited') THEN
-                    budgets_blocked := budgets_blocked || (cand.budget_key || '|' || cand.tenant);
+                    budgets_blocked := budgets_blocked || (cand_budget || '|' || cand.tenant);
                 END IF;
                 IF verdict NOT IN ('taken', 'unlimited') THEN
                     skipped := skipped + 1;

@@ -429,7 +429,13 @@ WITH input AS (
     RETURNING *
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT c.id, 'run.created', c.lease_epoch, jsonb_build_object('priority', c.priority), now()
+    SELECT c.id, 'run.created', c.lease_epoch,
+           jsonb_build_object('priority', c.priority)
+           -- A declared budget, so the log alone replays what claims reserved.
+           || CASE WHEN c.budget_key IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('budget', jsonb_build_object(
+                            'key', c.budget_key, 'tokens', c.budget_tokens)) END,
+           now()
       FROM created c
 ), keyed AS (
     INSERT INTO runqueue_idempotency_key (tenant, principal, key, request_hash, run_id,
