@@ -5,6 +5,7 @@ the same turn as an ``async def`` handler with async tools."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from typing import Any
 
@@ -68,10 +69,20 @@ def _result(state: dict, statuses: list[str], answer: Any, text: list[str] | Non
     return out if text is None else out | {"text": "".join(text)}
 
 
+def _used(ctx: Any) -> int | None:
+    """The model call this turn's claim reserved, as a fake provider would
+    bill it: at most what was reserved (None: nothing reserved)."""
+    if not ctx.lease.reservations:
+        return None
+    return random.randint(0, ctx.lease.reservations[0].tokens)  # noqa: S311 - a fake bill
+
+
 @handler(KIND)
 def turn(ctx: RunContext) -> Any:
     ask, args, steps, stream = _arguments(KIND, ctx)
     text: list[str] | None = [] if stream else None
+    if (used := _used(ctx)) is not None and ctx.settle(tokens=used) is None:
+        return None  # fenced
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)
@@ -100,6 +111,8 @@ async def turn_async(ctx: Any) -> Any:
     """``turn`` as an async handler (``runqueue.runtime.AsyncRunContext``)."""
     ask, args, steps, stream = _arguments(KIND_ASYNC, ctx)
     text: list[str] | None = [] if stream else None
+    if (used := _used(ctx)) is not None and await ctx.settle(tokens=used) is None:
+        return None  # fenced
     state = ctx.state or {"step": 0}
     if ask and ctx.input is None:
         return ctx.ask_user({"question": "go on?"}, state)

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection
 import runqueue
 from chaos.handlers import KIND, KIND_ASYNC
 from chaos.verify import figures
-from runqueue.models import ConcurrencyLimit, PriorityClass, Run
+from runqueue.models import Budget, ConcurrencyLimit, PriorityClass, Run
 
 logger = logging.getLogger("chaos")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,14 @@ CAPS = {
     ("chaos-capped-b", PriorityClass.ASYNC): 2,
     ("chaos-capped-b", PriorityClass.MAINTENANCE): 1,
 }
+
+
+#: Every third chaos turn declares a model call on one budget of short
+#: windows (so a run crosses many): its handler settles each reservation to a
+#: random use at most what it reserved, and the event log is replayed for
+#: windows past the budget (``budget_overruns``, must be 0).
+BUDGET_KEY = "chaos:model"
+BUDGET = {"tokens": 4000, "requests": 12, "per_seconds": 2}
 
 
 def capped_key(i: int) -> str | None:
@@ -298,6 +306,7 @@ class ChaosRun:
                 priority=classes[i % 3],
                 idempotency_key=f"chaos-{i}",
                 concurrency_key=capped_key(i),
+                budget=(BUDGET_KEY, self.rng.randint(100, 800)) if i % 3 == 0 else None,
             ).run.id
 
         while len(self.submitted) < total:
@@ -319,6 +328,7 @@ class ChaosRun:
         started = time.monotonic()
         for (key, cls), cap in CAPS.items():
             ConcurrencyLimit.objects.create(key=key, priority_class=cls, max_running=cap)
+        Budget.objects.create(key=BUDGET_KEY, **BUDGET)
         self.submit_until(self.profile.runs // 10)
         self.supervise()
         faults = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -20,6 +21,7 @@ MUST_BE_ZERO = (
     "non_idempotent_effects_repeated",
     "cap_violations",
     "stream_mismatches",
+    "budget_overruns",
 )
 
 
@@ -121,6 +123,82 @@ def stream_mismatches(submitted: set[Any]) -> tuple[int, int]:
     return len(results), bad
 
 
+def budget_charges() -> dict[str, list[tuple[float, int]]]:
+    """Every call reserved on each budget, (when, tokens), from the event log
+    alone: a claim of a run whose declared call (run.created, or a requeue
+    waiting for a budget) it reserved, and each budget.reserved; at what the
+    call used once settled (budget.settled: a lease settles its oldest open
+    reservation of the key, and a new claim starts a new lease)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT run_id, type, extract(epoch FROM created_at), data FROM runqueue_run_event"
+            " WHERE type IN ('run.created', 'run.requeued', 'run.claimed', 'budget.reserved',"
+            " 'budget.settled') ORDER BY id"
+        )
+        rows = cursor.fetchall()
+    declared: dict[Any, dict[str, Any]] = {}
+    held: dict[Any, list[list[Any]]] = {}
+    charges: dict[str, list[list[Any]]] = {}
+
+    def charge(run_id: Any, key: str, at: float, tokens: int) -> None:
+        entry = [key, float(at), tokens]
+        charges.setdefault(key, []).append(entry)
+        held.setdefault(run_id, []).append(entry)
+
+    for run_id, type_, at, text in rows:
+        data = json.loads(text) if isinstance(text, str) else text
+        if type_ in ("run.created", "run.requeued") and "budget" in data:
+            declared[run_id] = data["budget"]
+        elif type_ == "run.claimed":
+            held[run_id] = []
+            if run_id in declared:
+                charge(run_id, declared[run_id]["key"], at, declared[run_id]["tokens"])
+        elif type_ == "budget.reserved":
+            charge(run_id, data["key"], at, data["tokens"])
+        elif type_ == "budget.settled":
+            entry = next(e for e in held[run_id] if e[0] == data["key"])
+            held[run_id].remove(entry)
+            entry[2] = data["used"]
+    return {
+        key: sorted((at, tokens) for _k, at, tokens in entries) for key, entries in charges.items()
+    }
+
+
+def budget_overruns(limits: Any) -> tuple[int, dict[str, tuple[int, int]]]:
+    """Calls reserved past a budget: replayed from the log (budget_charges),
+    a call counts when the window of ``per_seconds`` ending at it holds more
+    tokens or calls than the budget allows. ``limits(key)`` is (tokens,
+    requests, per_seconds) or None. Returns the count and, per key, the most
+    tokens and calls any window held."""
+    overruns, worst = 0, {}
+    for key, charges in budget_charges().items():
+        limit = limits(key)
+        if limit is None:
+            continue
+        tokens_limit, requests_limit, per_seconds = limit
+        start = total = most_tokens = most_calls = 0
+        for end, (at, tokens) in enumerate(charges):
+            total += tokens
+            while charges[start][0] <= at - per_seconds:
+                total -= charges[start][1]
+                start += 1
+            calls = end - start + 1
+            most_tokens, most_calls = max(most_tokens, total), max(most_calls, calls)
+            if (tokens_limit is not None and total > tokens_limit) or (
+                requests_limit is not None and calls > requests_limit
+            ):
+                overruns += 1
+        worst[key] = (most_tokens, most_calls)
+    return overruns, worst
+
+
+def _budget_limits(key: str) -> tuple[int | None, int | None, int] | None:
+    from runqueue.models import Budget
+
+    row = Budget.objects.filter(key=key).values_list("tokens", "requests", "per_seconds").first()
+    return None if row is None else row
+
+
 def figures(submitted: set[Any]) -> dict[str, Any]:
     runs = dict(Run.objects.values_list("id", "status"))
     terminal_events = Counter(
@@ -142,6 +220,7 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
 
     violations, peaks = cap_violations(concurrency.cap_for)
     streamed, mismatched = stream_mismatches(submitted)
+    overruns, worst_windows = budget_overruns(_budget_limits)
     return {
         "streamed_turns_checked": streamed,
         "stream_mismatches": mismatched,
@@ -161,6 +240,8 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
         "attempts_distribution": {str(k): v for k, v in sorted(attempts.items())},
         "cap_violations": violations,
         "peak_running_per_capped_key": peaks,
+        "budget_overruns": overruns,
+        "budget_worst_window_tokens_calls": worst_windows,
         "dead_lettered": statuses.get("failed", 0),
         "dead_lettered_by_cause": dict(
             Counter(

@@ -25,6 +25,7 @@ from runqueue.errors import (
 
 if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
+    from runqueue.budgets import pause_budget as pause_budget
     from runqueue.leases import cancel as cancel
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
@@ -43,6 +44,7 @@ _LAZY = {
     "SubmitRequest": "runqueue.submission",
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
+    "pause_budget": "runqueue.budgets",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",

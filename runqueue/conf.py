@@ -40,6 +40,7 @@ Defaults (every key optional)::
         "PREPARED_STATEMENTS": None,  # hot statements prepared (None: unless POOLER forbids)
         "POOLER": None,               # what "default" goes through: None, "session", "transaction"
         "POOLER_TRACKS_PREPARED": False,  # pooler carries prepared statements (PgBouncer 1.21+)
+        "BUDGETS": {},                # key -> {"requests", "tokens", "per_seconds", "shares"}
     }
 """
 
@@ -124,6 +125,10 @@ class Settings:
         default_factory=lambda: MappingProxyType({})
     )
 
+    #: Budgets declared in settings, by key: each key's Budget row is made
+    #: from its entry on first use (docs/decisions.md, "Budgets").
+    BUDGETS: Mapping[str, BudgetSpec] = field(default_factory=lambda: MappingProxyType({}))
+
     @property
     def prepares(self) -> bool:
         """The hot statements are prepared on the server (PREPARED_STATEMENTS
@@ -144,6 +149,65 @@ class Settings:
 
 #: What RUNQUEUE["POOLER"] may say.
 POOLERS = (None, "session", "transaction")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetSpec:
+    """A budget declared in ``RUNQUEUE["BUDGETS"]``: its Budget row's limits."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    per_seconds: int = 60
+    shares: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+_BUDGET_FIELDS = ("requests", "tokens", "per_seconds", "shares")
+
+
+def _budgets(value: object) -> Mapping[str, BudgetSpec]:
+    """``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs."""
+    from runqueue.limits import BUDGET_KEY_MAX_LENGTH
+    from runqueue.models import shares_problem
+
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE['BUDGETS'] must be a dict from budget key to its limits, got {value!r}"
+        )
+    specs = {}
+    for key, limits in value.items():
+        where = f"RUNQUEUE['BUDGETS'][{key!r}]"
+        if not isinstance(key, str) or not key or len(key) > BUDGET_KEY_MAX_LENGTH:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE['BUDGETS'] keys must be 1-{BUDGET_KEY_MAX_LENGTH} character "
+                f"strings, got {key!r}"
+            )
+        if not isinstance(limits, dict) or set(limits) - set(_BUDGET_FIELDS):
+            raise ImproperlyConfigured(
+                f"{where} must be a dict of {', '.join(_BUDGET_FIELDS)}, got {limits!r}"
+            )
+        for name in ("requests", "tokens", "per_seconds"):
+            number = limits.get(name)
+            if number is None and name != "per_seconds":
+                continue
+            if name == "per_seconds" and name not in limits:
+                continue
+            if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+                raise ImproperlyConfigured(
+                    f"{where}[{name!r}] must be an integer >= 1, got {number!r}"
+                )
+        if limits.get("requests") is None and limits.get("tokens") is None:
+            raise ImproperlyConfigured(f"{where} must limit requests, tokens or both")
+        shares = limits.get("shares", {})
+        if (problem := shares_problem(shares)) is not None:
+            raise ImproperlyConfigured(f"{where}['shares'] {problem}")
+        specs[key] = BudgetSpec(
+            requests=limits.get("requests"),
+            tokens=limits.get("tokens"),
+            per_seconds=limits.get("per_seconds", 60),
+            shares=MappingProxyType(dict(shares)),
+        )
+    return MappingProxyType(specs)
+
 
 #: The largest page the events endpoint serves, whatever a client asks for.
 MAX_EVENTS_PAGE_SIZE = 1000
@@ -287,6 +351,8 @@ def parse(raw: object) -> Settings:
             values[name] = _class_name(name, value)
         elif name == "CONCURRENCY":
             values[name] = _concurrency(value)
+        elif name == "BUDGETS":
+            values[name] = _budgets(value)
         elif name == "NOTIFY_CHANNEL":
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(

@@ -34,6 +34,9 @@ OPERATOR_REQUEUED = "run.operator_requeued"
 #: A durable chunk of the text a turn streamed (``ctx.stream``); data:
 #: {"offset": characters of the turn's text before it, "text": ...}.
 TEXT = "run.text"
+#: A handler's model calls on a budget (ctx.reserve, ctx.settle).
+BUDGET_RESERVED = "budget.reserved"
+BUDGET_SETTLED = "budget.settled"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

@@ -10,3 +10,7 @@ KIND_MAX_LENGTH = 255
 TENANT_MAX_LENGTH = 255
 #: The longest reason or actor an operation records (cancel, requeue).
 REASON_MAX_LENGTH = 1000
+#: The longest budget key (``Budget.key``, ``Run.budget_key``).
+BUDGET_KEY_MAX_LENGTH = 255
+#: The most tokens one call may reserve (``Run.budget_tokens``: an integer).
+BUDGET_TOKENS_MAX = 2**31 - 1

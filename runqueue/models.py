@@ -27,7 +27,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
+from runqueue.limits import BUDGET_KEY_MAX_LENGTH, KIND_MAX_LENGTH, TENANT_MAX_LENGTH
 
 
 class RunStatus(models.TextChoices):
@@ -216,6 +216,18 @@ class Run(models.Model):
     #: The W3C traceparent of the request or span that submitted the run
     #: ("" without one): the worker's span links to it (runqueue.observability.tracing).
     traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
+    #: The budget (``Budget.key``) of the run's next model call and the
+    #: tokens it declares: the claim takes the run only once one request and
+    #: these tokens are reserved on it (docs/decisions.md, "Budgets"). NULL:
+    #: no budget, the plain claim takes it.
+    budget_key = models.CharField(  # noqa: DJ001 - NULL: no budget, never ""
+        max_length=BUDGET_KEY_MAX_LENGTH, null=True, blank=True
+    )
+    budget_tokens = models.IntegerField(null=True, blank=True)
+    #: Tokens reserved (claims and ``ctx.reserve``) and used (``ctx.settle``)
+    #: over the run's life.
+    budget_reserved = models.BigIntegerField(default=0, db_default=0)
+    budget_used = models.BigIntegerField(default=0, db_default=0)
 
     objects = RunManager()
 
@@ -255,6 +267,11 @@ class Run(models.Model):
                 name="runqueue_run_terminal_has_finished_at",
             ),
             models.CheckConstraint(condition=~Q(kind=""), name="runqueue_run_kind_not_empty"),
+            models.CheckConstraint(
+                condition=Q(budget_key__isnull=True)
+                | Q(budget_tokens__isnull=False, budget_tokens__gte=0),
+                name="runqueue_run_budget_declared",
+            ),
         ]
         indexes = [
             # The claim's index: queued runs only, in claim order. A claimed
@@ -289,6 +306,14 @@ class Run(models.Model):
                     status__in=[RunStatus.QUEUED, RunStatus.RUNNING], concurrency_key__isnull=False
                 ),
                 name="runqueue_run_key_idx",
+            ),
+            # Queued runs with a budget, per budget and tenant: whether a
+            # tenant still waits on a budget (its fair share,
+            # runqueue_budget_take) and the dashboard's runs waiting on one.
+            models.Index(
+                fields=["budget_key", "tenant"],
+                condition=Q(status=RunStatus.QUEUED, budget_key__isnull=False),
+                name="runqueue_run_budget_idx",
             ),
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             # The console's search (a session id or a principal alone), on
@@ -539,6 +564,79 @@ class ConcurrencyLimit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} / {self.get_priority_class_display()}: {self.max_running}"
+
+
+class Budget(models.Model):
+    """A model provider's rate limit on one key (docs/decisions.md,
+    "Budgets"): requests and/or tokens allowed per ``per_seconds``, shared
+    by every run that declares the key, with optional per-tenant shares.
+
+    Its use is kept in the same row, in columns the model does not declare
+    (migration 0011: a ring of eleven buckets of a tenth of the window each,
+    ``ring_*``, and the tenants' passes ``passes``, ``seen``, ``vtime``),
+    written only by the database functions ``runqueue_budget_take`` and
+    ``runqueue_budget_settle``: a save here never overwrites the window the
+    claims are racing on.
+    """
+
+    key = models.CharField(
+        max_length=BUDGET_KEY_MAX_LENGTH,
+        unique=True,
+        help_text="What runs declare, e.g. openai:gpt-5 or tenant-7:openai.",
+    )
+    requests = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Calls allowed per window (empty: no limit)."
+    )
+    tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens allowed per window (empty: no limit)."
+    )
+    per_seconds = models.PositiveIntegerField(default=60, help_text="The window, in seconds.")
+    shares = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per-tenant shares when tenants contend, e.g. {"acme": 2}; '
+        "a tenant not listed has 1.",
+    )
+    paused_until = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="No call is reserved before this."
+    )
+    note = models.CharField(max_length=255, blank=True, default="", help_text="Why this budget.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "runqueue_budget"
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(key=""), name="runqueue_budget_key_not_empty"),
+            models.CheckConstraint(
+                condition=Q(per_seconds__gte=1), name="runqueue_budget_per_seconds_gte_1"
+            ),
+        ]
+        permissions = [("pause_budget", "Can pause and resume a budget")]
+
+    def __str__(self) -> str:
+        return self.key
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        problem = shares_problem(self.shares)
+        if problem is not None:
+            raise ValidationError({"shares": problem})
+        if self.requests is None and self.tokens is None:
+            raise ValidationError("A budget limits requests, tokens or both.")
+
+
+def shares_problem(shares: object) -> str | None:
+    """Why ``shares`` is not {tenant: positive number}, or None."""
+    if not isinstance(shares, dict):
+        return f"must be an object of tenant: share, got {type(shares).__name__}"
+    for tenant, share in shares.items():
+        if not isinstance(tenant, str) or not tenant:
+            return f"tenants must be non-empty strings, got {tenant!r}"
+        if isinstance(share, bool) or not isinstance(share, int | float) or not share > 0:
+            return f"the share of {tenant!r} must be a positive number, got {share!r}"
+    return None
 
 
 class ApiToken(models.Model):

@@ -80,7 +80,21 @@ class Released:
     name: ClassVar[str] = "released"
 
 
-Outcome = Succeeded | Failed | GaveUp | Waiting | Released
+@dataclass(frozen=True, slots=True)
+class BudgetWait:
+    """The handler waits for a budget (``ctx.wait_for_budget``): the run is
+    queued again at once, its attempt handed back, its next call declared
+    (key, tokens), so the claim reserves that call before the handler
+    resumes (from ``state``, saved as a checkpoint)."""
+
+    key: str
+    tokens: int
+    state: JSON
+    tool_seq: int
+    name: ClassVar[str] = "budget_wait"
+
+
+Outcome = Succeeded | Failed | GaveUp | Waiting | Released | BudgetWait
 
 
 class Reported(StrEnum):
@@ -100,6 +114,8 @@ class Reported(StrEnum):
     ERROR = "error"
     #: Claimed ahead and never started: queued again at once.
     GIVEN_BACK = "given_back"
+    #: Queued again until its next model call fits its budget.
+    BUDGET_WAIT = "budget_wait"
 
 
 #: Outcomes written together with the next claim (one statement).

@@ -30,7 +30,7 @@ from functools import cache
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, leases, registry
+from runqueue import aio, budgets, leases, registry
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -45,6 +45,7 @@ from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
 from runqueue.observability import observe
 from runqueue.outcomes import (
+    BudgetWait,
     Failed,
     GaveUp,
     Outcome,
@@ -56,6 +57,7 @@ from runqueue.outcomes import (
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
 from runqueue.types import JSON
+from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -147,6 +149,34 @@ class RunContext:
         """Return this from the handler to wait for the user's answer."""
         self.check()
         return AskUser(question=question, state=self.state if state is None else state)
+
+    def reserve(self, key: str, tokens: int) -> bool:
+        """Reserve one request and ``tokens`` on budget ``key`` for a further
+        model call: True when it fits now (settle it after the call); when
+        it does not, return ``ctx.wait_for_budget(key, tokens)``."""
+        self.check()
+        key, tokens = budgets.declared("reserve", key, tokens)
+        return leases.reserve(self.lease, key, tokens)
+
+    def settle(self, *, tokens: int, key: str | None = None) -> int | None:
+        """Correct the oldest unsettled reservation (the claim's, or a
+        ``reserve``'s; of ``key`` if given) to the tokens the call used: the
+        difference is refunded or charged. Returns it; None once fenced."""
+        self.check()
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"settle: tokens must be an integer >= 0, got {tokens!r}")
+        return leases.settle(self.lease, tokens, key)
+
+    def wait_for_budget(self, key: str, tokens: int, state: JSON = None) -> BudgetWait:
+        """Return this from the handler when ``reserve`` said no: the run
+        gives its slot back (no attempt used) and is claimed again once one
+        request and ``tokens`` are reserved on ``key``; the handler then
+        resumes from ``state`` (``ctx.state``) holding that reservation."""
+        self.check()
+        key, tokens = budgets.declared("wait_for_budget", key, tokens)
+        state = self.state if state is None else state
+        json_text(state, "checkpoint state")
+        return BudgetWait(key, tokens, state, self._seq)
 
     def idempotency_key(self, seq: int) -> str:
         """A key for tool call ``seq`` that stays the same on every attempt."""
@@ -310,6 +340,18 @@ class AsyncRunContext:
 
     def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
         return self.sync.ask_user(question, state)
+
+    async def reserve(self, key: str, tokens: int) -> bool:
+        self.check()
+        return await aio.db(self.sync.reserve, key, tokens)
+
+    async def settle(self, *, tokens: int, key: str | None = None) -> int | None:
+        self.check()
+        return await aio.db(lambda: self.sync.settle(tokens=tokens, key=key))
+
+    async def wait_for_budget(self, key: str, tokens: int, state: JSON = None) -> BudgetWait:
+        self.check()
+        return await aio.db(self.sync.wait_for_budget, key, tokens, state)
 
     def idempotency_key(self, seq: int) -> str:
         return self.sync.idempotency_key(seq)
@@ -481,8 +523,12 @@ def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = N
     return GaveUp(exc)
 
 
-def _returned(lease: leases.Lease, ctx: RunContext, result: JSON | AskUser) -> Outcome:
+def _returned(
+    lease: leases.Lease, ctx: RunContext, result: JSON | AskUser | BudgetWait
+) -> Outcome:
     """How an attempt whose handler returned ``result`` ended."""
+    if isinstance(result, BudgetWait):
+        return result
     try:
         if isinstance(result, AskUser):
             return Waiting.of(result.question, result.state, ctx._seq)

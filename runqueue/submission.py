@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import events
+from runqueue import budgets, events
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
@@ -85,6 +85,7 @@ class SubmitRequest:
     scheduled_for: dt.datetime | None = None
     max_attempts: int | None = None
     concurrency_key: str | None = None
+    budget: tuple[str, int] | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -105,6 +106,8 @@ def _hash(request: CheckedSubmission) -> str:
     if request.concurrency_key != request.tenant:
         # Only when it is not the default, so keys stored before it existed still match.
         canonical["concurrency_key"] = request.concurrency_key
+    if request.budget is not None:
+        canonical["budget"] = list(request.budget)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -121,11 +124,15 @@ def submit(
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
     concurrency_key: str | None = None,
+    budget: tuple[str, int] | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
     ``concurrency_key`` (default: the tenant) names the runs that share a
-    concurrency cap per class (``runqueue.concurrency``).
+    concurrency cap per class (``runqueue.concurrency``). ``budget`` (key,
+    tokens) declares the run's first model call: it is claimed only once
+    one request and ``tokens`` are reserved on that budget
+    (``runqueue.budgets``; ignored by an input delivery).
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
@@ -145,6 +152,7 @@ def submit_in_transaction(
     scheduled_for: dt.datetime | None = None,
     max_attempts: int | None = None,
     concurrency_key: str | None = None,
+    budget: tuple[str, int] | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -370,10 +378,13 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
 
 
 def _checked(result: tuple[CheckedSubmission | None, list[Problem]]) -> CheckedSubmission:
-    """The submission, or its first problem raised (nothing is written)."""
+    """The submission, or its first problem raised (nothing is written); a
+    declared budget must exist and its call fit a whole window."""
     checked, problems = result
     if checked is None:
         raise problems[0].error()
+    if checked.budget is not None and (detail := budgets.problem(*checked.budget)):
+        raise InvalidSubmission("budget", detail)
     return checked
 
 
@@ -419,6 +430,8 @@ def _insert_runs(requests: Sequence[CheckedSubmission], hashes: Sequence[str]) -
         "keys": [r.idempotency_key for r in requests],
         "hashes": [h or None for h in hashes],
         "concurrency_keys": [r.concurrency_key for r in requests],
+        "budget_keys": [r.budget[0] if r.budget else None for r in requests],
+        "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -452,6 +465,8 @@ def _inserted(
         "scheduled_for": request.scheduled_for,
         "traceparent": tp,
         "concurrency_key": request.concurrency_key,
+        "budget_key": request.budget[0] if request.budget else None,
+        "budget_tokens": request.budget[1] if request.budget else None,
         "created_at": created_at,
     }
     # Every other column as the model's default makes it (status queued,

@@ -20,6 +20,7 @@ from django.db import models
 from runqueue import registry
 from runqueue.conf import Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
+from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
 from runqueue.validation import as_utc, json_problem, text_problem
@@ -90,6 +91,8 @@ class CheckedSubmission:
     max_attempts: int
     idempotency_key: str | None
     concurrency_key: str
+    #: The run's first model call: (budget key, tokens), or None.
+    budget: tuple[str, int] | None = None
     #: ``payload`` as the JSON text the run stores (made once, here).
     payload_text: str = ""
 
@@ -106,6 +109,7 @@ def check_submission(
     scheduled_for: object = None,
     max_attempts: object = None,
     concurrency_key: object = None,
+    budget: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -161,6 +165,8 @@ def check_submission(
     payload = {} if payload is None else payload
     payload_text, detail = _payload(payload, conf.MAX_PAYLOAD_BYTES)
     report("payload", detail)
+    budget_value, detail = _budget(budget, from_json=from_json)
+    report("budget", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -174,6 +180,7 @@ def check_submission(
         max_attempts=attempts_value,
         idempotency_key=key_text,
         concurrency_key=concurrency_text,
+        budget=budget_value,
         payload_text=payload_text,
     ), problems
 
@@ -278,3 +285,29 @@ def _type_name(value: object, *, from_json: bool) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+def _budget(value: object, *, from_json: bool) -> tuple[tuple[str, int] | None, str | None]:
+    """A budget declaration's shape: (key, tokens), or from JSON an object
+    {"key": ..., "tokens": ...}. Whether the budget exists is submit's to
+    check (runqueue.budgets.declared): it reads the database."""
+    if value is None:
+        return None, None
+    if from_json and isinstance(value, dict):
+        if set(value) != {"key", "tokens"}:
+            return None, 'must be an object with exactly "key" and "tokens"'
+        key, tokens = value["key"], value["tokens"]
+    elif not from_json and isinstance(value, tuple | list) and len(value) == 2:
+        key, tokens = value
+    else:
+        expected = 'an object {"key": ..., "tokens": ...}' if from_json else "(key, tokens)"
+        return None, f"must be {expected}, got {_type_name(value, from_json=from_json)}"
+    if not isinstance(key, str) or not key or len(key) > BUDGET_KEY_MAX_LENGTH:
+        return None, f"key must be a 1-{BUDGET_KEY_MAX_LENGTH} character string"
+    if (problem := text_problem(key)) is not None:
+        return None, f"key {problem}"
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens:
+        return None, "tokens must be an integer >= 0"
+    if tokens > BUDGET_TOKENS_MAX:
+        return None, f"tokens must be at most {BUDGET_TOKENS_MAX}"
+    return (key, tokens), None

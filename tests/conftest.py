@@ -45,11 +45,13 @@ def _api_kinds(settings) -> None:
 def _fresh_limits_cache() -> Iterator[None]:
     """Each test reads whether concurrency limits exist afresh: flushing the
     database between tests deletes them without a signal."""
-    from runqueue import concurrency
+    from runqueue import budgets, concurrency
 
     concurrency.invalidate()
+    budgets.invalidate()
     yield
     concurrency.invalidate()
+    budgets.invalidate()
 
 
 @pytest.fixture

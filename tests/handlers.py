@@ -176,6 +176,7 @@ def host_time(ctx: RunContext) -> dict:
     ctx.invoke_tool("noop", lambda: None, idempotency=Idempotency.IDEMPOTENT)
     return {"host_time": time.time()}
 
+
 def token_deltas(seed: int, count: int) -> list[str]:
     """``count`` deltas like a model's: words, accents, emoji, a newline now
     and then, and one delta past a NOTIFY payload's 8000 bytes."""

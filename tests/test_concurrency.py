@@ -425,6 +425,12 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             # And it fences on a later migration's column (0010): added for
             # the plan, dropped again before migrating forward.
             cursor.execute("ALTER TABLE runqueue_run ADD COLUMN lease_token uuid")
+            # And on the budget columns of 0011, the same way.
+            cursor.execute(
+                "ALTER TABLE runqueue_run ADD COLUMN budget_key varchar(255),"
+                " ADD COLUMN budget_tokens integer,"
+                " ADD COLUMN budget_reserved bigint NOT NULL DEFAULT 0"
+            )
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -437,6 +443,10 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS lease_token")
+            cursor.execute(
+                "ALTER TABLE runqueue_run DROP COLUMN IF EXISTS budget_key,"
+                " DROP COLUMN IF EXISTS budget_tokens, DROP COLUMN IF EXISTS budget_reserved"
+            )
         call_command("migrate", "runqueue", verbosity=0)
     after = _plain_plans()
     assert Run.objects.filter(concurrency_key="t3").count() > 0  # backfilled from the tenant

@@ -24,6 +24,7 @@ def test_the_pool_declares_its_services_by_name() -> None:
         ("sweeper", 7),
         ("schedule-ticker", 7),
         ("caps-refresh", 7),
+        ("budgets-refresh", 7),
         ("worker-row", 7),
         ("housekeeping", 90),
     ]

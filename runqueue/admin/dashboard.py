@@ -36,7 +36,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import events, waiting
+from runqueue import budgets, events, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
@@ -248,6 +248,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
         "workers": live_workers(),
         "causes": waiting.causes(),
+        "budgets": budgets.windows(),
         "holders": waiting.slot_holders(),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,

@@ -130,6 +130,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "status_display",
         "class_display",
         "attempts_display",
+        "budget_display",
         "failure_display",
         "tools_display",
         "timeline_display",
@@ -161,6 +162,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
                 ]
             },
         ),
+        ("Budget", {"fields": ["budget_display"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
         ("Event timeline", {"fields": ["timeline_display"]}),
@@ -282,6 +284,16 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     @admin.display(description="attempts")
     def attempts_display(self, run: Run) -> str:
         return f"{run.attempts}/{run.max_attempts}"
+
+    @admin.display(description="model calls")
+    def budget_display(self, run: Run) -> str:
+        """What the run reserved and used on budgets, and its next call's."""
+        if run.budget_key is None and not run.budget_reserved and not run.budget_used:
+            return "no budget"
+        done = f"reserved {run.budget_reserved:,} tokens, used {run.budget_used:,}"
+        if run.budget_key is None:
+            return done
+        return f"{done}; each claim reserves {run.budget_tokens:,} tokens on {run.budget_key}"
 
     @admin.display(description="age", ordering="created_at")
     def age_display(self, run: Run) -> str:

@@ -13,6 +13,7 @@ from runqueue import registry
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
+from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
@@ -94,6 +95,23 @@ def _schemas() -> dict[str, JSON]:
                     **nullable_time,
                     "description": "an RFC 3339 time with an offset, between 0001-01-01 and "
                     "9999-12-31 once in UTC",
+                },
+                "budget": {
+                    "type": ["object", "null"],
+                    "additionalProperties": False,
+                    "required": ["key", "tokens"],
+                    "properties": {
+                        "key": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": BUDGET_KEY_MAX_LENGTH,
+                            "pattern": _NO_NUL,
+                        },
+                        "tokens": {"type": "integer", "minimum": 0, "maximum": BUDGET_TOKENS_MAX},
+                    },
+                    "description": "the run's first model call: it is claimed only once one "
+                    "request and these tokens are reserved on this budget (an existing "
+                    "budget; at most its tokens per window)",
                 },
             },
         },

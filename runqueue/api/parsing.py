@@ -32,7 +32,7 @@ from runqueue.validation import text_problem
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
-SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for"})
+SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for", "budget"})
 MAX_REASON = REASON_MAX_LENGTH
 #: The longest integer a body may hold (Python's own bound on converting one).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
@@ -46,6 +46,14 @@ class SubmitBody(TypedDict):
     session_id: NotRequired[str | None]
     priority: NotRequired[int | str]
     scheduled_for: NotRequired[str | None]
+    budget: NotRequired[BudgetBody | None]
+
+
+class BudgetBody(TypedDict):
+    """The run's first model call: a budget's key and the tokens it reserves."""
+
+    key: str
+    tokens: int
 
 
 class SubmitArgs(TypedDict):
@@ -56,6 +64,7 @@ class SubmitArgs(TypedDict):
     session_id: str | None
     priority: int
     scheduled_for: dt.datetime | None
+    budget: tuple[str, int] | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -203,6 +212,7 @@ def submit_args(body: object) -> SubmitArgs:
         session_id=body.get("session_id"),
         priority=body.get("priority", int(PriorityClass.INTERACTIVE)),
         scheduled_for=body.get("scheduled_for"),
+        budget=body.get("budget"),
         from_json=True,
         registered_only=False,
     )
@@ -223,6 +233,7 @@ def submit_args(body: object) -> SubmitArgs:
         "session_id": checked.session_id,
         "priority": checked.priority,
         "scheduled_for": checked.scheduled_for,
+        "budget": checked.budget,
     }
 
 

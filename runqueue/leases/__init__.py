@@ -31,6 +31,7 @@ from runqueue.leases.claim import (
     claim_spec,
     finish_and_claim,
 )
+from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
     requeue,
@@ -48,6 +49,7 @@ from runqueue.leases.writes import (
     record_tool_outcome,
     record_tool_started,
     release,
+    wait_for_budget,
     wait_for_user,
     write,
 )
@@ -81,8 +83,11 @@ __all__ = [
     "record_tool_started",
     "release",
     "requeue",
+    "reserve",
     "resolve_uncertain",
+    "settle",
     "sweep",
+    "wait_for_budget",
     "wait_for_user",
     "write",
 ]

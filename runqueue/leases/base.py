@@ -3,6 +3,7 @@ rest of runqueue.leases shares."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import threading
@@ -89,6 +90,16 @@ class Observers:
 observers = Observers()
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A model call reserved on a budget and not settled yet: ``at`` is when
+    (the database clock), so a refund goes back to the bucket it came from."""
+
+    key: str
+    tokens: int
+    at: dt.datetime
+
+
 @dataclass(eq=False)
 class Lease:
     """A worker's hold on one run at one epoch; shared by its threads."""
@@ -119,6 +130,17 @@ class Lease:
     # One worker transaction at a time per lease (handler and heartbeat
     # threads share it), so a heartbeat never races its own finish.
     write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Calls reserved on budgets and not settled, oldest first: the claim's
+    #: (a run with a budget is claimed only once its call is reserved) and
+    #: each ``ctx.reserve`` that fitted.
+    reservations: list[Reservation] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        run = self.run
+        if run.budget_key is not None and run.heartbeat_at is not None:
+            # The claim wrote heartbeat_at = now(), the instant it reserved.
+            at = run.heartbeat_at
+            self.reservations.append(Reservation(run.budget_key, run.budget_tokens or 0, at))
 
     @property
     def run_id(self) -> uuid.UUID:

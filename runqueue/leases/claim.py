@@ -21,7 +21,7 @@ from functools import cache
 
 from django.db import DatabaseError, connection, transaction
 
-from runqueue import concurrency
+from runqueue import budgets, concurrency
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
@@ -170,7 +170,9 @@ def _statement(
 ) -> tuple[set[uuid.UUID], list[Lease]]:
     """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
     name, params = "finish_and_claim", statement_params(finishes, spec)
-    if spec.limit and concurrency.caps_may_apply(spec.classes):
+    # The walk when a cap or a budget may apply; the plain claim never takes
+    # a run with a budget, so a stale "no budgets" only leaves it queued.
+    if spec.limit and (concurrency.caps_may_apply(spec.classes) or budgets.may_apply()):
         name, params = "finish_and_claim_capped", params | concurrency.claim_params()
     with prepared(name, params) as cursor:
         rows = cursor.fetchall()

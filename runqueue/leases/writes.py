@@ -30,6 +30,7 @@ from runqueue.models import (
     ToolStatus,
 )
 from runqueue.outcomes import (
+    BudgetWait,
     Failed,
     Finish,
     GaveUp,
@@ -72,7 +73,7 @@ def _next_checkpoint_seq(run_id: uuid.UUID) -> int:
     return 0 if last is None else last + 1
 
 
-def _save_checkpoint(lease: Lease, state: JSON, tool_seq: int) -> None:
+def save_checkpoint(lease: Lease, state: JSON, tool_seq: int) -> None:
     seq = _next_checkpoint_seq(lease.run_id)
     Checkpoint.objects.create(
         run_id=lease.run_id, seq=seq, state=state, tool_seq=tool_seq, lease_epoch=lease.epoch
@@ -93,7 +94,7 @@ def checkpoint(lease: Lease, state: JSON, *, tool_seq: int = 0) -> bool:
             "checkpoint",
             "fence_renew",
             renew_params(lease),
-            lambda _row: _save_checkpoint(lease, state, tool_seq),
+            lambda _row: save_checkpoint(lease, state, tool_seq),
         )
         is not None
     )
@@ -202,6 +203,8 @@ def write(lease: Lease, outcome: Outcome) -> bool:
             return wait_for_user(lease, question, state, tool_seq=tool_seq)
         case Released(reason=reason):
             return release(lease, reason)
+        case BudgetWait():
+            return wait_for_budget(lease, outcome)
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
@@ -212,6 +215,8 @@ def label(lease: Lease, outcome: Outcome, written: bool) -> Reported:
         return Reported.FENCED
     if isinstance(outcome, Released):
         return Reported.GIVEN_BACK
+    if isinstance(outcome, BudgetWait):
+        return Reported.BUDGET_WAIT
     if isinstance(outcome, GaveUp):
         # attempts has not moved since the claim: the same test the SQL makes.
         return Reported.FAILED if lease.attempt >= lease.run.max_attempts else Reported.REQUEUED
@@ -289,7 +294,7 @@ def wait_for_user(lease: Lease, question: JSON, state: JSON = None, *, tool_seq:
 
     def write(_row: tuple) -> None:
         if state is not None:
-            _save_checkpoint(lease, state, tool_seq)
+            save_checkpoint(lease, state, tool_seq)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
     return fenced(lease, "wait_for_user", "fence_wait", None, write, closes=True) is not None
@@ -306,3 +311,30 @@ def release(lease: Lease, reason: str) -> bool:
         notify(lease.run.priority)
 
     return fenced(lease, "release", "fence_release", None, write, closes=True) is not None
+
+
+def wait_for_budget(lease: Lease, outcome: BudgetWait) -> bool:
+    """Give the run back until its next model call fits its budget: queued
+    at once, the attempt handed back, the epoch bumped, the call (key,
+    tokens) declared for the claim to reserve; the state saved as a
+    checkpoint, from which the handler resumes holding the reservation."""
+
+    def write(row: tuple) -> None:
+        if outcome.state is not None:
+            save_checkpoint(lease, outcome.state, outcome.tool_seq)
+        events.append(
+            lease.run_id,
+            events.REQUEUED,
+            row[1],
+            {
+                "reason": "budget",
+                "attempt": lease.attempt,
+                "budget": {"key": outcome.key, "tokens": outcome.tokens},
+            },
+        )
+        notify(lease.run.priority)
+
+    params = {"budget_key": outcome.key, "budget_tokens": outcome.tokens}
+    return (
+        fenced(lease, "budget.wait", "fence_budget_wait", params, write, closes=True) is not None
+    )

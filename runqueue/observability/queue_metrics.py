@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runqueue import waiting
+from runqueue import budgets, waiting
 from runqueue.conf import get_settings
 from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
 from runqueue.sql import execute
@@ -154,6 +154,37 @@ class QueueCollector(Collector):
             value=figures.live_workers,
         )
         yield from why_waiting()
+        yield from budget_gauges()
+
+
+def budget_gauges() -> Iterator[Metric]:
+    """Each budget's window now (runqueue.budgets): one bounded read."""
+    families = {
+        name: GaugeMetricFamily(f"runqueue_budget_{name}", text, labels=["key"])
+        for name, text in (
+            ("tokens_used", "Tokens reserved (or settled) in the budget's window now."),
+            ("tokens_limit", "Tokens the budget allows per window (absent: no limit)."),
+            ("requests_used", "Calls reserved in the budget's window now."),
+            ("requests_limit", "Calls the budget allows per window (absent: no limit)."),
+            ("paused", "1 while the budget is paused (a provider's Retry-After), else 0."),
+            (
+                "waiting_runs",
+                f"Queued runs whose call cannot be reserved now (counted up to "
+                f"{budgets.COUNT_CAP:,}).",
+            ),
+        )
+    }
+    for window in budgets.windows():
+        key = [window.key]
+        families["tokens_used"].add_metric(key, window.used_tokens)
+        families["requests_used"].add_metric(key, window.used_requests)
+        if window.tokens is not None:
+            families["tokens_limit"].add_metric(key, window.tokens)
+        if window.requests is not None:
+            families["requests_limit"].add_metric(key, window.requests)
+        families["paused"].add_metric(key, 1 if window.paused_until else 0)
+        families["waiting_runs"].add_metric(key, window.waiting)
+    yield from families.values()
 
 
 def why_waiting() -> Iterator[Metric]:

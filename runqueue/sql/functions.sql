@@ -91,7 +91,12 @@ AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
 -- (each key's next runs from runqueue_run_key_idx, merged in claim order),
 -- so a long backlog at its cap costs one index probe per key with queued
 -- runs, not one row per run. Runs are locked one at a time, only when
--- chosen: stepping over writes nothing.
+-- chosen: stepping over writes nothing. A run with a budget is chosen only
+-- once runqueue_budget_take reserved its call (docs/decisions.md,
+-- "Budgets"), after its lock: a budget another claimer holds or a paused
+-- one is stepped over for this call, a tenant whose call does not fit or
+-- whose turn it is not is stepped over on that budget (the walk goes on to
+-- other tenants' and other runs, so their asking is seen).
 CREATE OR REPLACE FUNCTION runqueue_claim_capped(
     p_limit integer,
     p_min_priority integer,
@@ -115,6 +120,13 @@ DECLARE
     -- being claimed by another claimer (then its 'class:key' is in blocked).
     room jsonb := '{}';
     blocked text[] := '{}';
+    -- Budgets stepped over in this call: 'key' (busy or paused: every
+    -- tenant) or 'key|tenant' (this tenant's next call does not fit now).
+    budgets_blocked text[] := '{}';
+    verdict text;
+    locked boolean;
+    cand_budget text;
+    cand_tokens integer;
     at_priority integer := -1;
     at_created timestamptz := '-infinity';
     by_key boolean := false;
@@ -143,12 +155,17 @@ BEGIN
             -- before it were all tried or stepped over), 64 at a time.
             OPEN candidates FOR
                 SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key,
-                       runqueue_priority_class(q.priority) AS cls
+                       runqueue_priority_class(q.priority) AS cls,
+                       q.tenant, q.budget_key, q.budget_tokens
                   FROM runqueue_run q
                  WHERE q.priority BETWEEN p_min_priority AND p_max_priority
                    AND runqueue_priority_class(q.priority) = ANY(p_class_indexes)
                    AND (q.priority, q.created_at) >= (at_priority, at_created)
                    AND q.id <> ALL(tried)
+                   -- A budget stepped over is not read again in this call.
+                   AND (q.budget_key IS NULL
+                        OR NOT (q.budget_key = ANY(budgets_blocked)
+                                OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
                    -- include: claimable --
                  ORDER BY q.priority, q.created_at
                  LIMIT 64;
@@ -177,17 +194,22 @@ BEGIN
                       FROM keys
                      WHERE keys.key IS NOT NULL
                 )
-                SELECT h.id, h.priority, h.created_at, h.key, h.cls
+                SELECT h.id, h.priority, h.created_at, h.key, h.cls,
+                       h.tenant, h.budget_key, h.budget_tokens
                   FROM keys
                  CROSS JOIN unnest(p_class_indexes) AS c(cls)
                  CROSS JOIN LATERAL (
-                     SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key, c.cls
+                     SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key, c.cls,
+                            q.tenant, q.budget_key, q.budget_tokens
                        FROM runqueue_run q
                       WHERE q.concurrency_key >= keys.key AND q.concurrency_key <= keys.key
                         AND q.priority BETWEEN greatest(runqueue_priority_class_low(c.cls), p_min_priority)
                                            AND least(runqueue_priority_class_high(c.cls), p_max_priority)
                         AND (q.priority, q.created_at) >= (at_priority, at_created)
                         AND q.id <> ALL(tried)
+                        AND (q.budget_key IS NULL
+                             OR NOT (q.budget_key = ANY(budgets_blocked)
+                                     OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
                         -- A paused kind is not filtered here: the lock's
                         -- re-check below does it.
                         -- include: due --
@@ -204,7 +226,9 @@ BEGIN
             fetched := fetched + 1;
             at_priority := cand.priority;
             at_created := cand.created_at;
-            IF (cand.cls || ':' || cand.key) = ANY(blocked) THEN
+            IF (cand.cls || ':' || cand.key) = ANY(blocked)
+               OR cand.budget_key = ANY(budgets_blocked)
+               OR (cand.budget_key || '|' || cand.tenant) = ANY(budgets_blocked) THEN
                 skipped := skipped + 1;
                 IF NOT by_key AND skipped > 256 THEN
                     by_key := true;
@@ -274,12 +298,31 @@ BEGIN
             -- Lock the chosen run, re-checked on its latest version; one
             -- another claimer holds is stepped over.
             tried := tried || cand.id;
-            PERFORM 1
-               FROM runqueue_run q
-              WHERE q.id = cand.id
-                -- include: claimable --
-                FOR NO KEY UPDATE SKIP LOCKED;
-            IF FOUND THEN
+            -- Its budget is read from the locked version too: a run given
+            -- back to wait for a budget since the candidates were read has
+            -- one now.
+            SELECT q.budget_key, q.budget_tokens INTO cand_budget, cand_tokens
+              FROM runqueue_run q
+             WHERE q.id = cand.id
+               -- include: claimable --
+               FOR NO KEY UPDATE SKIP LOCKED;
+            locked := FOUND;
+            IF locked AND cand_budget IS NOT NULL THEN
+                -- A budgeted run is chosen only once its call is reserved
+                -- (docs/decisions.md, "Budgets"); else it stays queued (its
+                -- row lock ends with this statement) and the walk goes on.
+                verdict := runqueue_budget_take(cand_budget, cand.tenant, cand_tokens, false);
+                IF verdict IN ('busy', 'paused') THEN
+                    budgets_blocked := budgets_blocked || cand_budget;
+                ELSIF verdict NOT IN ('taken', 'unlimited') THEN
+                    budgets_blocked := budgets_blocked || (cand_budget || '|' || cand.tenant);
+                END IF;
+                IF verdict NOT IN ('taken', 'unlimited') THEN
+                    skipped := skipped + 1;
+                    CONTINUE;
+                END IF;
+            END IF;
+            IF locked THEN
                 chosen := chosen || cand.id;
                 room := room || jsonb_build_object(pair, free - 1);
                 IF cardinality(chosen) >= p_limit THEN
@@ -294,5 +337,203 @@ BEGIN
         EXIT WHEN NOT (switch OR (by_key AND fetched > 0) OR fetched = 64);
     END LOOP;
     RETURN chosen;
+END;
+$fn$;
+
+-- function: runqueue_budget_bucket --
+-- The bucket of a budget's window that instant "at" falls in: a window of
+-- per_seconds is ten buckets, and a budget's row keeps eleven (a ring,
+-- runqueue_budget.ring_*), so every window of per_seconds lies within the
+-- buckets a reservation counts (docs/decisions.md, "Budgets").
+CREATE OR REPLACE FUNCTION runqueue_budget_bucket(per_seconds integer, at timestamptz)
+    RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT floor(extract(epoch FROM at) * 10 / per_seconds)::bigint$$;
+
+-- function: runqueue_budget_window --
+-- What a budget's ring holds in the eleven buckets up to and including the
+-- one of "at": tokens and requests reserved (and settled) in them.
+CREATE OR REPLACE FUNCTION runqueue_budget_window(
+    b runqueue_budget, at timestamptz, OUT tokens bigint, OUT requests bigint)
+    LANGUAGE sql STABLE
+    AS $$
+SELECT coalesce(sum(u.t), 0)::bigint, coalesce(sum(u.r), 0)::bigint
+  FROM unnest(b.ring_buckets, b.ring_tokens, b.ring_requests) AS u(n, t, r)
+ WHERE u.n > runqueue_budget_bucket(b.per_seconds, at) - 11
+$$;
+
+-- function: runqueue_budget_charge --
+-- Add tokens and requests to the ring's bucket n of a budget's row (locked
+-- by the caller); the slot of an older bucket starts again from zero. A
+-- negative charge (a refund) never takes a bucket below zero.
+CREATE OR REPLACE FUNCTION runqueue_budget_charge(
+    p_id bigint, n bigint, p_tokens bigint, p_requests bigint) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+UPDATE runqueue_budget
+   SET ring_tokens[n % 11 + 1] = greatest(0, CASE WHEN ring_buckets[n % 11 + 1] = n
+                                                  THEN ring_tokens[n % 11 + 1] ELSE 0 END
+                                             + p_tokens),
+       ring_requests[n % 11 + 1] = greatest(0, CASE WHEN ring_buckets[n % 11 + 1] = n
+                                                    THEN ring_requests[n % 11 + 1] ELSE 0 END
+                                               + p_requests),
+       ring_buckets[n % 11 + 1] = n
+ WHERE id = p_id
+$$;
+
+-- function: runqueue_budget_take --
+-- Reserve one request and p_tokens on budget p_key for tenant p_tenant, now
+-- (docs/decisions.md, "Budgets"): the claim's walk (p_wait false: a budget
+-- another transaction holds is 'busy', never waited for) and ctx.reserve
+-- (p_wait true) both call it. The budget's row lock is held to the
+-- caller's commit and the window is read from the locked row's latest
+-- version, so what racing claimers reserve never exceeds the window.
+-- Answers 'taken'; 'unlimited' (no such budget: nothing counted); or why
+-- not: 'busy', 'paused', 'requests' (no request left in the window),
+-- 'tokens' (these tokens do not fit now), 'turn' (another tenant waiting
+-- on the key has had less of it, by its share). A
+-- reservation larger than the whole budget fits only an empty window.
+-- Fair shares: each tenant's pass grows by what it reserves divided by its
+-- share (stride scheduling); a tenant may reserve while no other tenant
+-- with queued runs on the key, seen asking within one bucket, has a lower
+-- pass. A tenant's pass never lags vtime (the least pass of the tenants
+-- asking), so a tenant back from idle banks no credit. Every verdict but
+-- 'busy' and 'paused' records the tenant as asking (seen).
+CREATE OR REPLACE FUNCTION runqueue_budget_take(
+    p_key text, p_tenant text, p_tokens bigint, p_wait boolean) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    b runqueue_budget%ROWTYPE;
+    at_s float8 := extract(epoch FROM now());
+    fresh float8;
+    used record;
+    mine float8;
+    other float8;
+    share float8;
+    unit float8;
+    v_seen jsonb;
+    v_passes jsonb;
+    waiting text[];
+    other_tenant text;
+    verdict text := 'taken';
+BEGIN
+    IF p_wait THEN
+        SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE;
+    ELSE
+        SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE SKIP LOCKED;
+    END IF;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM runqueue_budget WHERE key = p_key) THEN
+            RETURN 'busy';
+        END IF;
+        RETURN 'unlimited';
+    END IF;
+    IF b.paused_until > now() THEN
+        RETURN 'paused';
+    END IF;
+    SELECT * INTO used FROM runqueue_budget_window(b, now());
+    fresh := at_s - b.per_seconds / 10.0;
+    v_seen := b.seen || jsonb_build_object(p_tenant, at_s);
+    -- The other tenants with queued runs on the key: a skip scan of
+    -- runqueue_run_budget_idx, one probe per tenant.
+    WITH RECURSIVE t(tenant) AS (
+        (SELECT q.tenant FROM runqueue_run q
+          WHERE q.budget_key = p_key AND q.status = 'queued' AND q.budget_key IS NOT NULL
+          ORDER BY q.tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.tenant FROM runqueue_run q
+                 WHERE q.budget_key = p_key AND q.status = 'queued'
+                   AND q.budget_key IS NOT NULL AND q.tenant > t.tenant
+                 ORDER BY q.tenant LIMIT 1)
+          FROM t WHERE t.tenant IS NOT NULL
+    )
+    SELECT coalesce(array_agg(t.tenant), '{}') INTO waiting
+      FROM t WHERE t.tenant IS NOT NULL AND t.tenant <> p_tenant;
+    -- One never seen asking counts from now: if no claim reaches its runs
+    -- within a bucket (its cap is full, its kind paused, its time not
+    -- come), it stops holding the others back.
+    FOREACH other_tenant IN ARRAY waiting LOOP
+        IF NOT v_seen ? other_tenant THEN
+            v_seen := v_seen || jsonb_build_object(other_tenant, at_s);
+        END IF;
+    END LOOP;
+    SELECT array_agg(u) INTO waiting
+      FROM unnest(waiting) AS u WHERE (v_seen ->> u)::float8 >= fresh;
+    mine := greatest(coalesce((b.passes ->> p_tenant)::float8, b.vtime), b.vtime);
+    SELECT min(greatest(coalesce((b.passes ->> u)::float8, b.vtime), b.vtime)) INTO other
+      FROM unnest(waiting) AS u;
+    IF other IS NOT NULL AND mine > other THEN
+        verdict := 'turn';
+    ELSIF b.requests IS NOT NULL AND used.requests + 1 > b.requests THEN
+        verdict := 'requests';
+    ELSIF b.tokens IS NOT NULL AND used.tokens + p_tokens > b.tokens
+          AND NOT (used.tokens = 0 AND p_tokens > b.tokens) THEN
+        verdict := 'tokens';
+    END IF;
+    v_passes := b.passes;
+    IF verdict = 'taken' THEN
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, now()), p_tokens, 1);
+        share := coalesce((b.shares ->> p_tenant)::float8, 1);
+        unit := CASE WHEN b.tokens IS NULL THEN 1.0 / coalesce(b.requests, 1)
+                     ELSE p_tokens::float8 / greatest(b.tokens, 1) END;
+        v_passes := v_passes || jsonb_build_object(p_tenant, mine + unit / share);
+        -- vtime: the least pass of the tenants asking (never back).
+        SELECT greatest(b.vtime, min(greatest(coalesce((v_passes ->> u)::float8, b.vtime),
+                                             b.vtime)))
+          INTO b.vtime
+          FROM unnest(coalesce(waiting, '{}') || p_tenant) AS u;
+    END IF;
+    -- Forget tenants not seen for a window, and passes no ahead of vtime.
+    SELECT coalesce(jsonb_object_agg(s.key, s.value), '{}') INTO v_seen
+      FROM jsonb_each(v_seen) AS s
+     WHERE (s.value #>> '{}')::float8 >= at_s - b.per_seconds;
+    SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}') INTO v_passes
+      FROM jsonb_each(v_passes) AS p
+     WHERE (p.value #>> '{}')::float8 > b.vtime;
+    UPDATE runqueue_budget SET seen = v_seen, passes = v_passes, vtime = b.vtime
+     WHERE id = b.id;
+    RETURN verdict;
+END;
+$fn$;
+
+-- function: runqueue_budget_settle --
+-- Correct a reservation of p_reserved tokens made at p_at to p_used: a
+-- refund comes off the bucket it was reserved in (if that bucket is still
+-- in the ring: once it left the window there is nothing to give back); an
+-- extra charge goes into the bucket of now, so later reservations wait for
+-- it. The tenant's pass moves by the difference too. Returns the
+-- correction (used - reserved), 0 without such a budget.
+CREATE OR REPLACE FUNCTION runqueue_budget_settle(
+    p_key text, p_tenant text, p_at timestamptz, p_reserved bigint, p_used bigint)
+    RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    b runqueue_budget%ROWTYPE;
+    delta bigint := p_used - p_reserved;
+    share float8;
+BEGIN
+    SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE;
+    IF NOT FOUND OR delta = 0 THEN
+        RETURN 0;
+    END IF;
+    IF delta < 0 THEN
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, p_at), delta, 0)
+          WHERE b.ring_buckets[runqueue_budget_bucket(b.per_seconds, p_at) % 11 + 1]
+                = runqueue_budget_bucket(b.per_seconds, p_at);
+    ELSE
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, now()), delta, 0);
+    END IF;
+    IF b.tokens IS NOT NULL THEN
+        share := coalesce((b.shares ->> p_tenant)::float8, 1);
+        UPDATE runqueue_budget
+           SET passes = passes || jsonb_build_object(
+                   p_tenant,
+                   greatest(coalesce((passes ->> p_tenant)::float8, vtime), vtime)
+                   + delta::float8 / greatest(tokens, 1) / share)
+         WHERE id = b.id;
+    END IF;
+    RETURN delta;
 END;
 $fn$;

@@ -45,7 +45,8 @@ input AS (
 -- What a claim writes to each run it takes: running, the next epoch and
 -- attempt, the lease, and a fresh random token that every fenced write of
 -- this lease must match (docs/decisions.md, "A fencing token lost WAL
--- cannot recreate").
+-- cannot recreate"). A run with a budget adds the call its claim reserved
+-- (runqueue_budget_take) to what it reserved so far.
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
            lease_token = gen_random_uuid(),
@@ -53,7 +54,8 @@ input AS (
            lease_owner = %(owner)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            heartbeat_at = now(),
-           started_at = coalesce(r.started_at, now())
+           started_at = coalesce(r.started_at, now()),
+           budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0)
 
 -- fragment: expire_set --
 -- The expiry path, for a lease given up (fence_give_up) or expired
@@ -130,6 +132,9 @@ WITH
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
                -- What may be claimed: functions.sql, as runqueue_claim_capped.
                -- include: claimable --
+               -- A run with a budget waits for the walk, which reserves its
+               -- call (finish_and_claim_capped; docs/decisions.md, "Budgets").
+               AND q.budget_key IS NULL
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
@@ -144,8 +149,8 @@ WITH
 ;
 
 -- name: finish_and_claim_capped --
--- finish_and_claim when concurrency caps may apply (a RUNQUEUE
--- ["CONCURRENCY"] default or a ConcurrencyLimit row): the same statement
+-- finish_and_claim when concurrency caps or budgets may apply (a RUNQUEUE
+-- ["CONCURRENCY"] default, a ConcurrencyLimit row, a budget): the same statement
 -- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
 -- come from runqueue_claim_capped (functions.sql): a walk in
 -- the same claim order that steps over runs whose (key, class) is at its
@@ -424,9 +429,11 @@ WITH input AS (
                   %(session_ids)s::text[], %(kinds)s::text[], %(payloads)s::text[],
                   %(priorities)s::smallint[], %(max_attempts)s::int[],
                   %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[],
-                  %(traceparents)s::text[], %(concurrency_keys)s::text[])
+                  %(traceparents)s::text[], %(concurrency_keys)s::text[],
+                  %(budget_keys)s::text[], %(budget_tokens)s::int[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
-                scheduled_for, key, hash, traceparent, concurrency_key)
+                scheduled_for, key, hash, traceparent, concurrency_key, budget_key,
+                budget_tokens)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -435,15 +442,22 @@ WITH input AS (
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
-                              lease_owner, traceparent, concurrency_key)
+                              lease_owner, traceparent, concurrency_key, budget_key,
+                              budget_tokens)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
            i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
-           i.concurrency_key
+           i.concurrency_key, i.budget_key, i.budget_tokens
       FROM input i
     RETURNING *
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT c.id, 'run.created', c.lease_epoch, jsonb_build_object('priority', c.priority), now()
+    SELECT c.id, 'run.created', c.lease_epoch,
+           jsonb_build_object('priority', c.priority)
+           -- A declared budget, so the log alone replays what claims reserved.
+           || CASE WHEN c.budget_key IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('budget', jsonb_build_object(
+                            'key', c.budget_key, 'tokens', c.budget_tokens)) END,
+           now()
       FROM created c
 ), keyed AS (
     INSERT INTO runqueue_idempotency_key (tenant, principal, key, request_hash, run_id,
@@ -568,3 +582,86 @@ ON CONFLICT (token_id) DO UPDATE
 RETURNING admitted,
           extract(epoch FROM greatest(tat, now()) + make_interval(secs => %(interval)s)
                              - now() - make_interval(secs => %(window)s)) AS retry_after;
+
+-- name: budget_reserve --
+-- ctx.reserve, inside the run's fenced transaction: reserve one request and
+-- %(tokens)s on the budget (runqueue_budget_take, waiting for the budget's
+-- row), and, when taken, count it in the run's budget_reserved. Returns the
+-- verdict and the instant it was reserved at (settle refunds into its
+-- bucket). A function's verdict: the ORM cannot call it.
+WITH took AS (
+    SELECT runqueue_budget_take(%(key)s, %(tenant)s, %(tokens)s, true) AS verdict
+), counted AS (
+    UPDATE runqueue_run r
+       SET budget_reserved = r.budget_reserved + %(tokens)s
+      FROM took
+     WHERE r.id = %(run_id)s AND took.verdict IN ('taken', 'unlimited')
+)
+SELECT verdict, now() FROM took;
+
+-- name: budget_settle --
+-- ctx.settle, inside the run's fenced transaction: correct a reservation to
+-- what the call used (runqueue_budget_settle) and add it to the run's
+-- budget_used. Returns the correction.
+WITH settled AS (
+    SELECT runqueue_budget_settle(%(key)s, %(tenant)s, %(at)s, %(reserved)s, %(used)s) AS delta
+), counted AS (
+    UPDATE runqueue_run r
+       SET budget_used = r.budget_used + %(used)s
+     WHERE r.id = %(run_id)s
+)
+SELECT delta FROM settled;
+
+-- name: fence_budget_wait --
+-- The handler waits for a budget (ctx.wait_for_budget): the run goes back
+-- to queued with its next call's budget declared, so the claim reserves it
+-- before the handler resumes; due at once, the attempt handed back, the
+-- epoch bumped (as fence_release). Zero rows: fenced.
+UPDATE runqueue_run
+   SET status = 'queued',
+       lease_epoch = lease_epoch + 1,
+       attempts = greatest(attempts - 1, 0),
+       scheduled_for = now(),
+       budget_key = %(budget_key)s,
+       budget_tokens = %(budget_tokens)s,
+       lease_owner = '',
+       lease_token = NULL,
+       lease_expires_at = NULL
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
+RETURNING id, lease_epoch;
+
+-- name: budget_pause --
+-- Stop every claim and reservation on a budget until %(until)s (a
+-- provider's 429 with Retry-After); a pause already longer stays. Returns
+-- the pause in force, no row without such a budget.
+UPDATE runqueue_budget
+   SET paused_until = greatest(coalesce(paused_until, %(until)s), %(until)s)
+ WHERE key = %(key)s
+RETURNING paused_until;
+
+-- name: budget_windows --
+-- The dashboard and the metrics: each budget's use in its window now, its
+-- pause, and its queued runs (through runqueue_run_budget_idx): those whose
+-- call cannot be reserved now (paused, or not fitting the window) wait on
+-- the budget. The window is a function of the ring: the ORM cannot read it.
+SELECT b.key, b.requests, b.tokens, b.per_seconds,
+       CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
+       w.tokens AS used_tokens, w.requests AS used_requests,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run q
+             WHERE q.budget_key = b.key AND q.status = 'queued' AND q.budget_key IS NOT NULL
+             LIMIT %(cap)s) AS c) AS queued,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run q
+             WHERE q.budget_key = b.key AND q.status = 'queued' AND q.budget_key IS NOT NULL
+               AND (b.paused_until > now()
+                    OR (b.requests IS NOT NULL AND w.requests + 1 > b.requests)
+                    OR (b.tokens IS NOT NULL AND w.tokens + q.budget_tokens > b.tokens
+                        AND w.tokens > 0))
+             LIMIT %(cap)s) AS c) AS waiting
+  FROM runqueue_budget b
+ CROSS JOIN LATERAL runqueue_budget_window(b, now()) AS w
+ ORDER BY b.key
+ LIMIT %(limit)s;

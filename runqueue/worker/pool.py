@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models.functions import Now
 
-from runqueue import aio, concurrency, housekeeping, leases, schedules
+from runqueue import aio, budgets, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.observability import observe
@@ -123,6 +123,7 @@ class Pool:
             # Every worker may fire a due tick; each fires once.
             Service("schedule-ticker", config.sweep_seconds, schedules.tick),
             Service("caps-refresh", config.sweep_seconds, concurrency.refresh),
+            Service("budgets-refresh", config.sweep_seconds, budgets.refresh),
             Service("worker-row", config.sweep_seconds, self._seen),
             Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
         )
@@ -153,6 +154,9 @@ class Pool:
             return
         if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
             concurrency.invalidate()
+            payload = ""
+        elif payload == budgets.NOTIFY_PAYLOAD:  # budgets changed, or one resumed
+            budgets.invalidate()
             payload = ""
         for group in self.groups:
             if not payload or payload in group.class_names:
@@ -203,7 +207,7 @@ class Pool:
                     extra={"run_id": lease.run_id, "reason": lease.cancel_reason},
                 )
 
-    def cancelled_slots(self) -> list[dict[str, str]]:
+    def cancelled_slots(self) -> list[dict[str, str | float]]:
         """The Worker row's ``cancelled_slots``: slots held by a handler told to stop."""
         now = time.monotonic()
         return [

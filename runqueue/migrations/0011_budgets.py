@@ -1,0 +1,709 @@
+"""Budgets for model calls (docs/decisions.md, "Budgets"): the Budget table,
+with its window's state in columns the model does not declare (written only
+by the database functions), the runs' budget declaration and counters, the
+index of queued runs with a budget (on the live partition, as the claim's),
+and the budget functions; runqueue_claim_capped reserves a budgeted run's
+call before it chooses the run.
+
+FUNCTIONS is functions.sql's text as it was when written (a migration is
+history; see 0006_function_source).
+"""
+
+from importlib import import_module
+
+from django.db import migrations, models
+
+INDEX_FORWARD = """
+CREATE INDEX runqueue_run_budget_idx ON runqueue_run_live (budget_key, tenant)
+    WHERE budget_key IS NOT NULL AND status = 'queued';
+"""
+INDEX_BACKWARD = "DROP INDEX runqueue_run_budget_idx;"
+
+# The window: a ring of eleven buckets of a tenth of per_seconds each, and
+# the tenants' fair-share passes. Only runqueue_budget_take and
+# runqueue_budget_settle write them.
+STATE_FORWARD = """
+ALTER TABLE runqueue_budget
+    ADD COLUMN ring_buckets bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN ring_tokens bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN ring_requests bigint[] NOT NULL DEFAULT '{}',
+    ADD COLUMN passes jsonb NOT NULL DEFAULT '{}',
+    ADD COLUMN seen jsonb NOT NULL DEFAULT '{}',
+    ADD COLUMN vtime float8 NOT NULL DEFAULT 0;
+"""
+STATE_BACKWARD = """
+ALTER TABLE runqueue_budget
+    DROP COLUMN ring_buckets, DROP COLUMN ring_tokens, DROP COLUMN ring_requests,
+    DROP COLUMN passes, DROP COLUMN seen, DROP COLUMN vtime;
+"""
+
+BUDGET_FUNCTIONS_BACKWARD = """
+DROP FUNCTION runqueue_budget_settle(text, text, timestamptz, bigint, bigint);
+DROP FUNCTION runqueue_budget_take(text, text, bigint, boolean);
+DROP FUNCTION runqueue_budget_charge(bigint, bigint, bigint, bigint);
+DROP FUNCTION runqueue_budget_window(runqueue_budget, timestamptz);
+DROP FUNCTION runqueue_budget_bucket(integer, timestamptz);
+"""
+
+FUNCTIONS = r"""
+-- The index of a priority's class (runqueue.models.PriorityClass). The class
+-- functions are LANGUAGE sql IMMUTABLE with a one-line body and no STRICT or
+-- SET: the planner inlines them, so a statement plans as it would with the
+-- arithmetic written in place. tests/test_queries.py checks them against
+-- PriorityClass (runqueue.sql.classes renders them from it).
+CREATE OR REPLACE FUNCTION runqueue_priority_class(priority integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT least(priority / 10, 2)$$;
+
+-- The lowest priority of the class at idx: the class's value, as
+-- ConcurrencyLimit and PausedKind store it. NULL for no class.
+CREATE OR REPLACE FUNCTION runqueue_priority_class_low(idx integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT CASE idx WHEN 0 THEN 0 WHEN 1 THEN 10 WHEN 2 THEN 20 END$$;
+
+-- The highest priority of the class at idx. NULL for no class.
+CREATE OR REPLACE FUNCTION runqueue_priority_class_high(idx integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT CASE idx WHEN 0 THEN 9 WHEN 1 THEN 19 WHEN 2 THEN 32767 END$$;
+
+-- Every class as (idx, low, high), in order.
+CREATE OR REPLACE FUNCTION runqueue_priority_classes()
+    RETURNS TABLE (idx integer, low integer, high integer)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$VALUES (0, 0, 9), (1, 10, 19), (2, 20, 32767)$$;
+
+-- One NOTIFY per appended event of a watched run, on the channel
+-- runqueue_events with the run id as payload; nothing for the others. The
+-- trigger that calls it (migration 0003) fires after every insert into
+-- runqueue_run_event, so no insert path can forget it (docs/decisions.md,
+-- "Event stream").
+CREATE OR REPLACE FUNCTION runqueue_event_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM runqueue_stream_watch w WHERE w.run_id = NEW.run_id) THEN
+        PERFORM pg_notify('runqueue_events', NEW.run_id::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The capped claim's walk (docs/decisions.md, "Concurrency caps"), called
+-- once by finish_and_claim_capped. VOLATILE: in READ COMMITTED every
+-- statement inside takes a fresh snapshot, so the running count below is
+-- taken after the (key, class) lock is held and sees every claim committed
+-- before this one got the lock. Only a claim moves a run into running, and
+-- every capped claim of a (key, class) holds its lock from the count to its
+-- commit: the count plus what it claims never exceeds the cap. A (key,
+-- class) whose lock another claimer holds is stepped over (no waiting), as
+-- is one at its cap. The walk reads the claim index in claim order, 64 runs
+-- at a time; once it steps over a (key, class) with 64 or more runs queued
+-- ahead, or has stepped over 256 runs in all, it goes key by key instead
+-- (each key's next runs from runqueue_run_key_idx, merged in claim order),
+-- so a long backlog at its cap costs one index probe per key with queued
+-- runs, not one row per run. Runs are locked one at a time, only when
+-- chosen: stepping over writes nothing. A run with a budget is chosen only
+-- once runqueue_budget_take reserved its call (docs/decisions.md,
+-- "Budgets"), after its lock: a budget another claimer holds or a paused
+-- one is stepped over for this call, a tenant whose call does not fit or
+-- whose turn it is not is stepped over on that budget (the walk goes on to
+-- other tenants' and other runs, so their asking is seen).
+CREATE OR REPLACE FUNCTION runqueue_claim_capped(
+    p_limit integer,
+    p_min_priority integer,
+    p_max_priority integer,
+    p_class_indexes integer[],
+    p_default_caps integer[],
+    p_finishing_ids uuid[],
+    p_finishing_epochs bigint[],
+    p_finishing_tokens uuid[]
+) RETURNS uuid[]
+LANGUAGE plpgsql VOLATILE
+-- Plan the candidate cursors for all their rows (they are LIMITed), not for
+-- a fast first tenth: that picks a walk of the claim index per key.
+SET cursor_tuple_fraction = 1
+AS $fn$
+DECLARE
+    chosen uuid[] := '{}';
+    -- Runs tried (chosen, or locked by another claimer): never fetched again.
+    tried uuid[] := '{}';
+    -- Room left per 'class:key' in this call; 0: at its cap, paused, or
+    -- being claimed by another claimer (then its 'class:key' is in blocked).
+    room jsonb := '{}';
+    blocked text[] := '{}';
+    -- Budgets stepped over in this call: 'key' (busy or paused: every
+    -- tenant) or 'key|tenant' (this tenant's next call does not fit now).
+    budgets_blocked text[] := '{}';
+    verdict text;
+    locked boolean;
+    cand_budget text;
+    cand_tokens integer;
+    at_priority integer := -1;
+    at_created timestamptz := '-infinity';
+    by_key boolean := false;
+    switch boolean;
+    skipped integer := 0;
+    fetched integer;
+    candidates refcursor;
+    cand record;
+    pair text;
+    cap integer;
+    free integer;
+BEGIN
+    IF p_limit < 1 THEN
+        RETURN chosen;
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'runqueue: a capped claim needs READ COMMITTED, not %',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    LOOP
+        fetched := 0;
+        switch := false;
+        IF NOT by_key THEN
+            -- The claim's own order from where the walk stands (the runs
+            -- before it were all tried or stepped over), 64 at a time.
+            OPEN candidates FOR
+                SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key,
+                       runqueue_priority_class(q.priority) AS cls,
+                       q.tenant, q.budget_key, q.budget_tokens
+                  FROM runqueue_run q
+                 WHERE q.priority BETWEEN p_min_priority AND p_max_priority
+                   AND runqueue_priority_class(q.priority) = ANY(p_class_indexes)
+                   AND (q.priority, q.created_at) >= (at_priority, at_created)
+                   AND q.id <> ALL(tried)
+                   -- A budget stepped over is not read again in this call.
+                   AND (q.budget_key IS NULL
+                        OR NOT (q.budget_key = ANY(budgets_blocked)
+                                OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
+                   -- Claimable: due, and its kind not paused (in all classes, or in its class).
+                   -- Due: queued, its time come (on the database clock), attempts left.
+                   AND q.status = 'queued'
+                   AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                   AND q.attempts < q.max_attempts
+                   AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                    WHERE p.kind = q.kind
+                                      AND (p.priority_class IS NULL
+                                           OR p.priority_class
+                                              = runqueue_priority_class_low(
+                                                    runqueue_priority_class(q.priority))))
+                 ORDER BY q.priority, q.created_at
+                 LIMIT 64;
+        ELSE
+            -- Key by key: the next runs of each (key, class) not stepped
+            -- over, merged in claim order, p_limit at a time. Each key's
+            -- runs must come from runqueue_run_key_idx, never from a walk of
+            -- the claim index filtered by key (the backlog this mode is for):
+            -- the key is a range of one, not an equality, so the ORDER BY
+            -- keeps it and only that index gives the order without a sort.
+            OPEN candidates FOR
+                WITH RECURSIVE keys(key) AS (
+                    (SELECT q.concurrency_key
+                       FROM runqueue_run q
+                      WHERE q.status = 'queued' AND q.concurrency_key >= ''
+                        AND q.priority BETWEEN p_min_priority AND p_max_priority
+                      ORDER BY q.concurrency_key
+                      LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT q.concurrency_key
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued' AND q.concurrency_key > keys.key
+                               AND q.priority BETWEEN p_min_priority AND p_max_priority
+                             ORDER BY q.concurrency_key
+                             LIMIT 1)
+                      FROM keys
+                     WHERE keys.key IS NOT NULL
+                )
+                SELECT h.id, h.priority, h.created_at, h.key, h.cls,
+                       h.tenant, h.budget_key, h.budget_tokens
+                  FROM keys
+                 CROSS JOIN unnest(p_class_indexes) AS c(cls)
+                 CROSS JOIN LATERAL (
+                     SELECT q.id, q.priority, q.created_at, q.concurrency_key AS key, c.cls,
+                            q.tenant, q.budget_key, q.budget_tokens
+                       FROM runqueue_run q
+                      WHERE q.concurrency_key >= keys.key AND q.concurrency_key <= keys.key
+                        AND q.priority BETWEEN greatest(runqueue_priority_class_low(c.cls), p_min_priority)
+                                           AND least(runqueue_priority_class_high(c.cls), p_max_priority)
+                        AND (q.priority, q.created_at) >= (at_priority, at_created)
+                        AND q.id <> ALL(tried)
+                        AND (q.budget_key IS NULL
+                             OR NOT (q.budget_key = ANY(budgets_blocked)
+                                     OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
+                        -- A paused kind is not filtered here: the lock's
+                        -- re-check below does it.
+                        -- Due: queued, its time come (on the database clock), attempts left.
+                        AND q.status = 'queued'
+                        AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+                        AND q.attempts < q.max_attempts
+                      ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
+                      LIMIT p_limit) AS h
+                 WHERE keys.key IS NOT NULL
+                   AND (c.cls || ':' || keys.key) <> ALL(blocked)
+                 ORDER BY h.priority, h.created_at
+                 LIMIT p_limit;
+        END IF;
+        LOOP
+            FETCH candidates INTO cand;
+            EXIT WHEN NOT FOUND;
+            fetched := fetched + 1;
+            at_priority := cand.priority;
+            at_created := cand.created_at;
+            IF (cand.cls || ':' || cand.key) = ANY(blocked)
+               OR cand.budget_key = ANY(budgets_blocked)
+               OR (cand.budget_key || '|' || cand.tenant) = ANY(budgets_blocked) THEN
+                skipped := skipped + 1;
+                IF NOT by_key AND skipped > 256 THEN
+                    by_key := true;
+                    switch := true;
+                    EXIT;
+                END IF;
+                CONTINUE;
+            END IF;
+            pair := cand.cls || ':' || cand.key;
+            free := (room ->> pair)::integer;
+            IF free IS NULL THEN
+                SELECT l.max_running INTO cap
+                  FROM runqueue_concurrency_limit l
+                 WHERE l.key = cand.key
+                   AND l.priority_class = runqueue_priority_class_low(cand.cls);
+                IF NOT FOUND THEN
+                    cap := p_default_caps[cand.cls + 1];
+                END IF;
+                IF cap IS NULL THEN
+                    free := p_limit;
+                ELSIF cap = 0
+                      OR NOT pg_try_advisory_xact_lock(
+                          hashtextextended('runqueue.concurrency:' || pair, 0)) THEN
+                    free := 0;
+                ELSE
+                    -- A fresh snapshot, taken with the lock held. The runs
+                    -- this statement finishes are not counted: they leave
+                    -- running in the same commit, and no other claim of this
+                    -- (key, class) can move a run into running before it.
+                    SELECT cap - count(*) INTO free
+                      FROM runqueue_run r
+                     WHERE r.status = 'running'
+                       AND r.concurrency_key = cand.key
+                       AND r.priority BETWEEN runqueue_priority_class_low(cand.cls)
+                                          AND runqueue_priority_class_high(cand.cls)
+                       AND NOT EXISTS (
+                           SELECT 1
+                             FROM unnest(p_finishing_ids, p_finishing_epochs,
+                                         p_finishing_tokens) AS f(id, epoch, token)
+                            WHERE f.id = r.id AND f.epoch = r.lease_epoch
+                              AND f.token = r.lease_token);
+                END IF;
+                room := room || jsonb_build_object(pair, free);
+            END IF;
+            IF free <= 0 THEN
+                -- Step over this (key, class) from here on.
+                blocked := blocked || pair;
+                skipped := skipped + 1;
+                -- A long backlog of it ahead: go key by key from here on.
+                IF NOT by_key THEN
+                    SELECT count(*) >= 64 INTO by_key
+                      FROM (SELECT 1
+                              FROM runqueue_run q
+                             WHERE q.status = 'queued'
+                               AND q.concurrency_key = cand.key
+                               AND q.priority BETWEEN runqueue_priority_class_low(cand.cls)
+                                                  AND runqueue_priority_class_high(cand.cls)
+                               AND (q.priority, q.created_at) >= (cand.priority, cand.created_at)
+                             LIMIT 64) AS backlog;
+                    IF by_key THEN
+                        switch := true;
+                        EXIT;
+                    END IF;
+                END IF;
+                CONTINUE;
+            END IF;
+            -- Lock the chosen run, re-checked on its latest version; one
+            -- another claimer holds is stepped over.
+            tried := tried || cand.id;
+            -- Its budget is read from the locked version too: a run given
+            -- back to wait for a budget since the candidates were read has
+            -- one now.
+            SELECT q.budget_key, q.budget_tokens INTO cand_budget, cand_tokens
+              FROM runqueue_run q
+             WHERE q.id = cand.id
+               -- Claimable: due, and its kind not paused (in all classes, or in its class).
+               -- Due: queued, its time come (on the database clock), attempts left.
+               AND q.status = 'queued'
+               AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
+               AND q.attempts < q.max_attempts
+               AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
+                                WHERE p.kind = q.kind
+                                  AND (p.priority_class IS NULL
+                                       OR p.priority_class
+                                          = runqueue_priority_class_low(
+                                                runqueue_priority_class(q.priority))))
+               FOR NO KEY UPDATE SKIP LOCKED;
+            locked := FOUND;
+            IF locked AND cand_budget IS NOT NULL THEN
+                -- A budgeted run is chosen only once its call is reserved
+                -- (docs/decisions.md, "Budgets"); else it stays queued (its
+                -- row lock ends with this statement) and the walk goes on.
+                verdict := runqueue_budget_take(cand_budget, cand.tenant, cand_tokens, false);
+                IF verdict IN ('busy', 'paused') THEN
+                    budgets_blocked := budgets_blocked || cand_budget;
+                ELSIF verdict NOT IN ('taken', 'unlimited') THEN
+                    budgets_blocked := budgets_blocked || (cand_budget || '|' || cand.tenant);
+                END IF;
+                IF verdict NOT IN ('taken', 'unlimited') THEN
+                    skipped := skipped + 1;
+                    CONTINUE;
+                END IF;
+            END IF;
+            IF locked THEN
+                chosen := chosen || cand.id;
+                room := room || jsonb_build_object(pair, free - 1);
+                IF cardinality(chosen) >= p_limit THEN
+                    CLOSE candidates;
+                    RETURN chosen;
+                END IF;
+            END IF;
+        END LOOP;
+        CLOSE candidates;
+        -- Go on while the last batch was full (a walk window) or gave
+        -- anything (key by key: what it gave is tried or stepped over now).
+        EXIT WHEN NOT (switch OR (by_key AND fetched > 0) OR fetched = 64);
+    END LOOP;
+    RETURN chosen;
+END;
+$fn$;
+
+-- The bucket of a budget's window that instant "at" falls in: a window of
+-- per_seconds is ten buckets, and a budget's row keeps eleven (a ring,
+-- runqueue_budget.ring_*), so every window of per_seconds lies within the
+-- buckets a reservation counts (docs/decisions.md, "Budgets").
+CREATE OR REPLACE FUNCTION runqueue_budget_bucket(per_seconds integer, at timestamptz)
+    RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$SELECT floor(extract(epoch FROM at) * 10 / per_seconds)::bigint$$;
+
+-- What a budget's ring holds in the eleven buckets up to and including the
+-- one of "at": tokens and requests reserved (and settled) in them.
+CREATE OR REPLACE FUNCTION runqueue_budget_window(
+    b runqueue_budget, at timestamptz, OUT tokens bigint, OUT requests bigint)
+    LANGUAGE sql STABLE
+    AS $$
+SELECT coalesce(sum(u.t), 0)::bigint, coalesce(sum(u.r), 0)::bigint
+  FROM unnest(b.ring_buckets, b.ring_tokens, b.ring_requests) AS u(n, t, r)
+ WHERE u.n > runqueue_budget_bucket(b.per_seconds, at) - 11
+$$;
+
+-- Add tokens and requests to the ring's bucket n of a budget's row (locked
+-- by the caller); the slot of an older bucket starts again from zero. A
+-- negative charge (a refund) never takes a bucket below zero.
+CREATE OR REPLACE FUNCTION runqueue_budget_charge(
+    p_id bigint, n bigint, p_tokens bigint, p_requests bigint) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+UPDATE runqueue_budget
+   SET ring_tokens[n % 11 + 1] = greatest(0, CASE WHEN ring_buckets[n % 11 + 1] = n
+                                                  THEN ring_tokens[n % 11 + 1] ELSE 0 END
+                                             + p_tokens),
+       ring_requests[n % 11 + 1] = greatest(0, CASE WHEN ring_buckets[n % 11 + 1] = n
+                                                    THEN ring_requests[n % 11 + 1] ELSE 0 END
+                                               + p_requests),
+       ring_buckets[n % 11 + 1] = n
+ WHERE id = p_id
+$$;
+
+-- Reserve one request and p_tokens on budget p_key for tenant p_tenant, now
+-- (docs/decisions.md, "Budgets"): the claim's walk (p_wait false: a budget
+-- another transaction holds is 'busy', never waited for) and ctx.reserve
+-- (p_wait true) both call it. The budget's row lock is held to the
+-- caller's commit and the window is read from the locked row's latest
+-- version, so what racing claimers reserve never exceeds the window.
+-- Answers 'taken'; 'unlimited' (no such budget: nothing counted); or why
+-- not: 'busy', 'paused', 'requests' (no request left in the window),
+-- 'tokens' (these tokens do not fit now), 'turn' (another tenant waiting
+-- on the key has had less of it, by its share). A
+-- reservation larger than the whole budget fits only an empty window.
+-- Fair shares: each tenant's pass grows by what it reserves divided by its
+-- share (stride scheduling); a tenant may reserve while no other tenant
+-- with queued runs on the key, seen asking within one bucket, has a lower
+-- pass. A tenant's pass never lags vtime (the least pass of the tenants
+-- asking), so a tenant back from idle banks no credit. Every verdict but
+-- 'busy' and 'paused' records the tenant as asking (seen).
+CREATE OR REPLACE FUNCTION runqueue_budget_take(
+    p_key text, p_tenant text, p_tokens bigint, p_wait boolean) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    b runqueue_budget%ROWTYPE;
+    at_s float8 := extract(epoch FROM now());
+    fresh float8;
+    used record;
+    mine float8;
+    other float8;
+    share float8;
+    unit float8;
+    v_seen jsonb;
+    v_passes jsonb;
+    waiting text[];
+    other_tenant text;
+    verdict text := 'taken';
+BEGIN
+    IF p_wait THEN
+        SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE;
+    ELSE
+        SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE SKIP LOCKED;
+    END IF;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM runqueue_budget WHERE key = p_key) THEN
+            RETURN 'busy';
+        END IF;
+        RETURN 'unlimited';
+    END IF;
+    IF b.paused_until > now() THEN
+        RETURN 'paused';
+    END IF;
+    SELECT * INTO used FROM runqueue_budget_window(b, now());
+    fresh := at_s - b.per_seconds / 10.0;
+    v_seen := b.seen || jsonb_build_object(p_tenant, at_s);
+    -- The other tenants with queued runs on the key: a skip scan of
+    -- runqueue_run_budget_idx, one probe per tenant.
+    WITH RECURSIVE t(tenant) AS (
+        (SELECT q.tenant FROM runqueue_run q
+          WHERE q.budget_key = p_key AND q.status = 'queued' AND q.budget_key IS NOT NULL
+          ORDER BY q.tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.tenant FROM runqueue_run q
+                 WHERE q.budget_key = p_key AND q.status = 'queued'
+                   AND q.budget_key IS NOT NULL AND q.tenant > t.tenant
+                 ORDER BY q.tenant LIMIT 1)
+          FROM t WHERE t.tenant IS NOT NULL
+    )
+    SELECT coalesce(array_agg(t.tenant), '{}') INTO waiting
+      FROM t WHERE t.tenant IS NOT NULL AND t.tenant <> p_tenant;
+    -- One never seen asking counts from now: if no claim reaches its runs
+    -- within a bucket (its cap is full, its kind paused, its time not
+    -- come), it stops holding the others back.
+    FOREACH other_tenant IN ARRAY waiting LOOP
+        IF NOT v_seen ? other_tenant THEN
+            v_seen := v_seen || jsonb_build_object(other_tenant, at_s);
+        END IF;
+    END LOOP;
+    SELECT array_agg(u) INTO waiting
+      FROM unnest(waiting) AS u WHERE (v_seen ->> u)::float8 >= fresh;
+    mine := greatest(coalesce((b.passes ->> p_tenant)::float8, b.vtime), b.vtime);
+    SELECT min(greatest(coalesce((b.passes ->> u)::float8, b.vtime), b.vtime)) INTO other
+      FROM unnest(waiting) AS u;
+    IF other IS NOT NULL AND mine > other THEN
+        verdict := 'turn';
+    ELSIF b.requests IS NOT NULL AND used.requests + 1 > b.requests THEN
+        verdict := 'requests';
+    ELSIF b.tokens IS NOT NULL AND used.tokens + p_tokens > b.tokens
+          AND NOT (used.tokens = 0 AND p_tokens > b.tokens) THEN
+        verdict := 'tokens';
+    END IF;
+    v_passes := b.passes;
+    IF verdict = 'taken' THEN
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, now()), p_tokens, 1);
+        share := coalesce((b.shares ->> p_tenant)::float8, 1);
+        unit := CASE WHEN b.tokens IS NULL THEN 1.0 / coalesce(b.requests, 1)
+                     ELSE p_tokens::float8 / greatest(b.tokens, 1) END;
+        v_passes := v_passes || jsonb_build_object(p_tenant, mine + unit / share);
+        -- vtime: the least pass of the tenants asking (never back).
+        SELECT greatest(b.vtime, min(greatest(coalesce((v_passes ->> u)::float8, b.vtime),
+                                             b.vtime)))
+          INTO b.vtime
+          FROM unnest(coalesce(waiting, '{}') || p_tenant) AS u;
+    END IF;
+    -- Forget tenants not seen for a window, and passes no ahead of vtime.
+    SELECT coalesce(jsonb_object_agg(s.key, s.value), '{}') INTO v_seen
+      FROM jsonb_each(v_seen) AS s
+     WHERE (s.value #>> '{}')::float8 >= at_s - b.per_seconds;
+    SELECT coalesce(jsonb_object_agg(p.key, p.value), '{}') INTO v_passes
+      FROM jsonb_each(v_passes) AS p
+     WHERE (p.value #>> '{}')::float8 > b.vtime;
+    UPDATE runqueue_budget SET seen = v_seen, passes = v_passes, vtime = b.vtime
+     WHERE id = b.id;
+    RETURN verdict;
+END;
+$fn$;
+
+-- Correct a reservation of p_reserved tokens made at p_at to p_used: a
+-- refund comes off the bucket it was reserved in (if that bucket is still
+-- in the ring: once it left the window there is nothing to give back); an
+-- extra charge goes into the bucket of now, so later reservations wait for
+-- it. The tenant's pass moves by the difference too. Returns the
+-- correction (used - reserved), 0 without such a budget.
+CREATE OR REPLACE FUNCTION runqueue_budget_settle(
+    p_key text, p_tenant text, p_at timestamptz, p_reserved bigint, p_used bigint)
+    RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    b runqueue_budget%ROWTYPE;
+    delta bigint := p_used - p_reserved;
+    share float8;
+BEGIN
+    SELECT * INTO b FROM runqueue_budget WHERE key = p_key FOR NO KEY UPDATE;
+    IF NOT FOUND OR delta = 0 THEN
+        RETURN 0;
+    END IF;
+    IF delta < 0 THEN
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, p_at), delta, 0)
+          WHERE b.ring_buckets[runqueue_budget_bucket(b.per_seconds, p_at) % 11 + 1]
+                = runqueue_budget_bucket(b.per_seconds, p_at);
+    ELSE
+        PERFORM runqueue_budget_charge(
+            b.id, runqueue_budget_bucket(b.per_seconds, now()), delta, 0);
+    END IF;
+    IF b.tokens IS NOT NULL THEN
+        share := coalesce((b.shares ->> p_tenant)::float8, 1);
+        UPDATE runqueue_budget
+           SET passes = passes || jsonb_build_object(
+                   p_tenant,
+                   greatest(coalesce((passes ->> p_tenant)::float8, vtime), vtime)
+                   + delta::float8 / greatest(tokens, 1) / share)
+         WHERE id = b.id;
+    END IF;
+    RETURN delta;
+END;
+$fn$;
+"""
+
+# Back to 0010: its walk.
+_PREVIOUS = import_module("runqueue.migrations.0010_lease_token")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("runqueue", "0010_lease_token"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="Budget",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="What runs declare, e.g. openai:gpt-5 or tenant-7:openai.",
+                        max_length=255,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "requests",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Calls allowed per window (empty: no limit).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "tokens",
+                    models.PositiveBigIntegerField(
+                        blank=True,
+                        help_text="Tokens allowed per window (empty: no limit).",
+                        null=True,
+                    ),
+                ),
+                (
+                    "per_seconds",
+                    models.PositiveIntegerField(default=60, help_text="The window, in seconds."),
+                ),
+                (
+                    "shares",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Per-tenant shares when tenants contend, e.g. {"acme": 2}; a tenant not listed has 1.',
+                    ),
+                ),
+                (
+                    "paused_until",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="No call is reserved before this.",
+                        null=True,
+                    ),
+                ),
+                (
+                    "note",
+                    models.CharField(
+                        blank=True, default="", help_text="Why this budget.", max_length=255
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+            ],
+            options={
+                "db_table": "runqueue_budget",
+                "ordering": ["key"],
+                "permissions": [("pause_budget", "Can pause and resume a budget")],
+            },
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="budget_key",
+            field=models.CharField(blank=True, max_length=255, null=True),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="budget_reserved",
+            field=models.BigIntegerField(db_default=0, default=0),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="budget_tokens",
+            field=models.IntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="budget_used",
+            field=models.BigIntegerField(db_default=0, default=0),
+        ),
+        migrations.AddConstraint(
+            model_name="run",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("budget_key__isnull", True),
+                    models.Q(("budget_tokens__gte", 0), ("budget_tokens__isnull", False)),
+                    _connector="OR",
+                ),
+                name="runqueue_run_budget_declared",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="budget",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("key", ""), _negated=True),
+                name="runqueue_budget_key_not_empty",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="budget",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("per_seconds__gte", 1)),
+                name="runqueue_budget_per_seconds_gte_1",
+            ),
+        ),
+        # The index is on the live partition only, as the claim's (0009).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddIndex(
+                    model_name="run",
+                    index=models.Index(
+                        condition=models.Q(("budget_key__isnull", False), ("status", "queued")),
+                        fields=["budget_key", "tenant"],
+                        name="runqueue_run_budget_idx",
+                    ),
+                ),
+            ],
+            database_operations=[migrations.RunSQL(INDEX_FORWARD, INDEX_BACKWARD)],
+        ),
+        migrations.RunSQL(STATE_FORWARD, STATE_BACKWARD),
+        migrations.RunSQL(FUNCTIONS, reverse_sql=[BUDGET_FUNCTIONS_BACKWARD, _PREVIOUS.FUNCTIONS]),
+    ]
