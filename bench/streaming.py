@@ -65,7 +65,7 @@ def watch(run_id: Any, delay: float, drop_after: int | None, texts: list[str | N
                 for chunk in stream:
                     for message in _messages(chunk):
                         if "id" in message:
-                            last = int(message["id"])
+                            last = int(message["id"].partition(".")[0])  # "<id>.<stamp>"
                         event = message["event"]
                         if event == "run.claimed":
                             chars = []

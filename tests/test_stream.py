@@ -120,7 +120,7 @@ def test_a_finished_run_is_replayed_then_the_stream_ends() -> None:
     text = b"".join(response.streaming_content).decode()
     messages = [m for m in text.split("\n\n") if m]
     assert messages[0] == f"retry: {sse.RETRY_MS}"
-    assert [int(m.split("\n")[0].removeprefix("id: ")) for m in messages[1:]] == ids
+    assert [_event_id(m.split("\n")[0]) for m in messages[1:]] == ids
     last = messages[-1].split("\n")
     assert last[1] == "event: run.succeeded"
     body = json.loads(last[2].removeprefix("data: "))
@@ -133,9 +133,7 @@ def test_a_finished_run_is_replayed_then_the_stream_ends() -> None:
         _stream_url(run.id), headers=alice.headers(**{"Last-Event-ID": str(ids[1])})
     )
     resent = b"".join(again.streaming_content).decode()
-    assert [
-        int(line.removeprefix("id: ")) for line in resent.split("\n") if line.startswith("id:")
-    ] == ids[2:]
+    assert [_event_id(line) for line in resent.split("\n") if line.startswith("id:")] == ids[2:]
     done = Client().get(_stream_url(run.id) + f"?after={ids[-1]}", headers=alice.headers())
     assert done.status_code == 204
     assert hub_module.process_hub().open_streams == 0  # every stream gave its slot back
@@ -160,8 +158,13 @@ def test_another_tenants_run_is_a_404_like_a_missing_one() -> None:
     problem(anonymous, 401, "unauthenticated")
 
 
+def _event_id(line: str) -> int:
+    """The event id of an ``id: <event id>.<stamp>`` line."""
+    return int(line.removeprefix("id: ").partition(".")[0])
+
+
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("cursor", ["abc", "-1", "1.5", "99999999999999999999"])
+@pytest.mark.parametrize("cursor", ["abc", "-1", "1.X", "1.5.5", "99999999999999999999"])
 def test_a_malformed_cursor_is_a_400(cursor: str) -> None:
     alice = make_caller("alice", "acme")
     run = runqueue.submit(kind="k", tenant="acme").run
@@ -169,7 +172,7 @@ def test_a_malformed_cursor_is_a_400(cursor: str) -> None:
         _stream_url(run.id), headers=alice.headers(**{"Last-Event-ID": cursor})
     )
     assert problem(by_header, 400, "invalid-parameter")["parameter"] == "Last-Event-ID"
-    by_query = Client().get(_stream_url(run.id) + f"?after={cursor}", headers=alice.headers())
+    by_query = Client().get(_stream_url(run.id) + "?after=1.5", headers=alice.headers())
     assert problem(by_query, 400, "invalid-parameter")["parameter"] == "after"
 
 
@@ -355,3 +358,69 @@ def test_a_finished_runs_stream_takes_no_process_place(settings) -> None:
     assert hub_module.process_hub().open_streams == 1  # alice's live stream only
     holding.close()
     assert hub_module.process_hub().open_streams == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cursor_a_failover_lost_replays_the_run_after_a_reset() -> None:
+    """A failover that lost the last WAL reissues the lost events' ids to new
+    events. A client resuming with a cursor from the lost timeline is told to
+    reset and gets the run's events from the first: it ends with exactly the
+    server's list, no gap, no duplicate. A cursor on this server's history
+    resumes after it without a reset."""
+    alice = make_caller("alice", "acme")
+    run = runqueue.submit(kind="k", tenant="acme").run
+    lease = leases.claim_one("w")
+    ctx = runtime.build_context(lease)
+    for step in range(4):
+        ctx.emit("progress", {"step": step})
+    client: list[tuple[int, str]] = []  # what the client holds: (id, type)
+
+    def read(headers: dict) -> list[str]:
+        response = Client().get(_stream_url(run.id), headers=alice.headers(**headers))
+        if response.status_code == 204:
+            return []  # finished, nothing after the cursor
+        text = b"".join(response.streaming_content).decode()
+        return [m for m in text.split("\n\n") if m and not m.startswith("retry:")]
+
+    def apply(messages: list[str]) -> str | None:
+        last = None
+        for message in messages:
+            lines = dict(line.split(": ", 1) for line in message.split("\n"))
+            if lines["event"] == sse.RESET:
+                client.clear()
+                continue
+            client.append((_event_id("id: " + lines["id"]), lines["event"]))
+            last = lines["id"]
+        return last
+
+    testing.succeed(lease, {"ok": True})
+    first = read({})
+    cursor = [m for m in first if "event: progress" in m][-1].split("\n")[0].removeprefix("id: ")
+    apply(first[: [i for i, m in enumerate(first) if cursor in m][0] + 1])
+    # Resumed on this server's history: no reset, nothing twice.
+    resumed = read({"Last-Event-ID": cursor})
+    assert not any(sse.RESET in m for m in resumed)
+    apply(resumed)
+    assert client == list(RunEvent.objects.filter(run_id=run.id).values_list("id", "type"))
+
+    # The failover: the last two events lost, their ids issued again to other events.
+    lost = list(RunEvent.objects.filter(run_id=run.id).order_by("-id")[:2])
+    with connection.cursor() as cursor_:
+        for event in lost:
+            cursor_.execute(
+                "DELETE FROM runqueue_run_event WHERE run_id = %s AND id = %s", [run.id, event.id]
+            )
+            cursor_.execute(
+                "INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)"
+                " VALUES (%s, %s, %s, %s, '{}', now())",
+                [event.id, run.id, "other.event", event.lease_epoch],
+            )
+    stale = f"{lost[0].id}.{sse.stamp(lost[0].created_at)}"
+    replayed = read({"Last-Event-ID": stale})
+    assert replayed[0].startswith(f"event: {sse.RESET}")
+    apply(replayed)
+    assert client == list(
+        RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("id", "type")
+    )
+    # The plain number an older client sends is resumed after, as before.
+    assert read({"Last-Event-ID": str(lost[0].id)}) == []

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 @dataclass
 class Message:
     id: int | None = None
+    cursor: str = ""
     event: str | None = None
     data: dict | None = None
     comment: str | None = None
@@ -74,8 +75,9 @@ class SseClient:
             if name == "":
                 message.comment = value
                 return message
-            if name == "id":
-                message.id = int(value)
+            if name == "id":  # a cursor: "<event id>.<stamp>"
+                message.cursor = value
+                message.id = int(value.partition(".")[0])
             elif name == "event":
                 message.event = value
             elif name == "data":
@@ -190,7 +192,7 @@ def test_a_reconnect_with_last_event_id_loses_and_repeats_nothing(gunicorn: int)
 
     ctx.emit("progress", {"step": 2})
     ctx.emit("progress", {"step": 3})
-    second = _stream(gunicorn, alice, run.id, **{"Last-Event-ID": str(received[-1])})
+    second = _stream(gunicorn, alice, run.id, **{"Last-Event-ID": step.cursor})
     for step_no in (2, 3):
         replayed = second.event()
         assert replayed.data["data"] == {"step": step_no}
@@ -208,7 +210,7 @@ def test_a_reconnect_with_last_event_id_loses_and_repeats_nothing(gunicorn: int)
 
     assert received == _ids(run.id)  # every event once, in order
 
-    after_end = _stream(gunicorn, alice, run.id, **{"Last-Event-ID": str(final.id)})
+    after_end = _stream(gunicorn, alice, run.id, **{"Last-Event-ID": final.cursor})
     assert after_end.response.status == 204  # EventSource stops reconnecting
     by_query = _stream(gunicorn, alice, run.id, f"?after={received[3]}")
     tail = [by_query.event().id for _ in received[4:]]

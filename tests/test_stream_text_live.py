@@ -23,6 +23,7 @@ from django.db import connection
 import runqueue
 from runqueue import events
 from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.stream import sse
 from tests.api_helpers import ApiCaller, make_caller
 from tests.handlers import token_deltas
 from tests.helpers import wait_until
@@ -103,9 +104,9 @@ def read(
     caller: ApiCaller,
     run_id: object,
     text: Text,
-    last_id: int | None,
+    last_id: str | None,
     stop_after: int | None,
-) -> tuple[int | None, bool]:
+) -> tuple[str | None, bool]:
     """One connection: apply messages to ``text``; (last id, ended)."""
     headers = caller.headers() | {"Accept": "text/event-stream"}
     if last_id is not None:
@@ -132,9 +133,9 @@ def read(
                 message = {}
                 continue
             if "id" in message:
-                last_id = int(message["id"])
+                last_id = message["id"]  # a cursor: sent back as it came
             data = json.loads(message["data"])
-            if message["event"] == events.CLAIMED:
+            if message["event"] in (events.CLAIMED, sse.RESET):
                 text.chars = []  # a new turn's text
             elif message["event"] == events.TEXT:
                 text.put(data["offset"], data["text"])

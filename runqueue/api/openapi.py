@@ -299,8 +299,13 @@ def document() -> dict[str, JSON]:
                         {
                             "name": "Last-Event-ID",
                             "in": "header",
-                            "description": "resume after this event id (wins over after)",
-                            "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                            "description": "resume after this message's id: (wins over "
+                            "after); a cursor not on this server's history (a failover lost "
+                            "it) replays the run after a stream.reset message",
+                            "schema": {
+                                "type": "string",
+                                "pattern": "^[0-9]{1,19}([.][0-9a-z]{1,13})?$",
+                            },
                         },
                         {
                             "name": "after",

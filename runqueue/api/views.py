@@ -35,6 +35,7 @@ from runqueue.errors import InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
+from runqueue.stream.sse import parse_cursor
 
 logger = logging.getLogger("runqueue.api")
 
@@ -139,12 +140,20 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     ``?after=``), then each new one as it commits, until a terminal event."""
     run = _run_or_404(caller, run_id)
     header = (request.headers.get("Last-Event-ID") or "").strip()
+    mark = None
     if header:
-        after = _int_value("Last-Event-ID", header, 0, 2**63 - 1)
+        try:
+            after, mark = parse_cursor(header)
+        except ValueError as exc:
+            raise ApiError(
+                "invalid-parameter",
+                f"Last-Event-ID must be an id: of this stream ({exc}).",
+                extensions={"parameter": "Last-Event-ID"},
+            ) from None
     else:
         after = _int_param(request, "after", 0, 0, 2**63 - 1)
     try:
-        stream = open_stream(run, after, _stream_owners(caller))
+        stream = open_stream(run, after, _stream_owners(caller), mark=mark)
     except StreamLimit as exc:
         if exc.scope == "process":
             raise ApiError(

@@ -14,6 +14,16 @@ characters, i.e. code points) and starts a turn's text afresh at each
 streamed. A delta of an earlier lease than the stream has shown is dropped;
 one of a later lease waits until the stream has read that lease's claim.
 
+A message's ``id:`` is a cursor, ``<event id>.<stamp>``: the event's id and
+its commit time in microseconds (base 36). An id alone can be issued twice:
+after a failover that lost the last WAL, the promoted standby gives the lost
+events' ids to new ones, and a client resuming "after 43" would skip the new
+34-43. A reconnecting client's cursor is honoured only if this server holds
+that event of that run with that stamp; otherwise the cursor is not on this
+server's history, and the stream starts with a ``stream.reset`` message
+(discard what you have) and replays the run from its first event. A plain
+number (an older client, or ``?after=``) is resumed after as before.
+
 Resuming by id loses nothing because a run's event ids follow commit order:
 every transaction that appends an event to a run holds the run row's lock
 (its fence, claim, finish or transition UPDATE, or ``FOR UPDATE``) or
@@ -22,6 +32,7 @@ created the run, so a later id of the same run cannot commit first.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
@@ -46,13 +57,74 @@ KEEPALIVE = b": keep-alive\n\n"
 logger = logging.getLogger("runqueue.stream")
 
 
+#: The message that tells a client its cursor is not on this server's history.
+RESET = "stream.reset"
+
+
+def stamp(created_at: dt.datetime) -> str:
+    """An event's commit time in microseconds since the epoch, base 36."""
+    micros = (created_at - EPOCH) // dt.timedelta(microseconds=1)
+    return _base36(micros)
+
+
+def cursor(event: RunEvent) -> str:
+    """The event's ``id:``: what a lost timeline cannot issue again."""
+    return f"{event.id}.{stamp(event.created_at)}"
+
+
+def parse_cursor(text: str) -> tuple[int, str | None]:
+    """``"43.lq3x..."`` -> (43, "lq3x..."); ``"43"`` -> (43, None).
+    ValueError for anything else."""
+    number, dot, mark = text.partition(".")
+    if not (number.isascii() and number.isdigit()) or len(number) > 19 or int(number) > 2**63 - 1:
+        raise ValueError("expected an event id")
+    if dot and not (
+        mark.isascii() and mark.isalnum() and mark == mark.lower() and len(mark) <= 13
+    ):
+        raise ValueError("expected an event id and its stamp")
+    return int(number), mark if dot else None
+
+
+def on_this_history(run_id: uuid.UUID, after: int, mark: str | None) -> bool:
+    """Whether this server holds the event a cursor names (a plain number:
+    assumed so)."""
+    if mark is None or after == 0:
+        return True
+    created = (
+        RunEvent.objects.filter(run_id=run_id, id=after)
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return created is not None and stamp(created) == mark
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def frame(event: RunEvent) -> bytes:
     """One SSE message; JSON escapes newlines, so ``data`` is one line. A
     ``run.text`` chunk's data is its offset and text, as a delta's is."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
     body = event.data if event.type == events.TEXT else events.event_body(event)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {event.id}\nevent: {type_}\ndata: {data}\n\n".encode()
+    return f"id: {cursor(event)}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+
+def reset_frame() -> bytes:
+    """``stream.reset``: what the client holds is not this server's history
+    (a failover lost it); the run's events follow from the first."""
+    data = json.dumps({"reason": "the cursor is not on this server's history"})
+    return f"event: {RESET}\ndata: {data}\n\n".encode()
 
 
 def text_frame(offset: int, text: str) -> bytes:
@@ -70,8 +142,11 @@ class EventStream:
     ``close()`` (called by the WSGI server, also on a client disconnect)
     gives the stream's places back."""
 
-    def __init__(self, hub: Hub, run: Run, after: int, place: Place) -> None:
+    def __init__(
+        self, hub: Hub, run: Run, after: int, place: Place, *, reset: bool = False
+    ) -> None:
         self.hub = hub
+        self.reset = reset
         self.place = place
         self.run_id = run.id
         self.after = after
@@ -114,6 +189,8 @@ class EventStream:
         started = time.monotonic()
         deadline = started + conf.STREAM_MAX_SECONDS
         yield f"retry: {RETRY_MS}\n\n".encode()
+        if self.reset:
+            yield reset_frame()
         if self.ends_when_replayed:
             # Nothing to wait for: no watch row, no wake-ups, just the replay.
             while batch := self._read():
