@@ -26,6 +26,7 @@ from runqueue.errors import (
 if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
     from runqueue.leases import cancel as cancel
+    from runqueue.leases import signal as signal
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
@@ -43,6 +44,7 @@ _LAZY = {
     "SubmitRequest": "runqueue.submission",
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
+    "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",
