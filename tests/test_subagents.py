@@ -192,7 +192,8 @@ def _finishers(children: list[leases.Lease]) -> list:
         ),
         lambda c: runqueue.cancel(c.run_id, reason="test", actor="t").status == "cancelled",
     ]
-    return [lambda c=c, w=ways[i % len(ways)]: w(c) for i, c in enumerate(children)]
+    count = len(ways)
+    return [lambda c=c, w=ways[i % count]: w(c) for i, c in enumerate(children)]
 
 
 @pytest.mark.parametrize("iteration", range(8))
@@ -254,8 +255,8 @@ def test_a_signal_racing_the_waits_start_is_delivered_once(signal_first: bool) -
     for i in range(25):
         lease = _parent("test.wait_signal")
         wait = Suspended(reason="signal", wait_name="go", state={"waited": True})
-        send = lambda i=i: runqueue.signal(lease.run_id, "go", {"i": i})  # noqa: E731
-        park = lambda: leases.write(lease, wait)  # noqa: E731
+        send = lambda i=i, lease=lease: runqueue.signal(lease.run_id, "go", {"i": i})  # noqa: E731
+        park = lambda lease=lease, wait=wait: leases.write(lease, wait)  # noqa: E731
         _together(send, park) if signal_first else _together(park, send)
         run = Run.objects.get(id=lease.run_id)
         assert (run.status, run.input, run.timed_out) == ("queued", {"i": i}, False)
@@ -340,7 +341,7 @@ def test_a_signal_and_its_deadline_racing_resume_once() -> None:
         with connection.cursor() as cursor:  # the deadline is now
             cursor.execute("SELECT pg_sleep(0.06)")
         results = _together(
-            lambda i=i: _signal_or_none(lease.run_id, i), lambda: leases.resume_due()
+            lambda i=i, lease=lease: _signal_or_none(lease.run_id, i), leases.resume_due
         )
         run = Run.objects.get(id=lease.run_id)
         assert run.status == "queued" and _resumes(run.id) == 1
