@@ -248,6 +248,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
         "workers": live_workers(),
         "causes": waiting.causes(),
+        "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
         "holders": waiting.slot_holders(),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,

@@ -154,6 +154,20 @@ class QueueCollector(Collector):
             value=figures.live_workers,
         )
         yield from why_waiting()
+        yield waiting_runs()
+
+
+def waiting_runs() -> Metric:
+    """Runs that wait by their own choice, by reason (runqueue.waiting)."""
+    gauge = GaugeMetricFamily(
+        "runqueue_waiting_runs",
+        "Runs waiting for their children, a signal, a time or the user, by reason "
+        f"(counted up to {waiting.CAP + 1:,} each); they hold no worker slot.",
+        labels=["reason"],
+    )
+    for reason, n in waiting.waiting_by_reason().items():
+        gauge.add_metric([reason], n)
+    return gauge
 
 
 def why_waiting() -> Iterator[Metric]:

@@ -707,6 +707,12 @@ UNION ALL
 SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
          ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+-- Waiting runs (their children, a signal, a time): through the waiting index.
+SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
+         LIMIT %(cap)s) AS q
  GROUP BY 2;
 
 -- name: metrics_totals --
