@@ -218,7 +218,8 @@ class RunContext:
         records = ToolInvocation.objects.filter(
             run_id=self.run.id, tool=submission.SPAWN_TOOL
         ).order_by("seq")
-        ids = [uuid.UUID(str(r["run_id"])) for r in records.values_list("result", flat=True)]
+        results = records.values_list("result", flat=True)
+        ids = [uuid.UUID(str(r["run_id"])) for r in results if isinstance(r, dict)]
         runs = Run.objects.in_bulk(ids)
         return [runs[i] for i in ids if i in runs]
 
