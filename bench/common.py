@@ -42,6 +42,11 @@ class Profile:
     churn_runs: int
     #: Leases held while heartbeats alone are measured (HOT ratio).
     heartbeat_runs: int
+    #: Runs parked waiting (children, signal, timer, user) beside an idle pool.
+    waiting_runs: int = 10_000
+    #: Timers due over a spread, for the deadline service's lateness.
+    timers: int = 10_000
+    timer_spread_seconds: float = 60.0
 
 
 FULL = Profile(
@@ -75,6 +80,9 @@ QUICK = Profile(
     claim_samples=100,
     churn_runs=2_000,
     heartbeat_runs=200,
+    waiting_runs=1_000,
+    timers=500,
+    timer_spread_seconds=10.0,
 )
 
 

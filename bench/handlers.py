@@ -92,3 +92,13 @@ def cancel_sync(ctx: runqueue.RunContext) -> None:
     finally:
         if on_returned is not None:
             on_returned(ctx.payload)
+
+
+@runqueue.handler("bench.wait_signal")
+def wait_signal(ctx: runqueue.RunContext) -> Any:
+    """Waits for signal "go"; on resume calls ``on_start`` (resume latency)."""
+    if ctx.state is None:
+        return ctx.wait_for_signal("go", state={"waited": True})
+    if on_start is not None:
+        on_start(ctx.payload)
+    return None
