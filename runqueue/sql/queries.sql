@@ -539,16 +539,27 @@ SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id;
 -- An operator sends a dead-lettered run back to the queue: a fresh attempt
 -- budget, due at once (scheduled_for = now(): the claim's wait counts from
 -- here, not from creation), a new epoch. The failure moves to the event.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = 0,
-       scheduled_for = now(),
-       finished_at = NULL,
-       failure = NULL,
-       lease_token = NULL
- WHERE id = %(run_id)s AND status = 'failed'
-RETURNING id, lease_epoch, priority;
+-- A child is open again in its parent (if that is not finished): its next
+-- terminal transition counts in it once more (runqueue_join).
+WITH requeued AS (
+    UPDATE runqueue_run
+       SET status = 'queued',
+           lease_epoch = lease_epoch + 1,
+           attempts = 0,
+           scheduled_for = now(),
+           finished_at = NULL,
+           failure = NULL,
+           lease_token = NULL
+     WHERE id = %(run_id)s AND status = 'failed'
+    RETURNING id, lease_epoch, priority, parent_id
+), reopened AS (
+    UPDATE runqueue_run p
+       SET children_open = p.children_open + 1
+      FROM requeued q
+     WHERE p.id = q.parent_id
+       AND p.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+)
+SELECT id, lease_epoch, priority FROM requeued;
 
 -- name: deliver_input --
 -- Resume a run waiting for the user, in place: queued again with the input
