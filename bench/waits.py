@@ -148,7 +148,7 @@ def deadlines(n: int, spread: float, down: float, started_pool, stop) -> dict[st
     _park_timers(n, spread, lead=2.0)
     pool = started_pool(["interactive=2", "async=2"])
     try:
-        ok = rq_db.wait_for("queued", n, timeout=spread + 30)
+        ok = rq_db.wait_for("succeeded", n, timeout=spread + 30)
     finally:
         stop(pool)
     steady = percentiles(_lateness(since))
@@ -163,7 +163,7 @@ def deadlines(n: int, spread: float, down: float, started_pool, stop) -> dict[st
     pool = started_pool(["interactive=2", "async=2"])
     restarted_at = dt.datetime.now(dt.UTC)
     try:
-        ok = rq_db.wait_for("queued", n, timeout=spread + 30) and ok
+        ok = rq_db.wait_for("succeeded", n, timeout=spread + 30) and ok
     finally:
         stop(pool)
     return {

@@ -225,3 +225,18 @@ def sleep_until_handler(ctx: RunContext) -> Any:
             dt.datetime.fromisoformat(ctx.payload["until"]), state={"slept": True}
         )
     return {"timed_out": ctx.timed_out}
+
+
+@runqueue.handler("test.async_fanout")
+async def async_fanout(ctx: Any) -> Any:
+    """test.fanout as an async handler: spawn and children() awaited."""
+    if ctx.state is None:
+        for i in range(2):
+            await ctx.spawn("test.echo", {"i": i})
+        return ctx.wait_for_children(state={"joined": True})
+    if ctx.state.get("joined") and ctx.input is None and not ctx.timed_out:
+        children = await ctx.children()
+        return ctx.wait_for_signal(
+            "go", timeout=60, state={"children": [c.status for c in children]}
+        )
+    return {"children": ctx.state["children"], "input": ctx.input}

@@ -420,3 +420,33 @@ def test_a_cascade_reaches_grandchildren_below_a_finished_child() -> None:
     assert event.data["cascade_from"] == str(lease.run_id)
     lone = runqueue.submit(kind="test.fanout").run
     assert runqueue.cancel(lone.id, reason="x", actor="t", cascade=False).status == "cancelled"
+
+
+def test_an_async_handler_spawns_waits_and_reads_its_children() -> None:
+    run = runqueue.submit(kind="test.async_fanout").run
+    assert testing.execute(leases.claim_one("w", [INTER])) == "waiting"
+    while (lease := leases.claim_one("w", [INTER])) is not None and lease.run_id != run.id:
+        testing.execute(lease)
+    # The children ran; the parent resumed, and now waits for a signal.
+    assert lease is not None and testing.execute(lease) == "waiting"
+    assert runqueue.signal(run.id, "go", {"ok": True}) == "delivered"
+    assert testing.execute(leases.claim_one("w", [INTER])) == "succeeded"
+    done = Run.objects.get(id=run.id)
+    assert done.result == {"children": ["succeeded", "succeeded"], "input": {"ok": True}}
+
+
+def test_an_operators_requeue_of_a_dead_lettered_child_opens_it_again() -> None:
+    lease = _parent()
+    _spawn(runtime.build_context(lease), 2)
+    first, second = _claim_children(2)
+    assert testing.fail(first, failure_record(ValueError("x"), classification="p", attempt=1))
+    assert Run.objects.get(id=lease.run_id).children_open == 1
+    runqueue.leases.requeue(first.run_id, actor="op")
+    assert Run.objects.get(id=lease.run_id).children_open == 2
+    assert leases.write(lease, Suspended(reason="children", state={"j": 1}))
+    assert testing.succeed(second, {})
+    assert Run.objects.get(id=lease.run_id).status == "waiting"
+    again = _claim_children(1)[0]
+    assert testing.succeed(again, {})
+    parent = Run.objects.get(id=lease.run_id)
+    assert (parent.status, parent.children_open, _resumes(parent.id)) == ("queued", 0, 1)
