@@ -28,15 +28,19 @@ from bench.common import idle_gap, percentiles
 REASONS = ("children", "signal", "timer", "user")
 
 
-def _park(n: int, reason: str, *, until: dt.datetime | None = None) -> None:
-    """``n`` runs claimed and ended waiting for ``reason`` (as a worker writes it)."""
+def _park(n: int, reason: str, *, priority: int = 10) -> None:
+    """``n`` runs claimed and ended waiting for ``reason`` (as a worker
+    writes it), in ``priority``'s class; a parent's child is a maintenance
+    run, which the bench pools have no slot for (and ``_park`` never claims
+    from that class), so it stays queued and its parent waiting."""
     import runqueue
     from runqueue import leases, submission
     from runqueue.models import PriorityClass
     from runqueue.outcomes import Suspended
 
-    rq_db.bulk_load(n, kind="bench.noop", priority=PriorityClass.ASYNC, notify=False)
-    while claimed := leases.claim("bench-park", [PriorityClass.ASYNC], limit=100):
+    cls = PriorityClass.of(priority)
+    rq_db.bulk_load(n, kind="bench.noop", priority=priority, notify=False)
+    while claimed := leases.claim("bench-park", [cls], limit=100):
         for lease in claimed:
             if reason == "user":
                 leases.wait_for_user(lease, {"q": "?"})
@@ -46,7 +50,7 @@ def _park(n: int, reason: str, *, until: dt.datetime | None = None) -> None:
                 submission.spawn(lease, 0, kind="bench.noop", priority=PriorityClass.MAINTENANCE)
             leases.write(
                 lease,
-                Suspended(reason=reason, wait_name="go", until=until or _far(), state={"b": 1}),
+                Suspended(reason=reason, wait_name="go", until=_far(), state={"b": 1}),
             )
     del runqueue
 
@@ -68,10 +72,12 @@ def held(n: int, started_pool, stop) -> dict[str, Any]:
     """What ``n`` waiting runs hold while an idle pool runs beside them."""
     rq_db.reset()
     pool = started_pool(["interactive=2", "async=2"])
+    before = _connections()
+    stop(pool)
+    for reason in REASONS:
+        _park(n // len(REASONS), reason)
+    pool = started_pool(["interactive=2", "async=2"])
     try:
-        before = _connections()
-        for reason in REASONS:
-            _park(n // len(REASONS), reason)
         time.sleep(1.0)  # the pool's services tick with the waits parked
         by_status = {s: rq_db.count(s) for s in ("waiting", "waiting_for_user", "running")}
         return {
@@ -134,11 +140,19 @@ def _lateness(since: dt.datetime) -> list[float]:
 
 
 def _park_timers(n: int, spread: float, lead: float) -> dt.datetime:
-    """``n`` timers due evenly over ``spread`` seconds from ``lead`` seconds on."""
-    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=lead)
-    for i in range(n):
-        _park(1, "timer", until=start + dt.timedelta(seconds=spread * i / n))
-    return start
+    """``n`` timers (async runs, which the pool runs once resumed) due evenly
+    over ``spread`` seconds from ``lead`` seconds after they are all parked."""
+    _park(n, "timer", priority=10)
+    with rq_db.cursor() as cur:
+        cur.execute(
+            "WITH t AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS i FROM runqueue_run"
+            " WHERE status = 'waiting') UPDATE runqueue_run r"
+            " SET wait_until = now() + make_interval(secs => %s + %s * t.i / %s)"
+            " FROM t WHERE r.id = t.id RETURNING now()",
+            [lead, spread, n],
+        )
+        (now,) = cur.fetchone()
+    return now + dt.timedelta(seconds=lead)
 
 
 def deadlines(n: int, spread: float, down: float, started_pool, stop) -> dict[str, Any]:
