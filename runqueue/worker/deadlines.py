@@ -47,8 +47,10 @@ class Deadlines(threading.Thread):
         """Resume what is due; seconds to sleep before the next look."""
         try:
             close_old_connections()
-            self.resumed += leases.resume_due()
-            seconds = leases.next_deadline()
+            seconds = leases.next_deadline()  # one probe of the deadline index
+            if seconds is not None and seconds <= 0:
+                self.resumed += leases.resume_due()
+                seconds = leases.next_deadline()
         except DatabaseError as exc:
             what = "connection lost" if connection_lost(exc) else "database error"
             logger.warning("deadlines: %s (%s); retrying", what, exc)
