@@ -13,13 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
 from runqueue import db
 from runqueue.conf import get_settings
 from runqueue.models import (
-    WAIT_STATUSES,
     ConcurrencyLimit,
     PausedKind,
     PriorityClass,
@@ -28,6 +28,7 @@ from runqueue.models import (
     WaitReason,
     Worker,
 )
+from runqueue.sql import execute
 
 #: Runs held back are counted up to this many per cause.
 CAP = 1_000
@@ -170,15 +171,9 @@ def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
     """Runs waiting (status waiting or waiting_for_user) per WaitReason,
     each counted up to ``cap + 1`` through the waiting index. They hold no
     slot and no lease."""
-    return {
-        reason.value: db.capped_count(
-            Run.objects.filter(status__in=WAIT_STATUSES, wait_reason=reason),
-            cap,
-            "wait_reason",
-            "id",
-        )
-        for reason in WaitReason
-    }
+    params = {"reasons": list(WaitReason.values), "cap": cap + 1}
+    with connection.cursor() as cursor:
+        return dict(execute(cursor, "waiting_by_reason", params).fetchall())
 
 
 def slot_holders(limit: int = 50) -> list[Run]:

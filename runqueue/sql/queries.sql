@@ -726,6 +726,18 @@ SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
          LIMIT %(cap)s) AS q
  GROUP BY 2;
 
+-- name: waiting_by_reason --
+-- The dashboard and Prometheus: runs waiting (waiting, waiting_for_user) per
+-- reason, each counted up to %(cap)s through the waiting index, in one
+-- statement; the ORM cannot put a LIMIT inside a per-reason count.
+SELECT r.reason,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run w
+             WHERE w.status IN ('waiting', 'waiting_for_user') AND w.wait_reason = r.reason
+             LIMIT %(cap)s) AS q)
+  FROM unnest(%(reasons)s::text[]) WITH ORDINALITY AS r(reason, n)
+ ORDER BY r.n;
+
 -- name: metrics_totals --
 -- Prometheus: dead letters, unresolved uncertain tool invocations (and their
 -- runs), live workers; each through its partial index or a small table, and
