@@ -138,9 +138,14 @@ def resume_due(limit: int = RESUME_BATCH) -> int:
     service runs it."""
     total = 0
     params = {"limit": limit, "channel": get_settings().NOTIFY_CHANNEL}
-    while True:
+
+    def statement() -> int:
         with prepared("resume_due", params) as cursor:
-            n = len(cursor.fetchall())
+            return len(cursor.fetchall())
+
+    while True:
+        # A waiting run cancelled meanwhile moved partitions: run it again.
+        n = retry_moved(statement)
         total += n
         if n < limit:
             return total
