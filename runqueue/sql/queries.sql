@@ -720,10 +720,11 @@ SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
          ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
--- Waiting runs (their children, a signal, a time): through the waiting index.
+-- Waiting runs (their children, a signal, a time): in the waiting index's
+-- order, so it is read through that index whatever the statistics say.
 SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
-         LIMIT %(cap)s) AS q
+         ORDER BY wait_reason, id LIMIT %(cap)s) AS q
  GROUP BY 2;
 
 -- name: waiting_by_reason --
