@@ -45,6 +45,11 @@ class Profile:
     #: ``ctx.stream``: turns, and deltas each turn streams (bench.streaming).
     stream_turns: int = 100
     stream_deltas: int = 2_000
+    #: Runs parked waiting (children, signal, timer, user) beside an idle pool.
+    waiting_runs: int = 10_000
+    #: Timers due over a spread, for the deadline service's lateness.
+    timers: int = 10_000
+    timer_spread_seconds: float = 60.0
 
 
 FULL = Profile(
@@ -80,6 +85,9 @@ QUICK = Profile(
     heartbeat_runs=200,
     stream_turns=10,
     stream_deltas=500,
+    waiting_runs=1_000,
+    timers=500,
+    timer_spread_seconds=10.0,
 )
 
 

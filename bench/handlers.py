@@ -111,3 +111,13 @@ def stream(ctx: runqueue.RunContext) -> dict:
         if not ctx.stream(delta):
             return {"fenced": True}
     return {"text": "".join(deltas)}
+
+
+@runqueue.handler("bench.wait_signal")
+def wait_signal(ctx: runqueue.RunContext) -> Any:
+    """Waits for signal "go"; on resume calls ``on_start`` (resume latency)."""
+    if ctx.state is None:
+        return ctx.wait_for_signal("go", state={"waited": True})
+    if on_start is not None:
+        on_start(ctx.payload)
+    return None

@@ -10,7 +10,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from bench import handlers, measure, pickup, rq_db, rq_drain, rq_enqueue
+from bench import handlers, measure, pickup, rq_db, rq_drain, rq_enqueue, waits
 from bench.common import Profile, idle_gap, percentiles
 
 
@@ -236,6 +236,7 @@ PARTS = (
     "hot",
     "churn",
     "streaming",
+    "waits",
 )
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
@@ -280,6 +281,16 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
         if "hot" in parts:
             log("runqueue: heartbeat HOT ratio")
             out["heartbeat_hot"] = heartbeat_hot(profile.heartbeat_runs)
+        if "waits" in parts:
+            log(f"runqueue: {profile.waiting_runs} waiting runs, resume after a signal")
+            out["waits_held"] = waits.held(profile.waiting_runs, _started_pool, _stop)
+            out["waits_resume"] = waits.resume(
+                profile.latency_samples, _started_pool, _stop, _pickup_samples
+            )
+            log(f"runqueue: {profile.timers} timers over {profile.timer_spread_seconds} s")
+            out["waits_deadlines"] = waits.deadlines(
+                profile.timers, profile.timer_spread_seconds, 3.0, _started_pool, _stop
+            )
         if "churn" in parts:
             log(f"runqueue: churn {profile.churn_runs} runs")
             out["churn"] = churn(profile.churn_runs, profile.slots)

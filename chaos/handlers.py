@@ -134,3 +134,65 @@ async def turn_async(ctx: Any) -> Any:
         if not await ctx.checkpoint(state):
             return None
     return _result(state, statuses, ctx.input, text)
+
+
+# --- sub-agents: fan-out and fan-in, signals, trees ------------------------------
+
+KIND_FANOUT = "chaos.fanout"
+KIND_SIGNAL = "chaos.signal"
+KIND_TREE = "chaos.tree"
+KIND_LEAF = "chaos.leaf"
+#: A fan-out's children at most, whoever submitted it.
+MAX_CHILDREN = 1000
+#: The signal the soak sends its signal runs.
+SIGNAL = "go"
+
+
+@handler(KIND_LEAF)
+def leaf(ctx: RunContext) -> Any:
+    """A child: a little work, so kills and cancels land while it runs."""
+    payload = fields.fields(KIND_LEAF, ctx.payload, ("i", "work_ms", "depth", "width"))
+    time.sleep(fields.integer(payload, "work_ms", 50, 0, MAX_WORK_MS) / 1000)
+    return {"i": payload.get("i")}
+
+
+@handler(KIND_FANOUT)
+def fanout(ctx: RunContext) -> Any:
+    """Spawns its children, waits for them all, and on resume reports them."""
+    payload = fields.fields(KIND_FANOUT, ctx.payload, ("children", "work_ms"))
+    n = fields.integer(payload, "children", 4, 0, MAX_CHILDREN)
+    work_ms = fields.integer(payload, "work_ms", 50, 0, MAX_WORK_MS)
+    if ctx.state is None:
+        for i in range(n):
+            ctx.spawn(KIND_LEAF, {"i": i, "work_ms": work_ms})
+        return ctx.wait_for_children(state={"joined": True})
+    statuses = [c.status for c in ctx.children()]
+    return {"children": len(statuses), "succeeded": statuses.count("succeeded")}
+
+
+@handler(KIND_SIGNAL)
+def wait_signal(ctx: RunContext) -> Any:
+    """Waits for the soak's signal (a long timeout: a lost signal shows as
+    a run still waiting at the end, or timed out)."""
+    if ctx.state is None:
+        return ctx.wait_for_signal(SIGNAL, timeout=3600, state={"waited": True})
+    return {"input": ctx.input, "timed_out": ctx.timed_out}
+
+
+@handler(KIND_TREE)
+def tree(ctx: RunContext) -> Any:
+    """A level of a tree the soak cancels while it runs: spawns ``width``
+    children a level down, leaves work a while."""
+    payload = fields.fields(KIND_TREE, ctx.payload, ("depth", "width"))
+    depth = fields.integer(payload, "depth", 2, 0, 4)
+    width = fields.integer(payload, "width", 3, 0, 10)
+    if depth == 0:
+        for _ in range(20):
+            if ctx.cancelled.wait(0.1):
+                ctx.check()
+        return {"leaf": True}
+    if ctx.state is None:
+        for _ in range(width):
+            ctx.spawn(KIND_TREE, {"depth": depth - 1, "width": width})
+        return ctx.wait_for_children(state={"joined": True})
+    return {"children": len(ctx.children())}

@@ -21,9 +21,9 @@ from typing import Any
 from django.db import DatabaseError, connection
 
 import runqueue
-from chaos.handlers import KIND, KIND_ASYNC
-from chaos.verify import figures
-from runqueue.models import Budget, ConcurrencyLimit, PriorityClass, Run
+from chaos.handlers import KIND, KIND_ASYNC, KIND_FANOUT, KIND_SIGNAL, KIND_TREE, SIGNAL
+from chaos.verify import figures, subagent_figures, tree_ids
+from runqueue.models import TERMINAL_STATUSES, Budget, ConcurrencyLimit, PriorityClass, Run
 
 logger = logging.getLogger("chaos")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -37,6 +37,12 @@ class Profile:
     drain_seconds: float
     lease_seconds: float = 2.0
     fault_every: tuple[float, float] = (1.0, 3.0)
+    #: Every so many runs a fan-out of this many children, a run waiting
+    #: for a signal, a tree (3 levels) the soak cancels while it runs.
+    fanout_every: int = 10
+    fanout_children: int = 4
+    signal_every: int = 10
+    tree_every: int = 30
 
 
 #: Some chaos runs share a capped concurrency key (every fifth run, two
@@ -67,7 +73,16 @@ def capped_key(i: int) -> str | None:
 
 PROFILES = {
     "short": Profile(runs=150, workers=3, chaos_seconds=45, drain_seconds=90),
-    "long": Profile(runs=4000, workers=4, chaos_seconds=1800, drain_seconds=600),
+    "long": Profile(
+        runs=4000,
+        workers=4,
+        chaos_seconds=1800,
+        drain_seconds=600,
+        fanout_every=100,
+        fanout_children=1000,
+        signal_every=4,
+        tree_every=100,
+    ),
 }
 
 
@@ -131,6 +146,12 @@ class ChaosRun:
         self.counts = Counts()
         self.submitted: set[Any] = set()
         self.kills: list[tuple[dt.datetime, list[Any]]] = []
+        #: Signal runs -> the data sent them; trees cancelled -> (root, its
+        #: runs when the cancel returned, how many of them were not terminal).
+        self.signal_runs: set[Any] = set()
+        self.signals_sent: dict[Any, Any] = {}
+        self.trees: list[Any] = []
+        self.tree_cancels: list[tuple[Any, set[Any], int]] = []
         self._lock = threading.Lock()
 
     # --- workers -----------------------------------------------------------------
@@ -264,6 +285,47 @@ class ChaosRun:
 
         self.counts.cancels += retrying(go, "cancel")
 
+    def cancel_tree(self) -> None:
+        """Cancel a tree of runs while its workers run it; note what it held."""
+
+        def go() -> None:
+            live = list(
+                Run.objects.filter(id__in=self.trees)
+                .exclude(status__in=TERMINAL_STATUSES)
+                .values_list("id", flat=True)
+            )
+            if not live:
+                return
+            root = self.rng.choice(live)
+            try:
+                runqueue.cancel(root, reason="chaos tree", actor="chaos")
+            except runqueue.InvalidTransition:
+                return  # it ended meanwhile
+            ids = tree_ids(root)
+            still = Run.objects.filter(id__in=ids).exclude(status__in=TERMINAL_STATUSES).count()
+            self.tree_cancels.append((root, ids, still))
+
+        retrying(go, "cancel tree")
+
+    def send_signals(self) -> None:
+        """Signal about half the signal runs not yet signalled: some before
+        their first claim, some while they run, some while they wait."""
+
+        def go() -> None:
+            for run_id in sorted(self.signal_runs - set(self.signals_sent), key=str):
+                if self.rng.random() < 0.5:
+                    self._signal(run_id)
+
+        retrying(go, "signal")
+
+    def _signal(self, run_id: Any) -> None:
+        data = {"n": len(self.signals_sent)}
+        try:
+            runqueue.signal(run_id, SIGNAL, data)
+        except runqueue.InvalidTransition:
+            return  # cancelled or dead-lettered meanwhile: not sent
+        self.signals_sent[run_id] = data
+
     def terminate_backends(self) -> None:
         def go() -> int:
             with connection.cursor() as cursor:
@@ -293,15 +355,27 @@ class ChaosRun:
         so faults land on work in flight."""
         classes = [PriorityClass.INTERACTIVE, PriorityClass.ASYNC, PriorityClass.MAINTENANCE]
 
+        p = self.profile
+
+        def kind_and_payload(i: int) -> tuple[str, dict[str, Any]]:
+            if i % p.fanout_every == 7:
+                return KIND_FANOUT, {"children": p.fanout_children, "work_ms": 50}
+            if i % p.signal_every == 3:
+                return KIND_SIGNAL, {}
+            if i % p.tree_every == 11:
+                return KIND_TREE, {"depth": 2, "width": 3}
+            return KIND_ASYNC if i % 2 else KIND, {  # every other turn async
+                "steps": self.rng.randint(1, 4),
+                "work_ms": self.rng.randint(50, 400),
+                "ask": self.rng.random() < 0.1,
+                "stream": self.rng.random() < 0.5,
+            }
+
         def one(i: int) -> Any:
+            kind, payload = kind_and_payload(i)
             return runqueue.submit(
-                kind=KIND_ASYNC if i % 2 else KIND,  # every other turn async
-                payload={
-                    "steps": self.rng.randint(1, 4),
-                    "work_ms": self.rng.randint(50, 400),
-                    "ask": self.rng.random() < 0.1,
-                    "stream": self.rng.random() < 0.5,
-                },
+                kind=kind,
+                payload=payload,
                 session_id=f"chaos-{i}",
                 priority=classes[i % 3],
                 idempotency_key=f"chaos-{i}",
@@ -311,7 +385,15 @@ class ChaosRun:
 
         while len(self.submitted) < total:
             i = len(self.submitted)
-            self.submitted.add(retrying(lambda i=i: one(i), "submit"))
+            run_id = retrying(lambda i=i: one(i), "submit")
+            self.submitted.add(run_id)
+            kind, _ = kind_and_payload(i)
+            if kind == KIND_TREE:
+                self.trees.append(run_id)
+            if kind == KIND_SIGNAL:
+                self.signal_runs.add(run_id)
+                if self.rng.random() < 0.3:
+                    retrying(lambda r=run_id: self._signal(r), "signal")  # before any claim
 
     def deliver_inputs(self) -> None:
         def go() -> None:
@@ -338,6 +420,7 @@ class ChaosRun:
             self.term,
             self.terminate_backends,
             self.cancel,
+            self.cancel_tree,
         ]
         restart_at = started + self.profile.chaos_seconds / 2
         restarted = False
@@ -351,6 +434,7 @@ class ChaosRun:
                 self.rng.choice(faults)()
             self.supervise()
             self.deliver_inputs()
+            self.send_signals()
             elapsed = (time.monotonic() - started) / self.profile.chaos_seconds
             self.submit_until(min(int(self.profile.runs * (0.1 + elapsed)), self.profile.runs))
         self.submit_until(self.profile.runs)
@@ -358,17 +442,23 @@ class ChaosRun:
         while time.monotonic() < drain_end:
             self.supervise()
             self.deliver_inputs()
+            self.send_signals()
             if retrying(self._all_terminal, "drain"):
                 break
             time.sleep(0.5)  # poll with a deadline
         self.stop_workers()
         result = retrying(lambda: figures(self.submitted), "verify")
+        result |= retrying(
+            lambda: subagent_figures(self.signals_sent, self.tree_cancels), "verify"
+        )
         result |= self._fault_figures()
         result["seconds"] = round(time.monotonic() - started, 1)
         return result
 
     def _all_terminal(self) -> bool:
-        return not Run.objects.filter(id__in=self.submitted).active().exists()
+        if Run.objects.filter(id__in=self.submitted).active().exists():
+            return False
+        return not Run.objects.filter(parent_id__isnull=False).active().exists()
 
     def _fault_figures(self) -> dict[str, Any]:
         reclaims = []

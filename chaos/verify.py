@@ -22,6 +22,11 @@ MUST_BE_ZERO = (
     "cap_violations",
     "stream_mismatches",
     "budget_overruns",
+    "double_resumes",
+    "lost_signals",
+    "spawned_after_cancel",
+    "descendants_left_running_by_a_cancel",
+    "children_lost",
 )
 
 
@@ -197,6 +202,53 @@ def _budget_limits(key: str) -> tuple[int | None, int | None, int] | None:
 
     row = Budget.objects.filter(key=key).values_list("tokens", "requests", "per_seconds").first()
     return None if row is None else row
+
+
+def tree_ids(root: Any) -> set[Any]:
+    """A run and every run below it."""
+    found, level = {root}, [root]
+    while level:
+        level = list(Run.objects.filter(parent_id__in=level).values_list("id", flat=True))
+        found.update(level)
+    return found
+
+
+def subagent_figures(
+    signals_sent: dict[Any, Any], tree_cancels: list[tuple[Any, set[Any], int]]
+) -> dict[str, Any]:
+    """The fan-in resumed each waiting parent once (``double_resumes``:
+    run.resumed events for children beyond the first, per parent); every
+    signal sent reached its run's wait (``lost_signals``: signalled runs
+    that did not finish with the signal's data, cancelled and dead-lettered
+    ones aside); no run was spawned under a tree after its cancel committed
+    (``spawned_after_cancel``), and the cancel left none of it running."""
+    resumes = Counter(
+        RunEvent.objects.filter(type=events.RESUMED, data__reason="children").values_list(
+            "run_id", flat=True
+        )
+    )
+    lost = 0
+    runs = {r.id: r for r in Run.objects.filter(id__in=list(signals_sent))}
+    for run_id, data in signals_sent.items():
+        run = runs.get(run_id)
+        if run is None or run.status in ("cancelled", "failed"):
+            continue
+        if run.status != "succeeded" or run.result != {"input": data, "timed_out": False}:
+            lost += 1
+    after = sum(len(tree_ids(root) - at_cancel) for root, at_cancel, _open in tree_cancels)
+    children = Run.objects.filter(parent_id__isnull=False)
+    return {
+        "parents_resumed": len(resumes),
+        "double_resumes": sum(n - 1 for n in resumes.values() if n > 1),
+        "children_spawned": children.count(),
+        "children_lost": children.exclude(status__in=TERMINAL_STATUSES).count(),
+        "signals_sent": len(signals_sent),
+        "lost_signals": lost,
+        "tree_cancels": len(tree_cancels),
+        "tree_runs_at_cancel": sum(len(ids) for _root, ids, _open in tree_cancels),
+        "spawned_after_cancel": after,
+        "descendants_left_running_by_a_cancel": sum(n for _r, _ids, n in tree_cancels),
+    }
 
 
 def figures(submitted: set[Any]) -> dict[str, Any]:

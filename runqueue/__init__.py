@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
     from runqueue.budgets import pause_budget as pause_budget
     from runqueue.leases import cancel as cancel
+    from runqueue.leases import signal as signal
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
@@ -45,6 +46,7 @@ _LAZY = {
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
     "pause_budget": "runqueue.budgets",
+    "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",

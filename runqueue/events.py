@@ -37,6 +37,15 @@ TEXT = "run.text"
 #: A handler's model calls on a budget (ctx.reserve, ctx.settle).
 BUDGET_RESERVED = "budget.reserved"
 BUDGET_SETTLED = "budget.settled"
+#: A child run was created by this run (data: seq, child, kind).
+SPAWNED = "run.spawned"
+#: The turn ended waiting for children, a signal or a time (data: reason,
+#: name, until).
+SUSPENDED = "run.suspended"
+#: A waiting run was queued again (data: reason; timed_out on a deadline).
+RESUMED = "run.resumed"
+#: A signal was sent to a run that did not wait for it: kept in its mailbox.
+SIGNAL_KEPT = "run.signal_kept"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 
@@ -53,6 +62,8 @@ STATUS_OF: dict[str, str] = {
     CREATED: "queued",
     CLAIMED: "running",
     WAITING: "waiting_for_user",
+    SUSPENDED: "waiting",
+    RESUMED: "queued",
     INPUT_DELIVERED: "queued",
     REQUEUED: "queued",
     OPERATOR_REQUEUED: "queued",

@@ -34,6 +34,9 @@ class RunStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     WAITING_FOR_USER = "waiting_for_user", "Waiting for user"
+    #: Ended its turn waiting for its children, a signal or a time
+    #: (``Run.wait_reason``); holds no lease and no slot.
+    WAITING = "waiting", "Waiting"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed (dead-lettered)"
     CANCELLED = "cancelled", "Cancelled"
@@ -44,7 +47,11 @@ ACTIVE_STATUSES: tuple[str, ...] = (
     RunStatus.QUEUED,
     RunStatus.RUNNING,
     RunStatus.WAITING_FOR_USER,
+    RunStatus.WAITING,
 )
+#: Statuses of a run that waits (no lease, no slot) for a reason of
+#: ``WaitReason``: its children, a signal, a time, or the user.
+WAIT_STATUSES: tuple[str, ...] = (RunStatus.WAITING, RunStatus.WAITING_FOR_USER)
 TERMINAL_STATUSES: tuple[str, ...] = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -134,6 +141,15 @@ class PriorityClass(models.IntegerChoices):
 
 #: Each class but the last spans this many priority values.
 _CLASS_WIDTH = 10
+
+
+class WaitReason(models.TextChoices):
+    """What a waiting run waits for (``Run.wait_reason``)."""
+
+    CHILDREN = "children", "Its children"
+    SIGNAL = "signal", "A signal"
+    TIMER = "timer", "A time"
+    USER = "user", "The user"
 
 
 class Idempotency(models.TextChoices):
@@ -228,6 +244,30 @@ class Run(models.Model):
     #: over the run's life.
     budget_reserved = models.BigIntegerField(default=0, db_default=0)
     budget_used = models.BigIntegerField(default=0, db_default=0)
+    #: The run that spawned this one (``ctx.spawn``); NULL for a submitted run.
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="children",
+        db_constraint=False,
+        db_index=False,
+        editable=False,
+    )
+    #: Its children not terminal yet: each child's terminal transition counts
+    #: down here, under this row's lock (runqueue_join, functions.sql).
+    children_open = models.IntegerField(default=0, db_default=0, editable=False)
+    #: While waiting or waiting_for_user: what for (WaitReason), the signal's
+    #: name, since when and until when (the deadline; NULL for none).
+    wait_reason = models.CharField(
+        max_length=16, choices=WaitReason, blank=True, default="", db_default=""
+    )
+    wait_name = models.CharField(max_length=255, blank=True, default="", db_default="")
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    wait_until = models.DateTimeField(null=True, blank=True)
+    #: The last wait ended at its deadline (``ctx.timed_out``).
+    timed_out = models.BooleanField(default=False, db_default=False)
 
     objects = RunManager()
 
@@ -271,6 +311,9 @@ class Run(models.Model):
                 condition=Q(budget_key__isnull=True)
                 | Q(budget_tokens__isnull=False, budget_tokens__gte=0),
                 name="runqueue_run_budget_declared",
+            ),
+            models.CheckConstraint(
+                condition=Q(children_open__gte=0), name="runqueue_run_children_open_gte_0"
             ),
         ]
         indexes = [
@@ -336,6 +379,26 @@ class Run(models.Model):
                 fields=["finished_at"],
                 condition=Q(status=RunStatus.FAILED),
                 name="runqueue_run_failed_idx",
+            ),
+            # A run's children, on every partition (the admin's tree, the
+            # cascade of a cancel, ctx.children()).
+            models.Index(
+                fields=["parent"],
+                condition=Q(parent__isnull=False),
+                name="runqueue_run_parent_idx",
+            ),
+            # Waiting runs by deadline: the worker's deadline service reads
+            # the next due ones here (live partition only).
+            models.Index(
+                fields=["wait_until"],
+                condition=Q(status__in=WAIT_STATUSES, wait_until__isnull=False),
+                name="runqueue_run_deadline_idx",
+            ),
+            # Waiting runs by reason: the dashboard's and /metrics' counts.
+            models.Index(
+                fields=["wait_reason", "id"],
+                condition=Q(status__in=WAIT_STATUSES),
+                name="runqueue_run_waiting_idx",
             ),
         ]
         permissions = [
@@ -441,6 +504,28 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} @{self.lease_epoch}"
+
+
+class Signal(models.Model):
+    """A signal sent to a run that was not waiting for it yet: the run's
+    mailbox. The wait that names it takes it (and deletes it) in its own
+    transition, under the run's row lock, so a signal sent before the wait
+    begins is delivered once, never lost and never twice."""
+
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="signals", db_constraint=False, db_index=False
+    )
+    name = models.CharField(max_length=255)
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "runqueue_signal"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "name", "id"], name="runqueue_signal_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} for {self.run_id}"
 
 
 class StreamWatch(models.Model):

@@ -12,6 +12,7 @@ read it.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
@@ -55,20 +56,55 @@ class GaveUp:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """The turn ends waiting for the user (``ctx.ask_user``)."""
+    """The turn ends waiting for the user (``ctx.ask_user``), until
+    ``timeout`` seconds have passed if it is set."""
 
     question: JSON
     state: JSON
     tool_seq: int
+    timeout: float | None = None
     name: ClassVar[str] = "waiting"
 
     @classmethod
-    def of(cls, question: JSON, state: JSON, tool_seq: int) -> Waiting:
+    def of(
+        cls, question: JSON, state: JSON, tool_seq: int, timeout: float | None = None
+    ) -> Waiting:
         """ValueError if the question or the state cannot be stored (the one
-        check of both, for the runtime and a direct ``wait_for_user``)."""
+        check of both, for the runtime and a direct ``wait_for_user``), or
+        the timeout is not a positive number of seconds."""
         json_text(question, "question")
         json_text(state, "checkpoint state")
-        return cls(question, state, tool_seq)
+        return cls(question, state, tool_seq, positive_seconds(timeout))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suspended:
+    """The turn ends waiting for its children, a signal or a time
+    (``ctx.wait_for_children``, ``wait_for_signal``, ``sleep_until``): a
+    ``reason`` of ``runqueue.models.WaitReason``, the signal's name, and
+    the deadline, as a time (``until``) or seconds from now (``timeout``)."""
+
+    reason: str
+    wait_name: str = ""
+    until: dt.datetime | None = None
+    timeout: float | None = None
+    state: JSON = None
+    tool_seq: int = 0
+    name: ClassVar[str] = "waiting"
+
+
+def positive_seconds(value: float | dt.timedelta | None) -> float | None:
+    """Seconds as a float, from a number or a timedelta; ValueError unless
+    positive and finite."""
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a timeout must be seconds or a timedelta, got {type(value).__name__}")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"a timeout must be a positive number of seconds, got {value}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +130,7 @@ class BudgetWait:
     name: ClassVar[str] = "budget_wait"
 
 
-Outcome = Succeeded | Failed | GaveUp | Waiting | Released | BudgetWait
+Outcome = Succeeded | Failed | GaveUp | Waiting | Suspended | Released | BudgetWait
 
 
 class Reported(StrEnum):

@@ -19,10 +19,12 @@ its current ``await``. The fence still decides what may be written.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import inspect
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
@@ -30,7 +32,7 @@ from functools import cache
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, budgets, leases, registry
+from runqueue import aio, budgets, leases, registry, submission
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -42,7 +44,14 @@ from runqueue.errors import (
     classify,
 )
 from runqueue.failures import failure_record, permanent_failure
-from runqueue.models import Checkpoint, Idempotency, Run, ToolInvocation, ToolStatus
+from runqueue.models import (
+    Checkpoint,
+    Idempotency,
+    Run,
+    ToolInvocation,
+    ToolStatus,
+    WaitReason,
+)
 from runqueue.observability import observe
 from runqueue.outcomes import (
     BudgetWait,
@@ -51,8 +60,10 @@ from runqueue.outcomes import (
     Outcome,
     Released,
     Succeeded,
+    Suspended,
     ToolOutcome,
     Waiting,
+    positive_seconds,
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
@@ -68,6 +79,19 @@ class AskUser:
 
     question: JSON
     state: JSON
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wait:
+    """Returned by a handler (via ``ctx.wait_for_children``,
+    ``ctx.wait_for_signal`` or ``ctx.sleep_until``) to end the turn waiting."""
+
+    reason: str
+    state: JSON
+    name: str = ""
+    until: dt.datetime | None = None
+    timeout: float | None = None
 
 
 class RunContext:
@@ -97,8 +121,13 @@ class RunContext:
 
     @property
     def input(self) -> JSON:
-        """Input delivered by the user on resume, or None."""
+        """Input delivered on resume (the user's answer, a signal's data), or None."""
         return self.lease.run.input
+
+    @property
+    def timed_out(self) -> bool:
+        """The last wait (a signal's, the user's) ended at its deadline."""
+        return self.lease.run.timed_out
 
     @property
     def attempt(self) -> int:
@@ -145,10 +174,103 @@ class RunContext:
         self.check()
         return self.text.stream(text)
 
-    def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
-        """Return this from the handler to wait for the user's answer."""
+    def ask_user(
+        self, question: JSON, state: JSON = None, timeout: float | dt.timedelta | None = None
+    ) -> AskUser:
+        """Return this from the handler to wait for the user's answer; with
+        ``timeout`` (seconds or a timedelta) at most that long, then it
+        resumes with ``ctx.timed_out`` true and ``ctx.input`` None."""
         self.check()
-        return AskUser(question=question, state=self.state if state is None else state)
+        return AskUser(
+            question=question,
+            state=self.state if state is None else state,
+            timeout=positive_seconds(timeout),
+        )
+
+    def spawn(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        session_id: str | None = None,
+    ) -> uuid.UUID:
+        """Create a child run; its id. Recorded in order like a tool call,
+        through the fence: a handler run again gets the same child back and
+        never makes a second; a fenced handler makes none (RunCancelled)."""
+        self.check()
+        seq = self._seq
+        self._seq += 1
+        recorded = self._recorded.pop(seq, None)
+        if recorded is not None:
+            if recorded.tool != submission.SPAWN_TOOL or not isinstance(recorded.result, dict):
+                raise PermanentError(
+                    f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is a "
+                    f"spawn of {kind!r} now: a handler must make its calls in the same order"
+                )
+            return uuid.UUID(str(recorded.result["run_id"]))
+        child = submission.spawn(
+            self.lease,
+            seq,
+            kind=kind,
+            payload=payload,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            session_id=session_id,
+        )
+        if child is None:
+            raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
+        return child
+
+    def children(self) -> list[Run]:
+        """The runs this run spawned, in spawn order, as they are now."""
+        records = ToolInvocation.objects.filter(
+            run_id=self.run.id, tool=submission.SPAWN_TOOL
+        ).order_by("seq")
+        results = records.values_list("result", flat=True)
+        ids = [uuid.UUID(str(r["run_id"])) for r in results if isinstance(r, dict)]
+        runs = Run.objects.in_bulk(ids)
+        return [runs[i] for i in ids if i in runs]
+
+    def wait_for_children(self, state: JSON = None) -> Wait:
+        """Return this from the handler to end the turn until every child
+        it spawned is terminal; it resumes once, ``ctx.children()`` then
+        gives them. No child open: it resumes at once."""
+        self.check()
+        return Wait(reason=WaitReason.CHILDREN, state=self._state(state))
+
+    def wait_for_signal(
+        self,
+        name: str,
+        *,
+        timeout: float | dt.timedelta | None = None,
+        state: JSON = None,
+    ) -> Wait:
+        """Return this from the handler to end the turn until signal
+        ``name`` comes (``runqueue.signal``; its data is ``ctx.input``), or
+        ``timeout`` passes (``ctx.timed_out``). A signal sent earlier, even
+        before the run started, was kept for it and ends the wait at once."""
+        self.check()
+        if (problem := leases.signal_name_problem(name)) is not None:
+            raise ValueError(f"a signal's name {problem}")
+        return Wait(
+            reason=WaitReason.SIGNAL,
+            state=self._state(state),
+            name=name,
+            timeout=positive_seconds(timeout),
+        )
+
+    def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
+        """Return this from the handler to end the turn until ``when`` (an
+        aware datetime, compared with the database's clock)."""
+        self.check()
+        if not isinstance(when, dt.datetime) or when.tzinfo is None:
+            raise ValueError(f"sleep_until needs an aware datetime, got {when!r}")
+        return Wait(reason=WaitReason.TIMER, state=self._state(state), until=when)
+
+    def _state(self, state: JSON) -> JSON:
+        return self.state if state is None else state
 
     def reserve(self, key: str, tokens: int) -> bool:
         """Reserve one request and ``tokens`` on budget ``key`` for a further
@@ -338,8 +460,46 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync.stream, text)
 
-    def ask_user(self, question: JSON, state: JSON = None) -> AskUser:
-        return self.sync.ask_user(question, state)
+    timed_out = property(lambda self: self.sync.timed_out)
+
+    def ask_user(
+        self, question: JSON, state: JSON = None, timeout: float | dt.timedelta | None = None
+    ) -> AskUser:
+        return self.sync.ask_user(question, state, timeout)
+
+    async def spawn(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        session_id: str | None = None,
+    ) -> uuid.UUID:
+        """``RunContext.spawn``, awaited."""
+        self.check()
+        return await aio.db(
+            self.sync.spawn,
+            kind,
+            payload,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            session_id=session_id,
+        )
+
+    async def children(self) -> list[Run]:
+        return await aio.db(self.sync.children)
+
+    def wait_for_children(self, state: JSON = None) -> Wait:
+        return self.sync.wait_for_children(state)
+
+    def wait_for_signal(
+        self, name: str, *, timeout: float | dt.timedelta | None = None, state: JSON = None
+    ) -> Wait:
+        return self.sync.wait_for_signal(name, timeout=timeout, state=state)
+
+    def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
+        return self.sync.sleep_until(when, state)
 
     async def reserve(self, key: str, tokens: int) -> bool:
         self.check()
@@ -524,14 +684,24 @@ def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = N
 
 
 def _returned(
-    lease: leases.Lease, ctx: RunContext, result: JSON | AskUser | BudgetWait
+    lease: leases.Lease, ctx: RunContext, result: JSON | AskUser | Wait | BudgetWait
 ) -> Outcome:
     """How an attempt whose handler returned ``result`` ended."""
     if isinstance(result, BudgetWait):
         return result
     try:
         if isinstance(result, AskUser):
-            return Waiting.of(result.question, result.state, ctx._seq)
+            return Waiting.of(result.question, result.state, ctx._seq, result.timeout)
+        if isinstance(result, Wait):
+            json_text(result.state, "checkpoint state")
+            return Suspended(
+                reason=result.reason,
+                wait_name=result.name,
+                until=result.until,
+                timeout=result.timeout,
+                state=result.state,
+                tool_seq=ctx._seq,
+            )
         return Succeeded.of(result)
     except ValueError as exc:
         return Failed(

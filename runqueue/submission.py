@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from runqueue import budgets, events
+from runqueue import budgets, events, leases
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
@@ -41,11 +41,14 @@ from runqueue.leases import notify, notify_payload
 from runqueue.leases.base import moved_by_another
 from runqueue.models import (
     ACTIVE_STATUSES,
+    Idempotency,
     IdempotencyKey,
     PriorityClass,
     Run,
     RunStatus,
     SubmitOutcome,
+    ToolInvocation,
+    ToolStatus,
 )
 from runqueue.observability import tracing
 from runqueue.sql import execute, prepared, set_config
@@ -406,7 +409,11 @@ def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:
     return _route(request, request_hash, durable=False)
 
 
-def _insert_runs(requests: Sequence[CheckedSubmission], hashes: Sequence[str]) -> list[Run]:
+def _insert_runs(
+    requests: Sequence[CheckedSubmission],
+    hashes: Sequence[str],
+    parent_id: uuid.UUID | None = None,
+) -> list[Run]:
     """``create_runs``: the runs, their events, keys and NOTIFYs in one statement."""
     now = timezone.now()
     due = {
@@ -432,6 +439,7 @@ def _insert_runs(requests: Sequence[CheckedSubmission], hashes: Sequence[str]) -
         "concurrency_keys": [r.concurrency_key for r in requests],
         "budget_keys": [r.budget[0] if r.budget else None for r in requests],
         "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
+        "parent_ids": [parent_id] * len(requests),
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -444,13 +452,17 @@ def _insert_runs(requests: Sequence[CheckedSubmission], hashes: Sequence[str]) -
     # The rows hold what was sent, and the defaults below; only created_at
     # comes from the server. (Hydrating RETURNING * cost more than the insert.)
     return [
-        _inserted(r, run_id, created_at[run_id], traceparent)
+        _inserted(r, run_id, created_at[run_id], traceparent, parent_id)
         for r, run_id in zip(requests, ids, strict=True)
     ]
 
 
 def _inserted(
-    request: CheckedSubmission, run_id: uuid.UUID, created_at: dt.datetime, tp: str
+    request: CheckedSubmission,
+    run_id: uuid.UUID,
+    created_at: dt.datetime,
+    tp: str,
+    parent_id: uuid.UUID | None = None,
 ) -> Run:
     """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
     values = {
@@ -468,6 +480,7 @@ def _inserted(
         "budget_key": request.budget[0] if request.budget else None,
         "budget_tokens": request.budget[1] if request.budget else None,
         "created_at": created_at,
+        "parent_id": parent_id,
     }
     # Every other column as the model's default makes it (status queued,
     # epoch 0, ...), as the statement inserts it; asked per run, so no two
@@ -499,3 +512,78 @@ def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outco
         if constraint_name(exc) != _KEY_CONSTRAINT:
             raise
         raise _Retry from exc
+
+
+#: The tool name a spawn is recorded under, in the parent's tool-call order.
+SPAWN_TOOL = "runqueue.spawn"
+
+
+def spawn(
+    lease: leases.Lease,
+    seq: int,
+    *,
+    kind: str,
+    payload: JSON = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    session_id: str | None = None,
+) -> uuid.UUID | None:
+    """Create a child of the leased run, recorded as its tool call ``seq``:
+    the child's id, or None if the parent's lease is lost (nothing written).
+
+    The child follows ``submit``'s rules (its kind registered, its payload
+    checked; InvalidSubmission or UnknownKind before anything is written)
+    and is the parent's tenant and principal; its priority and concurrency
+    key are the parent's unless given. With a ``session_id`` it is that
+    session's active run (ActiveRunConflict if the session has one); without
+    one it holds no session slot, so its parent keeps its own.
+    """
+    parent = lease.run
+    request = _checked(
+        check_submission(
+            kind=kind,
+            payload=payload,
+            session_id=session_id,
+            tenant=parent.tenant,
+            principal=parent.principal,
+            priority=parent.priority if priority is None else priority,
+            concurrency_key=parent.concurrency_key if concurrency_key is None else concurrency_key,
+        )
+    )
+    created: list[Run] = []
+
+    def write() -> None:
+        try:
+            with transaction.atomic():
+                (child,) = _insert_runs([request], [""], parent_id=parent.id)
+        except IntegrityError as exc:
+            if constraint_name(exc) != _SESSION_CONSTRAINT:
+                raise
+            active = Run.objects.active().filter(
+                tenant=request.tenant, session_id=request.session_id
+            )
+            found = active.values_list("id", "status").first()
+            raise ActiveRunConflict(request.session_id or "", *(found or (None, None))) from exc
+        ToolInvocation.objects.create(
+            run_id=parent.id,
+            seq=seq,
+            tool=SPAWN_TOOL,
+            idempotency=Idempotency.IDEMPOTENT,
+            status=ToolStatus.COMPLETED,
+            arguments={"kind": request.kind, "session_id": request.session_id},
+            result={"run_id": str(child.id)},
+            lease_epoch=lease.epoch,
+            lease_token=lease.token,
+            finished_at=Now(),
+        )
+        events.append(
+            parent.id,
+            events.SPAWNED,
+            lease.epoch,
+            {"seq": seq, "child": str(child.id), "kind": request.kind},
+        )
+        created.append(child)
+
+    if not leases.spawn_write(lease, write):
+        return None
+    return created[0].id

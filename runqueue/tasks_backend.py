@@ -54,12 +54,13 @@ TASK_ERROR = "task.error"
 TASK_PLACES = 10
 OPTION_KEYS = frozenset({"queue_classes", "max_attempts", "tenant"})
 
-#: Run status -> TaskResultStatus. waiting_for_user is not finished and not
-#: claimable: RUNNING. A cancelled run is FAILED with a TaskCancelled error.
+#: Run status -> TaskResultStatus. waiting_for_user and waiting are not
+#: finished and not claimable: RUNNING. A cancelled run is FAILED with a TaskCancelled error.
 STATUS_MAP: dict[str, TaskResultStatus] = {
     "queued": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "waiting_for_user": TaskResultStatus.RUNNING,
+    "waiting": TaskResultStatus.RUNNING,
     "succeeded": TaskResultStatus.SUCCESSFUL,
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,

@@ -1,4 +1,6 @@
-"""Why due runs wait: paused kinds, keys at their cap, classes no worker claims.
+"""Why runs wait: due runs held back by paused kinds, keys at their cap,
+classes no worker claims; and runs that wait by their own choice (their
+children, a signal, a time, the user), counted by reason.
 
 The dashboard and ``/metrics`` read this so that "oldest due run waiting
 111 s" comes with its cause. Every count is capped (``CAP``) and every list
@@ -11,12 +13,22 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
 from runqueue import db
 from runqueue.conf import get_settings
-from runqueue.models import ConcurrencyLimit, PausedKind, PriorityClass, Run, RunStatus, Worker
+from runqueue.models import (
+    ConcurrencyLimit,
+    PausedKind,
+    PriorityClass,
+    Run,
+    RunStatus,
+    WaitReason,
+    Worker,
+)
+from runqueue.sql import execute
 
 #: Runs held back are counted up to this many per cause.
 CAP = 1_000
@@ -153,6 +165,15 @@ def causes() -> list[Cause]:
     """Every cause found, in class order."""
     found = [*unclaimed_classes(), *paused_kinds(), *keys_at_cap()]
     return sorted(found, key=lambda c: c.cls.index)
+
+
+def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
+    """Runs waiting (status waiting or waiting_for_user) per WaitReason,
+    each counted up to ``cap + 1`` through the waiting index. They hold no
+    slot and no lease."""
+    params = {"reasons": list(WaitReason.values), "cap": cap + 1}
+    with connection.cursor() as cursor:
+        return dict(execute(cursor, "waiting_by_reason", params).fetchall())
 
 
 def slot_holders(limit: int = 50) -> list[Run]:

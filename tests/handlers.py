@@ -223,3 +223,76 @@ async def async_stream_tokens(ctx: Any) -> dict:
             return {"fenced": True}
         text.append(delta)
     return {"text": "".join(text)}
+
+
+# --- sub-agents and durable waits ---------------------------------------------
+
+
+@runqueue.handler("test.fanout")
+def fanout(ctx: RunContext) -> Any:
+    """Spawns payload["n"] children of payload["child"] (payload["child_payload"]),
+    waits for them all, and on resume records the resume and returns their
+    statuses in spawn order."""
+    if ctx.state is None:
+        for i in range(ctx.payload.get("n", 3)):
+            ctx.spawn(
+                ctx.payload.get("child", "test.echo"),
+                {"i": i, **ctx.payload.get("child_payload", {})},
+            )
+        return ctx.wait_for_children(state={"joined": True})
+    ledger(ctx.run.id, "resumed", str(ctx.lease.epoch))
+    return {"children": [[str(c.id), c.status, c.result] for c in ctx.children()]}
+
+
+@runqueue.handler("test.tree")
+def tree(ctx: RunContext) -> Any:
+    """A level of a tree: spawns payload["width"] children one level deeper
+    until payload["depth"] is 0, then leaves wait until cancelled."""
+    depth = ctx.payload.get("depth", 0)
+    if depth <= 0:
+        ctx.cancelled.wait(120)
+        return {"leaf": True}
+    if ctx.state is None:
+        for _ in range(ctx.payload.get("width", 2)):
+            ctx.spawn("test.tree", {"depth": depth - 1, "width": ctx.payload.get("width", 2)})
+        return ctx.wait_for_children(state={"joined": True})
+    return {"children": len(ctx.children())}
+
+
+@runqueue.handler("test.wait_signal")
+def wait_signal(ctx: RunContext) -> Any:
+    """Waits for signal "go" (payload["timeout"] seconds at most), then
+    returns what the resume brought."""
+    if ctx.state is None:
+        return ctx.wait_for_signal(
+            "go", timeout=ctx.payload.get("timeout"), state={"waited": True}
+        )
+    ledger(ctx.run.id, "resumed", str(ctx.lease.epoch))
+    return {"input": ctx.input, "timed_out": ctx.timed_out}
+
+
+@runqueue.handler("test.sleep")
+def sleep_until_handler(ctx: RunContext) -> Any:
+    """Sleeps until payload["until"] (ISO 8601), then returns."""
+    import datetime as dt
+
+    if ctx.state is None:
+        return ctx.sleep_until(
+            dt.datetime.fromisoformat(ctx.payload["until"]), state={"slept": True}
+        )
+    return {"timed_out": ctx.timed_out}
+
+
+@runqueue.handler("test.async_fanout")
+async def async_fanout(ctx: Any) -> Any:
+    """test.fanout as an async handler: spawn and children() awaited."""
+    if ctx.state is None:
+        for i in range(2):
+            await ctx.spawn("test.echo", {"i": i})
+        return ctx.wait_for_children(state={"joined": True})
+    if ctx.state.get("joined") and ctx.input is None and not ctx.timed_out:
+        children = await ctx.children()
+        return ctx.wait_for_signal(
+            "go", timeout=60, state={"children": [c.status for c in children]}
+        )
+    return {"children": ctx.state["children"], "input": ctx.input}

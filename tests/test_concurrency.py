@@ -19,6 +19,7 @@ import runqueue
 from runqueue import concurrency, leases, testing
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Succeeded
+from runqueue.sql import functions as sql_functions
 from runqueue.sql import queries
 from runqueue.sql.classes import functions as class_functions
 from tests.helpers import Worker, expire_lease
@@ -431,6 +432,9 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
                 " ADD COLUMN budget_tokens integer,"
                 " ADD COLUMN budget_reserved bigint NOT NULL DEFAULT 0"
             )
+            # And counts finishes in their parents (0012): the column and the function.
+            cursor.execute("ALTER TABLE runqueue_run ADD COLUMN parent_id uuid")
+            cursor.execute(sql_functions()["runqueue_join"])
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -447,6 +451,8 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
                 "ALTER TABLE runqueue_run DROP COLUMN IF EXISTS budget_key,"
                 " DROP COLUMN IF EXISTS budget_tokens, DROP COLUMN IF EXISTS budget_reserved"
             )
+            cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS parent_id")
+            cursor.execute("DROP FUNCTION IF EXISTS runqueue_join(uuid[], text)")
         call_command("migrate", "runqueue", verbosity=0)
     after = _plain_plans()
     assert Run.objects.filter(concurrency_key="t3").count() > 0  # backfilled from the tenant

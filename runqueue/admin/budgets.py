@@ -10,11 +10,13 @@ import datetime as dt
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from runqueue import budgets
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.clock import db_now
 from runqueue.models import Budget
 
 #: The pause the admin action sets: a provider's usual Retry-After is shorter.
@@ -39,6 +41,10 @@ def resume(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySe
 
 @admin.register(Budget)
 class BudgetAdmin(GuardedAdmin):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Budget]:
+        # Read with the database's time: a pause ends on its clock.
+        return super().get_queryset(request).annotate(db_now=Now())
+
     list_display = ["key", "requests", "tokens", "per_seconds", "in_window", "paused", "note"]
     search_fields = ["=key"]
     search_help_text = "Exact budget key, e.g. openai:gpt-5."
@@ -66,7 +72,8 @@ class BudgetAdmin(GuardedAdmin):
 
     @admin.display(description="paused until")
     def paused(self, budget: Budget) -> str:
-        if budget.paused_until is None or budget.paused_until <= timezone.now():
+        now = getattr(budget, "db_now", None) or db_now()  # the database's clock
+        if budget.paused_until is None or budget.paused_until <= now:
             return "-"
         return f"{timezone.localtime(budget.paused_until):%Y-%m-%d %H:%M:%S}"
 

@@ -249,6 +249,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "workers": live_workers(),
         "causes": waiting.causes(),
         "budgets": budgets.windows(),
+        "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
         "holders": waiting.slot_holders(),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,

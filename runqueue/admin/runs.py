@@ -20,7 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue.admin import dashboard, display, resolve
+from runqueue.admin import dashboard, display, resolve, tree
 from runqueue.admin.actions import cancel_runs, requeue_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
@@ -138,6 +138,9 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "payload_display",
         "input_display",
         "result_display",
+        "parent_display",
+        "children_display",
+        "wait_display",
     ]
     fieldsets = [
         (
@@ -163,6 +166,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             },
         ),
         ("Budget", {"fields": ["budget_display"]}),
+        ("Tree and wait", {"fields": ["parent_display", "children_display", "wait_display"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
         ("Event timeline", {"fields": ["timeline_display"]}),
@@ -341,6 +345,18 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
                 ),
             ),
         )
+
+    @admin.display(description="parent")
+    def parent_display(self, run: Run) -> SafeString:
+        return tree.parent_html(run)
+
+    @admin.display(description="children")
+    def children_display(self, run: Run) -> SafeString:
+        return tree.children_html(run)
+
+    @admin.display(description="wait")
+    def wait_display(self, run: Run) -> SafeString:
+        return tree.wait_html(run)
 
     @admin.display(description="payload")
     def payload_display(self, run: Run) -> SafeString:

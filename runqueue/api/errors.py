@@ -43,6 +43,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "session-busy": (409, "Session already has an active run"),
     "idempotency-request-in-progress": (409, "A request with this Idempotency-Key is in progress"),
     "run-not-cancellable": (409, "Run cannot be cancelled"),
+    "run-not-signallable": (409, "Run is finished and takes no signal"),
     "length-required": (411, "Content-Length required"),
     "payload-too-large": (413, "Request body is too large"),
     "unsupported-media-type": (415, "Unsupported media type"),

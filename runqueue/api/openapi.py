@@ -25,6 +25,10 @@ _NO_NUL = "^[^\\u0000]+$"
 def _path(name: str) -> str:
     if name == "runs":
         return reverse("runqueue-api:runs")
+    if name == "run-signal":
+        kwargs = {"run_id": "RUNID", "name": "SIGNAL"}
+        url = reverse(f"runqueue-api:{name}", kwargs=kwargs)
+        return url.replace("RUNID", "{run_id}").replace("SIGNAL", "{name}")
     return reverse(f"runqueue-api:{name}", kwargs={"run_id": "RUNID"}).replace("RUNID", "{run_id}")
 
 
@@ -119,7 +123,35 @@ def _schemas() -> dict[str, JSON]:
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "reason": {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"}
+                "reason": {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"},
+                "cascade": {
+                    "type": "boolean",
+                    "description": "cancel the run's descendants too (default true)",
+                },
+            },
+        },
+        "Signalled": {
+            "type": "object",
+            "required": ["delivery", "run"],
+            "properties": {
+                "delivery": {
+                    "type": "string",
+                    "enum": ["delivered", "kept"],
+                    "description": "delivered: the run waited for this signal and is queued "
+                    "again with its data as input; kept: in the run's mailbox until a wait "
+                    "names it",
+                },
+                "run": {"$ref": _REF + "Run"},
+            },
+        },
+        "Wait": {
+            "type": ["object", "null"],
+            "description": "what a waiting run waits for (null unless it waits)",
+            "properties": {
+                "reason": {"type": "string", "enum": ["children", "signal", "timer", "user"]},
+                "name": {"type": "string"},
+                "since": nullable_time,
+                "until": nullable_time,
             },
         },
         "Failure": {
@@ -138,6 +170,14 @@ def _schemas() -> dict[str, JSON]:
                 "id": {"type": "string", "format": "uuid"},
                 "kind": {"type": "string"},
                 "status": {"type": "string", "enum": list(RunStatus.values)},
+                "parent_id": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the run that spawned this one (ctx.spawn)",
+                },
+                "children_open": {"type": "integer", "minimum": 0},
+                "wait": {"$ref": _REF + "Wait"},
+                "timed_out": {"type": "boolean"},
                 "session_id": {"type": ["string", "null"]},
                 "concurrency_key": {
                     "type": "string",
@@ -333,6 +373,30 @@ def document() -> dict[str, JSON]:
                     "responses": {
                         "200": {"description": "the cancelled run", "content": _json("Run")},
                         **_problems(401, 403, 404, 405, 409, 413, 415, 422, 500, 503),
+                    },
+                }
+            },
+            _path("run-signal"): {
+                "post": {
+                    "operationId": "signalRun",
+                    "description": "Send a signal to a run of your tenant; the body (any JSON, "
+                    "or none) is its data, the run's input when a wait for that name ends.",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": {}}},
+                    },
+                    "responses": {
+                        "202": {"description": "delivered or kept", "content": _json("Signalled")},
+                        **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 500, 503),
                     },
                 }
             },

@@ -237,13 +237,28 @@ def submit_args(body: object) -> SubmitArgs:
     }
 
 
+def cancel_cascade(body: object) -> bool:
+    """The optional ``{"cascade": false}`` of a cancel (default true: the
+    run's descendants are cancelled with it); 422 if not a boolean."""
+    if not isinstance(body, dict) or "cascade" not in body:
+        return True
+    if not isinstance(body["cascade"], bool):
+        raise validation_failed([{"pointer": "/cascade", "detail": "must be true or false"}])
+    return body["cascade"]
+
+
 def cancel_reason(body: object) -> str:
     """The optional ``{"reason": "..."}`` of a cancel; 422 if malformed."""
     if body is None:
         return ""
-    if not isinstance(body, dict) or set(body) - {"reason"}:
+    if not isinstance(body, dict) or set(body) - {"reason", "cascade"}:
         raise validation_failed(
-            [{"pointer": "", "detail": 'the body must be {"reason": "<text>"} or empty'}]
+            [
+                {
+                    "pointer": "",
+                    "detail": 'the body must be {"reason": "<text>", "cascade": true} or empty',
+                }
+            ]
         )
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:

@@ -13,7 +13,7 @@ from typing import TypedDict
 from django.urls import reverse
 
 from runqueue.events import public_time
-from runqueue.models import PriorityClass, Run
+from runqueue.models import WAIT_STATUSES, PriorityClass, Run
 from runqueue.types import JSON
 
 
@@ -31,10 +31,21 @@ class RunLinks(TypedDict):
     cancel: str
 
 
+class WaitBody(TypedDict):
+    reason: str
+    name: str
+    since: str | None
+    until: str | None
+
+
 class RunBody(TypedDict):
     id: str
     kind: str
     status: str
+    parent_id: str | None
+    children_open: int
+    wait: WaitBody | None
+    timed_out: bool
     session_id: str | None
     concurrency_key: str
     priority: int
@@ -60,6 +71,18 @@ def events_url(run_id: uuid.UUID) -> str:
     return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
 
 
+def wait_body(run: Run) -> WaitBody | None:
+    """What a waiting run waits for, since and until when; None if it does not wait."""
+    if run.status not in WAIT_STATUSES:
+        return None
+    return {
+        "reason": run.wait_reason,
+        "name": run.wait_name,
+        "since": public_time(run.waiting_since),
+        "until": public_time(run.wait_until),
+    }
+
+
 def run_body(run: Run) -> RunBody:
     failure = None
     if run.failure:
@@ -73,6 +96,10 @@ def run_body(run: Run) -> RunBody:
         "id": str(run.id),
         "kind": run.kind,
         "status": run.status,
+        "parent_id": str(run.parent_id) if run.parent_id else None,
+        "children_open": run.children_open,
+        "wait": wait_body(run),
+        "timed_out": run.timed_out,
         "session_id": run.session_id,
         "concurrency_key": run.concurrency_key,
         "priority": run.priority,

@@ -12,5 +12,6 @@ urlpatterns = [
     path("runs/<str:run_id>/events/", views.run_events, name="run-events"),
     path("runs/<str:run_id>/stream/", views.run_stream, name="run-stream"),
     path("runs/<str:run_id>/cancel/", views.cancel_run, name="run-cancel"),
+    path("runs/<str:run_id>/signals/<str:name>/", views.signal_run, name="run-signal"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

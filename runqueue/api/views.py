@@ -24,14 +24,20 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events
+from runqueue import events, leases
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
-from runqueue.api.errors import ApiError, from_service_error, not_found, request_id
+from runqueue.api.errors import (
+    ApiError,
+    from_service_error,
+    not_found,
+    request_id,
+    validation_failed,
+)
 from runqueue.api.openapi import document
 from runqueue.api.render import events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
-from runqueue.errors import InvalidTransition, RunqueueError
+from runqueue.errors import InvalidArgument, InvalidTransition, RunqueueError
 from runqueue.models import Run, RunEvent, RunStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
@@ -192,11 +198,11 @@ def _stream_owners(caller: Caller) -> list[tuple[str, int | None]]:
 def cancel_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
     """Cancel a run; cancelling a cancelled run again answers 200 (a retry)."""
     run = _run_or_404(caller, run_id)
-    reason = parsing.cancel_reason(
-        parsing.parse_json(request, parsing.read_body(request), optional=True)
-    )
+    body = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    reason = parsing.cancel_reason(body)
+    cascade = parsing.cancel_cascade(body)
     try:
-        run = runqueue.cancel(run.id, reason=reason, actor=caller.principal)
+        run = runqueue.cancel(run.id, reason=reason, actor=caller.principal, cascade=cascade)
     except InvalidTransition as exc:
         if exc.status != RunStatus.CANCELLED:
             raise _mapped(exc) from exc
@@ -204,6 +210,31 @@ def cancel_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     except RunqueueError as exc:
         raise _mapped(exc) from exc
     return JsonResponse(run_body(run))
+
+
+@api_view("POST")
+def signal_run(request: HttpRequest, caller: Caller, run_id: str, name: str) -> HttpResponse:
+    """Send signal ``name`` to a run of the caller's tenant, the body (any
+    JSON, or empty) its data: 202 with ``delivered`` (the run was waiting
+    for it and is queued again) or ``kept`` (in its mailbox for the wait)."""
+    run = _run_or_404(caller, run_id)
+    data = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    if (problem := leases.signal_name_problem(name)) is not None:
+        raise validation_failed([{"pointer": "", "detail": f"the signal's name {problem}"}])
+    try:
+        delivery = runqueue.signal(run.id, name, data)
+    except InvalidTransition as exc:
+        raise ApiError(
+            "run-not-signallable",
+            f"The run is {exc.status}; only a run that is not finished takes a signal.",
+            extensions={"run_status": exc.status},
+        ) from exc
+    except InvalidArgument as exc:
+        raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    run.refresh_from_db()
+    return JsonResponse({"delivery": delivery, "run": run_body(run)}, status=202)
 
 
 @csrf_exempt

@@ -38,6 +38,13 @@ from runqueue.leases.transitions import (
     resolve_uncertain,
     sweep,
 )
+from runqueue.leases.waits import (
+    next_deadline,
+    resume_due,
+    signal,
+    signal_name_problem,
+    suspend,
+)
 from runqueue.leases.writes import (
     append_event,
     checkpoint,
@@ -49,6 +56,7 @@ from runqueue.leases.writes import (
     record_tool_outcome,
     record_tool_started,
     release,
+    spawn_write,
     wait_for_budget,
     wait_for_user,
     write,
@@ -86,6 +94,12 @@ __all__ = [
     "reserve",
     "resolve_uncertain",
     "settle",
+    "next_deadline",
+    "resume_due",
+    "signal",
+    "signal_name_problem",
+    "spawn_write",
+    "suspend",
     "sweep",
     "wait_for_budget",
     "wait_for_user",

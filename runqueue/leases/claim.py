@@ -162,6 +162,7 @@ def statement_params(
         "failures": [v["failure"] for v in values],
         "event_types": [v["event_type"] for v in values],
         "event_data": [v["event_data"] for v in values],
+        "channel": get_settings().NOTIFY_CHANNEL,
     }
 
 

@@ -12,6 +12,7 @@ from runqueue.db import sqlstate
 from runqueue.leases.base import (
     Lease,
     hooks,
+    moved_by_another,
     observers,
     retry_moved,
 )
@@ -89,6 +90,12 @@ def fenced(
         return row
 
 
+#: Attempts of a worker transaction that met a deadlock, or a row moved
+#: by another, while its lease still held (a child's terminal transition
+#: waits for its parent's row: runqueue_join).
+CONFLICT_ATTEMPTS = 3
+
+
 def fenced_transaction(
     lease: Lease,
     action: str,
@@ -98,7 +105,33 @@ def fenced_transaction(
 ) -> tuple[object, ...] | None:
     """The fence statement, then ``write(row)`` in the same transaction; the
     fence row, or None when fenced (``run.fenced`` recorded). Callers hold
-    the lease's write lock, or know the lease is theirs alone."""
+    the lease's write lock, or know the lease is theirs alone.
+
+    A deadlock (40P01), or a row moved by another (40001), wrote nothing:
+    re-read, and if the lease still holds run the transaction again (a
+    cascading cancel locks parent then children, a child's join child then
+    parent; PostgreSQL breaks such a cycle by failing one of them)."""
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return _fenced_transaction(lease, action, fence, params, write)
+        except _ConflictError as conflict:
+            if attempt == CONFLICT_ATTEMPTS:
+                raise conflict.error from None
+    raise AssertionError("unreachable")
+
+
+class _ConflictError(Exception):
+    def __init__(self, error: OperationalError) -> None:
+        self.error = error
+
+
+def _fenced_transaction(
+    lease: Lease,
+    action: str,
+    fence: str,
+    params: Params | None,
+    write: Callable[[tuple], None] | None,
+) -> tuple[object, ...] | None:
     try:
         if write is None and not connection.in_atomic_block:
             # The fence is the whole transaction (a heartbeat, or a finish
@@ -122,8 +155,13 @@ def fenced_transaction(
         pass
     except OperationalError as exc:
         # 40001 on a fenced write means "possibly fenced": re-read, never retry blindly.
-        if sqlstate(exc) != "40001" or _still_owned(lease):
+        code = sqlstate(exc)
+        if code not in ("40001", "40P01"):
             raise
+        if _still_owned(lease):
+            if connection.in_atomic_block or not (code == "40P01" or moved_by_another(exc)):
+                raise
+            raise _ConflictError(exc) from exc
     record_fenced(lease, action)
     return None
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models.functions import Now
 
 from runqueue import events
 from runqueue.clock import db_now
+from runqueue.conf import get_settings
+from runqueue.db import sqlstate
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidArgument,
@@ -64,6 +66,7 @@ def sweep(
         "delays": [backoff(r[2]) for r in rows],
         # Stored only by a run dead-lettered on its last attempt.
         "failures": [json_text(lease_expired_failure(r[2], r[3]), "failure") for r in rows],
+        "channel": get_settings().NOTIFY_CHANNEL,
     }
 
     def transaction_() -> list[tuple]:
@@ -104,28 +107,63 @@ def checked_operation(operation: str, run_id: uuid.UUID | str, **texts: object) 
     return parsed
 
 
-def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str) -> Run:
-    """Cancel a non-terminal run; the epoch bump fences a worker still running it.
+#: Attempts of a cancel that met a deadlock with a child's terminal
+#: transition (it locks child then parent; a cascade parent then children).
+DEADLOCK_ATTEMPTS = 5
+
+
+def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str, cascade: bool = True) -> Run:
+    """Cancel a non-terminal run and, with ``cascade``, every non-terminal
+    run below it (its children, theirs, ...), in one transaction; each epoch
+    bump fences a worker still running one, and no child can be spawned
+    after it commits. Cancelling a child counts in its parent as any
+    terminal transition does (a parent waiting for it resumes).
     Raises InvalidArgument (a malformed id or reason), RunNotFound, InvalidTransition."""
     run_id = checked_operation("cancel", run_id, reason=reason, actor=actor)
-    return retry_moved(lambda: _cancel(run_id, reason=reason, actor=actor))
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return retry_moved(
+                lambda: _cancel(run_id, reason=reason, actor=actor, cascade=cascade)
+            )
+        except OperationalError as exc:
+            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
+                raise
+            logger.info("Cancel of run id=%s met a deadlock; run again", run_id)
+    raise AssertionError("unreachable")
 
 
-def _cancel(run_id: uuid.UUID, *, reason: str, actor: str) -> Run:
+def _cancel(run_id: uuid.UUID, *, reason: str, actor: str, cascade: bool) -> Run:
     with transaction.atomic(durable=True):
+        params = {"run_id": run_id, "channel": get_settings().NOTIFY_CHANNEL}
         with connection.cursor() as cursor:
-            row = execute(cursor, "cancel", {"run_id": run_id}).fetchone()
+            row = execute(cursor, "cancel", params).fetchone()
         if row is None:
             status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
             if status is None:
                 raise RunNotFound(run_id)
             raise InvalidTransition(run_id, status, "cancel")
-        events.append(run_id, events.CANCELLED, row[1], {"reason": reason, "actor": actor})
-        _interrupted_tools(row[0], row[1])
-        # The worker running it (if any) stops its handler on commit; the
-        # others find no lease of that run and ignore it.
-        notify_cancel(row[0], row[1])
+        _cancelled(row[0], row[1], {"reason": reason, "actor": actor})
+        level = [row[0]]
+        while cascade and level:
+            # One statement per level, top-down: each sees the children
+            # committed before its parents were locked by the level above.
+            with connection.cursor() as cursor:
+                rows = execute(cursor, "cancel_children", {"parent_ids": level}).fetchall()
+            data = {"reason": reason, "actor": actor, "cascade_from": str(run_id)}
+            for child_id, epoch in rows:
+                if epoch is not None:
+                    _cancelled(child_id, epoch, data)
+            level = [child_id for child_id, _epoch in rows]
     return Run.objects.get(id=run_id)
+
+
+def _cancelled(run_id: uuid.UUID, epoch: int, data: dict[str, str]) -> None:
+    """What a cancel writes besides the row: its event, interrupted tool
+    calls, and the NOTIFY that stops the worker running it (if any) on
+    commit; the others find no lease of that run and ignore it."""
+    events.append(run_id, events.CANCELLED, epoch, data)
+    _interrupted_tools(run_id, epoch)
+    notify_cancel(run_id, epoch)
 
 
 def _interrupted_tools(run_id: uuid.UUID, epoch: int) -> None:

@@ -3,15 +3,14 @@ checkpoint, tool records, events, finish, give up, wait, release."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
-from django.db.models import Max
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
 from runqueue import events
+from runqueue.conf import get_settings
 from runqueue.errors import (
     TRANSIENT,
 )
@@ -22,9 +21,10 @@ from runqueue.leases.base import (
     check_json,
     notify,
 )
+from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, record_fenced, renew_params
+from runqueue.leases.waits import suspend
 from runqueue.models import (
-    Checkpoint,
     RunStatus,
     ToolInvocation,
     ToolStatus,
@@ -38,6 +38,7 @@ from runqueue.outcomes import (
     Released,
     Reported,
     Succeeded,
+    Suspended,
     Waiting,
     json_text,
 )
@@ -66,19 +67,6 @@ def publish_text(lease: Lease, pieces: Sequence[str]) -> bool:
     worker still owns the run; False once fenced. Writes no row: the
     lease is checked under the run row's share lock in the same statement."""
     return fenced(lease, "stream", "stream_text", {"pieces": list(pieces)}) is not None
-
-
-def _next_checkpoint_seq(run_id: uuid.UUID) -> int:
-    last = Checkpoint.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"]
-    return 0 if last is None else last + 1
-
-
-def save_checkpoint(lease: Lease, state: JSON, tool_seq: int) -> None:
-    seq = _next_checkpoint_seq(lease.run_id)
-    Checkpoint.objects.create(
-        run_id=lease.run_id, seq=seq, state=state, tool_seq=tool_seq, lease_epoch=lease.epoch
-    )
-    events.append(lease.run_id, events.CHECKPOINTED, lease.epoch, {"seq": seq})
 
 
 def checkpoint(lease: Lease, state: JSON, *, tool_seq: int = 0) -> bool:
@@ -173,6 +161,7 @@ def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
             "failure": None,
             "event_type": events.SUCCEEDED,
             "event_data": f'{{"attempt": {lease.attempt}}}',
+            "channel": get_settings().NOTIFY_CHANNEL,
         }
     return {
         "status": RunStatus.FAILED.value,
@@ -180,6 +169,7 @@ def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
         "failure": json_text(outcome.failure, "failure"),
         "event_type": events.FAILED,
         "event_data": json_text(failure_summary(outcome.failure), "failure"),
+        "channel": get_settings().NOTIFY_CHANNEL,
     }
 
 
@@ -199,8 +189,18 @@ def write(lease: Lease, outcome: Outcome) -> bool:
             return _finish(lease, outcome)
         case GaveUp(error=error):
             return give_up(lease, error)
-        case Waiting(question=question, state=state, tool_seq=tool_seq):
-            return wait_for_user(lease, question, state, tool_seq=tool_seq)
+        case Waiting(question=question, state=state, tool_seq=tool_seq, timeout=timeout):
+            return wait_for_user(lease, question, state, tool_seq=tool_seq, timeout=timeout)
+        case Suspended():
+            return suspend(
+                lease,
+                outcome.reason,
+                name=outcome.wait_name,
+                until=outcome.until,
+                timeout=outcome.timeout,
+                state=outcome.state,
+                tool_seq=outcome.tool_seq,
+            )
         case Released(reason=reason):
             return release(lease, reason)
         case BudgetWait():
@@ -265,7 +265,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
     )
 
     def write(row: tuple) -> None:
-        _id, status, epoch, attempts, scheduled_for = row
+        _id, status, epoch, attempts, scheduled_for, _resumed = row
         if status == RunStatus.FAILED:
             events.append(lease.run_id, events.FAILED, epoch, failure_summary(failure))
         else:
@@ -284,20 +284,43 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
             )
             notify(lease.run.priority)
 
-    params = {"backoff_seconds": backoff(lease.attempt), "failure": Jsonb(failure)}
+    params = {
+        "backoff_seconds": backoff(lease.attempt),
+        "failure": Jsonb(failure),
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
     return fenced(lease, "give_up", "fence_give_up", params, write, closes=True) is not None
 
 
-def wait_for_user(lease: Lease, question: JSON, state: JSON = None, *, tool_seq: int = 0) -> bool:
-    """End the turn waiting for the user; the run keeps its session slot."""
-    Waiting.of(question, state, tool_seq)  # ValueError before anything is written
+def wait_for_user(
+    lease: Lease,
+    question: JSON,
+    state: JSON = None,
+    *,
+    tool_seq: int = 0,
+    timeout: float | None = None,
+) -> bool:
+    """End the turn waiting for the user; the run keeps its session slot.
+    With ``timeout`` (seconds) the wait ends then, ``ctx.timed_out`` true."""
+    Waiting.of(question, state, tool_seq, timeout)  # ValueError before anything is written
 
     def write(_row: tuple) -> None:
         if state is not None:
             save_checkpoint(lease, state, tool_seq)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
-    return fenced(lease, "wait_for_user", "fence_wait", None, write, closes=True) is not None
+    params = {"timeout": timeout}
+    return fenced(lease, "wait_for_user", "fence_wait", params, write, closes=True) is not None
+
+
+def spawn_write(lease: Lease, write: Callable[[], None]) -> bool:
+    """A child's creation behind its parent's fence (``fence_spawn``: the
+    lease renewed and the child counted open under the parent's row lock),
+    ``write`` in the same transaction; False once fenced, nothing written."""
+    return (
+        fenced(lease, "spawn", "fence_spawn", renew_params(lease), lambda _row: write())
+        is not None
+    )
 
 
 def release(lease: Lease, reason: str) -> bool:

@@ -155,6 +155,7 @@ class QueueCollector(Collector):
         )
         yield from why_waiting()
         yield from budget_gauges()
+        yield waiting_runs()
 
 
 def budget_gauges() -> Iterator[Metric]:
@@ -185,6 +186,19 @@ def budget_gauges() -> Iterator[Metric]:
         families["paused"].add_metric(key, 1 if window.paused_until else 0)
         families["waiting_runs"].add_metric(key, window.waiting)
     yield from families.values()
+
+
+def waiting_runs() -> Metric:
+    """Runs that wait by their own choice, by reason (runqueue.waiting)."""
+    gauge = GaugeMetricFamily(
+        "runqueue_waiting_runs",
+        "Runs waiting for their children, a signal, a time or the user, by reason "
+        f"(counted up to {waiting.CAP + 1:,} each); they hold no worker slot.",
+        labels=["reason"],
+    )
+    for reason, n in waiting.waiting_by_reason().items():
+        gauge.add_metric([reason], n)
+    return gauge
 
 
 def why_waiting() -> Iterator[Metric]:

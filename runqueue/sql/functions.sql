@@ -537,3 +537,61 @@ BEGIN
     RETURN delta;
 END;
 $fn$;
+
+-- function: runqueue_join --
+-- The fan-in (docs/decisions.md, "Sub-agents and durable waits"), called by
+-- every statement that makes runs with a parent terminal (a finish, a dead
+-- letter, a cancel), in that statement, with the parents' ids: one per
+-- child, repeats counted. Each parent's children_open goes down under its
+-- row lock, so children ending at once count one after the other; a parent
+-- waiting for its children whose count reaches 0 is queued again here
+-- (resumed, a new epoch, run.resumed), exactly once: its wait begins only
+-- under the same row lock and, if no child is open then, resumes at once
+-- instead. Parents already terminal are left alone (the live partition's
+-- statuses). VOLATILE: each statement inside sees the rows as they are
+-- when its locks are held. Returns how many parents resumed; each resume
+-- NOTIFYs p_channel so idle workers claim it at once.
+CREATE OR REPLACE FUNCTION runqueue_join(p_parents uuid[], p_channel text) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    resumed integer;
+BEGIN
+    IF p_parents IS NULL OR cardinality(p_parents) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- In id order: two statements counting in the same parents lock them
+    -- in the same order.
+    UPDATE runqueue_run r
+       SET children_open = greatest(r.children_open - c.n, 0)
+      FROM (SELECT p.id, count(*)::integer AS n
+              FROM unnest(p_parents) AS p(id)
+             WHERE p.id IS NOT NULL
+             GROUP BY p.id
+             ORDER BY p.id) AS c
+     WHERE r.id = c.id
+       AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting');
+    WITH woken AS (
+        UPDATE runqueue_run r
+           SET status = 'queued',
+               lease_epoch = r.lease_epoch + 1,
+               attempts = 0,
+               scheduled_for = now(),
+               input = NULL,
+               timed_out = false,
+               wait_reason = '',
+               wait_name = '',
+               waiting_since = NULL,
+               wait_until = NULL
+         WHERE r.id = ANY(p_parents)
+           AND r.status = 'waiting' AND r.wait_reason = 'children' AND r.children_open = 0
+        RETURNING r.id, r.lease_epoch
+    ), logged AS (
+        INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+        SELECT w.id, 'run.resumed', w.lease_epoch, '{"reason": "children"}'::jsonb, now()
+          FROM woken w
+    )
+    SELECT count(pg_notify(p_channel, '')) INTO resumed FROM woken;
+    RETURN resumed;
+END;
+$fn$;

@@ -16,7 +16,9 @@
 -- whose id is missing from finished_ids was fenced and wrote nothing. The
 -- token (lease_token) is the claim's: an epoch alone can be issued twice
 -- when a failover loses the claim's WAL, a random token cannot. JSON
--- travels as text (NULL stays NULL).
+-- travels as text (NULL stays NULL). A finished run with a parent counts in
+-- its parent (joined: runqueue_join, functions.sql); for runs without one
+-- joined has no row and calls nothing.
 input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[],
@@ -38,7 +40,12 @@ input AS (
        -- By id, whatever the statistics say: without this the planner may
        -- hash-join the input against every running run.
        AND r.id = ANY(%(ids)s::uuid[])
-    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data
+    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data, r.parent_id
+), joined AS (
+    SELECT runqueue_join(array_agg(f.parent_id), %(channel)s) AS resumed
+      FROM finished f
+     WHERE f.parent_id IS NOT NULL
+    HAVING count(*) > 0
 )
 
 -- fragment: claim_set --
@@ -77,7 +84,8 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
 -- The end of finish_and_claim and finish_and_claim_capped: the events of the
 -- finishes and of the claims, then the result. It has at least one row:
 -- finished_ids, then the claimed run's columns (all NULL when nothing was
--- claimed).
+-- claimed), then how many parents the finishes resumed (joined, evaluated
+-- once: the result always has a row).
 logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
@@ -94,7 +102,8 @@ logged AS (
            now()
       FROM claimed c
 )
-SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*
+SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*,
+       (SELECT j.resumed FROM joined j) AS joined_resumed
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
  ORDER BY c.priority, c.created_at
@@ -235,7 +244,8 @@ RETURNING r.id;
 -- statement, so in autocommit it is a transaction of its own with the fence
 -- first: one round trip per finish. Zero rows: fenced, nothing written.
 -- JSON travels as text, as in finish_and_claim; a failure is a
--- runqueue.failures.Failure built in Python.
+-- runqueue.failures.Failure built in Python. A run with a parent counts in
+-- it (runqueue_join), in this statement.
 WITH finished AS (
     UPDATE runqueue_run
        SET status = %(status)s,
@@ -248,22 +258,31 @@ WITH finished AS (
      WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
        AND status = 'running'
        -- include: idle_limit --
-    RETURNING id, lease_epoch
+    RETURNING id, lease_epoch, parent_id
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s::jsonb, now()
       FROM finished f
 )
-SELECT id FROM finished;
+SELECT f.id, CASE WHEN f.parent_id IS NOT NULL
+                  THEN runqueue_join(ARRAY[f.parent_id], %(channel)s) END
+  FROM finished f;
 
 -- name: fence_wait --
 -- End the turn waiting for the user: the run keeps its session slot but
--- holds no lease. Zero rows: fenced.
+-- holds no lease. Zero rows: fenced. With a timeout the wait has a deadline
+-- on the database clock (the worker's deadline service, resume_due).
 UPDATE runqueue_run
    SET status = 'waiting_for_user',
        lease_owner = '',
        lease_token = NULL,
-       lease_expires_at = NULL
+       lease_expires_at = NULL,
+       input = NULL,
+       timed_out = false,
+       wait_reason = 'user',
+       wait_name = '',
+       waiting_since = now(),
+       wait_until = now() + make_interval(secs => %(timeout)s::float8)
  WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
    AND status = 'running'
    -- include: idle_limit --
@@ -280,7 +299,10 @@ UPDATE runqueue_run r
  WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
    AND r.status = 'running'
    -- include: idle_limit --
-RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for;
+RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
+          -- Dead-lettered: a terminal transition, counted in the parent.
+          CASE WHEN r.status = 'failed' AND r.parent_id IS NOT NULL
+               THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END;
 
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown: due at once, the attempt
@@ -298,6 +320,146 @@ UPDATE runqueue_run
    AND status = 'running'
    -- include: idle_limit --
 RETURNING id, lease_epoch;
+
+-- name: fence_spawn --
+-- A parent creates a child (ctx.spawn): the fence, renewing the lease, and
+-- the child counted open, under the parent's row lock. The child's insert
+-- and its tool record follow in the same transaction, so a fenced parent
+-- (or one a cancel committed against) creates none. Zero rows: fenced.
+UPDATE runqueue_run
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       heartbeat_at = now(),
+       children_open = children_open + 1
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
+RETURNING id;
+
+-- name: suspend --
+-- The turn ends waiting for its children, a signal or a time
+-- (ctx.wait_for_children, wait_for_signal, sleep_until). Run after the
+-- fence, in its transaction: under the run's row lock, which every child's
+-- join and every signal takes too, and in a statement of its own, so it
+-- sees each count and signal committed before the lock was held. No lease
+-- is kept. What it waits for may be there already: no child open, a signal
+-- of that name in the mailbox (taken from it: deleted, its data the input),
+-- a time already past. Then the run is queued again at once (resumed: a new
+-- epoch, a fresh attempt budget), else it waits (status waiting).
+WITH mail AS (
+    DELETE FROM runqueue_signal
+     WHERE id = (SELECT s.id FROM runqueue_signal s
+                  WHERE %(reason)s = 'signal' AND s.run_id = %(run_id)s AND s.name = %(name)s
+                  ORDER BY s.id LIMIT 1)
+    RETURNING data
+), decided AS (
+    SELECT r.id,
+           CASE %(reason)s
+               WHEN 'children' THEN r.children_open = 0
+               WHEN 'signal' THEN EXISTS (SELECT 1 FROM mail)
+               ELSE coalesce(%(until)s::timestamptz <= now(), false)
+           END AS ready
+      FROM runqueue_run r
+     WHERE r.id = %(run_id)s AND r.status = 'running'
+)
+UPDATE runqueue_run r
+   SET status = CASE WHEN d.ready THEN 'queued' ELSE 'waiting' END,
+       lease_epoch = CASE WHEN d.ready THEN r.lease_epoch + 1 ELSE r.lease_epoch END,
+       attempts = CASE WHEN d.ready THEN 0 ELSE r.attempts END,
+       scheduled_for = CASE WHEN d.ready THEN now() ELSE r.scheduled_for END,
+       input = CASE WHEN d.ready THEN (SELECT m.data FROM mail m) END,
+       timed_out = false,
+       wait_reason = CASE WHEN d.ready THEN '' ELSE %(reason)s END,
+       wait_name = CASE WHEN d.ready THEN '' ELSE %(name)s END,
+       waiting_since = CASE WHEN d.ready THEN NULL ELSE now() END,
+       wait_until = CASE WHEN d.ready THEN NULL
+                         ELSE coalesce(%(until)s::timestamptz,
+                                       now() + make_interval(secs => %(timeout)s::float8)) END,
+       lease_owner = '',
+       lease_token = NULL,
+       lease_expires_at = NULL
+  FROM decided d
+ WHERE r.id = d.id AND r.status = 'running'
+RETURNING r.status, r.lease_epoch, r.wait_until, r.priority;
+
+-- name: lock_run --
+-- A signal's first statement: the run's row lock, which a wait's transition
+-- holds too, so the two never interleave: the signal either finds the run
+-- waiting for it or leaves it in the mailbox before the wait looks there.
+SELECT status, wait_reason, wait_name, priority
+  FROM runqueue_run
+ WHERE id = %(run_id)s
+   FOR NO KEY UPDATE;
+
+-- name: resume_signal --
+-- A signal reaches the run waiting for it (under the row lock lock_run
+-- took): queued again with the signal's data as its input, a new epoch.
+UPDATE runqueue_run
+   SET status = 'queued',
+       lease_epoch = lease_epoch + 1,
+       attempts = 0,
+       scheduled_for = now(),
+       input = %(data)s::jsonb,
+       timed_out = false,
+       wait_reason = '',
+       wait_name = '',
+       waiting_since = NULL,
+       wait_until = NULL
+ WHERE id = %(run_id)s AND status = 'waiting' AND wait_reason = 'signal'
+   AND wait_name = %(name)s
+RETURNING id, lease_epoch;
+
+-- name: resume_due --
+-- The deadline service: waits whose deadline passed on the database clock,
+-- through the deadline index, oldest first, resumed: queued again with
+-- ctx.timed_out true and no input (a timer's deadline is what it waited
+-- for, so not timed out). A row a signal, a child or an input delivery is
+-- writing right now is stepped over (SKIP LOCKED) and looked at again next
+-- time, when its wait may be over. Events and NOTIFYs in the statement.
+WITH due AS (
+    SELECT id, wait_reason, wait_name, wait_until
+      FROM runqueue_run
+     WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL
+       AND wait_until <= now()
+     ORDER BY wait_until
+     LIMIT %(limit)s
+       FOR NO KEY UPDATE SKIP LOCKED
+), resumed AS (
+    UPDATE runqueue_run r
+       SET status = 'queued',
+           lease_epoch = r.lease_epoch + 1,
+           attempts = 0,
+           scheduled_for = now(),
+           input = NULL,
+           timed_out = d.wait_reason <> 'timer',
+           wait_reason = '',
+           wait_name = '',
+           waiting_since = NULL,
+           wait_until = NULL
+      FROM due d
+     WHERE r.id = d.id AND r.status IN ('waiting', 'waiting_for_user')
+       AND r.wait_until <= now()
+    RETURNING r.id, r.lease_epoch, d.wait_reason, d.wait_name, r.timed_out, d.wait_until
+), logged AS (
+    -- late_ms: how long after its deadline the wait ended (bench/waits.py).
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT s.id, 'run.resumed', s.lease_epoch,
+           jsonb_build_object('reason', s.wait_reason, 'name', s.wait_name,
+                              'timed_out', s.timed_out,
+                              'late_ms', round(extract(epoch FROM clock_timestamp()
+                                                               - s.wait_until) * 1000)),
+           now()
+      FROM resumed s
+)
+SELECT s.id, s.wait_reason
+  FROM resumed s
+ WHERE (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM resumed LIMIT 1) AS n) >= 0;
+
+-- name: next_deadline --
+-- Seconds until the earliest wait deadline (negative: one is due), or NULL:
+-- how long the deadline service may sleep. One probe of the deadline index.
+SELECT extract(epoch FROM min(wait_until) - now())
+  FROM runqueue_run
+ WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL;
 
 -- name: expired_leases --
 -- The sweeper's read: running runs whose lease expired on the database clock.
@@ -334,7 +496,13 @@ WITH candidates AS (
      WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
        AND r.status = 'running' AND r.lease_expires_at <= now()
     RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.max_attempts, r.scheduled_for,
-              c.epoch AS expired_epoch
+              c.epoch AS expired_epoch, r.parent_id
+), joined AS (
+    -- The dead letters with a parent count in it (runqueue_join).
+    SELECT runqueue_join(array_agg(s.parent_id), %(channel)s) AS resumed
+      FROM swept s
+     WHERE s.status = 'failed' AND s.parent_id IS NOT NULL
+    HAVING count(*) > 0
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT s.id,
@@ -346,34 +514,79 @@ WITH candidates AS (
            now()
       FROM swept s
 )
-SELECT id, status, lease_epoch, attempts FROM swept;
+SELECT id, status, lease_epoch, attempts FROM swept
+ WHERE (SELECT count(*) FROM joined) >= 0;
 
 -- name: cancel --
 -- Cancel a non-terminal run; the epoch bump fences a worker still running it.
-UPDATE runqueue_run
-   SET status = 'cancelled',
-       lease_epoch = lease_epoch + 1,
-       finished_at = now(),
-       lease_owner = '',
-       lease_token = NULL,
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting_for_user')
-RETURNING id, lease_epoch;
+-- A run with a parent counts in it (runqueue_join): cancelling a child wakes
+-- a parent waiting for it.
+WITH cancelled AS (
+    UPDATE runqueue_run
+       SET status = 'cancelled',
+           lease_epoch = lease_epoch + 1,
+           finished_at = now(),
+           lease_owner = '',
+           lease_token = NULL,
+           lease_expires_at = NULL
+     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+    RETURNING id, lease_epoch, parent_id
+)
+SELECT c.id, c.lease_epoch,
+       CASE WHEN c.parent_id IS NOT NULL
+            THEN runqueue_join(ARRAY[c.parent_id], %(channel)s) END
+  FROM cancelled c;
+
+-- name: cancel_children --
+-- A cascading cancel's next level: the children of runs it has just walked
+-- (cancelled, or finished before it), each non-terminal one cancelled, in
+-- the same transaction, a statement per level so each level sees the
+-- children committed before its parents' row locks were taken (a spawn
+-- commits under its parent's lock, so no child is missed and none is made
+-- after). Every child is returned, the cancelled with their new epoch: a
+-- finished child may have children still running. Their parents are
+-- terminal: no join to count.
+WITH kids AS (
+    SELECT id FROM runqueue_run WHERE parent_id = ANY(%(parent_ids)s::uuid[])
+), cancelled AS (
+    UPDATE runqueue_run
+       SET status = 'cancelled',
+           lease_epoch = lease_epoch + 1,
+           finished_at = now(),
+           lease_owner = '',
+           lease_token = NULL,
+           lease_expires_at = NULL
+     WHERE id IN (SELECT id FROM kids)
+       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+    RETURNING id, lease_epoch
+)
+SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id;
 
 -- name: operator_requeue --
 -- An operator sends a dead-lettered run back to the queue: a fresh attempt
 -- budget, due at once (scheduled_for = now(): the claim's wait counts from
 -- here, not from creation), a new epoch. The failure moves to the event.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = 0,
-       scheduled_for = now(),
-       finished_at = NULL,
-       failure = NULL,
-       lease_token = NULL
- WHERE id = %(run_id)s AND status = 'failed'
-RETURNING id, lease_epoch, priority;
+-- A child is open again in its parent (if that is not finished): its next
+-- terminal transition counts in it once more (runqueue_join).
+WITH requeued AS (
+    UPDATE runqueue_run
+       SET status = 'queued',
+           lease_epoch = lease_epoch + 1,
+           attempts = 0,
+           scheduled_for = now(),
+           finished_at = NULL,
+           failure = NULL,
+           lease_token = NULL
+     WHERE id = %(run_id)s AND status = 'failed'
+    RETURNING id, lease_epoch, priority, parent_id
+), reopened AS (
+    UPDATE runqueue_run p
+       SET children_open = p.children_open + 1
+      FROM requeued q
+     WHERE p.id = q.parent_id
+       AND p.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+)
+SELECT id, lease_epoch, priority FROM requeued;
 
 -- name: deliver_input --
 -- Resume a run waiting for the user, in place: queued again with the input
@@ -385,7 +598,11 @@ UPDATE runqueue_run
        lease_epoch = lease_epoch + 1,
        attempts = 0,
        scheduled_for = now(),
-       lease_token = NULL
+       lease_token = NULL,
+       timed_out = false,
+       wait_reason = '',
+       waiting_since = NULL,
+       wait_until = NULL
  WHERE id = %(run_id)s AND status = 'waiting_for_user'
 RETURNING id, lease_epoch;
 
@@ -430,10 +647,11 @@ WITH input AS (
                   %(priorities)s::smallint[], %(max_attempts)s::int[],
                   %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[],
                   %(traceparents)s::text[], %(concurrency_keys)s::text[],
-                  %(budget_keys)s::text[], %(budget_tokens)s::int[])
+                  %(budget_keys)s::text[], %(budget_tokens)s::int[],
+                  %(parent_ids)s::uuid[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
                 scheduled_for, key, hash, traceparent, concurrency_key, budget_key,
-                budget_tokens)
+                budget_tokens, parent_id)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -443,10 +661,10 @@ WITH input AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
                               lease_owner, traceparent, concurrency_key, budget_key,
-                              budget_tokens)
+                              budget_tokens, parent_id)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
            i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
-           i.concurrency_key, i.budget_key, i.budget_tokens
+           i.concurrency_key, i.budget_key, i.budget_tokens, i.parent_id
       FROM input i
     RETURNING *
 ), logged AS (
@@ -536,7 +754,26 @@ UNION ALL
 SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
          ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+-- Waiting runs (their children, a signal, a time): in the waiting index's
+-- order, so it is read through that index whatever the statistics say.
+SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
+         ORDER BY wait_reason, id LIMIT %(cap)s) AS q
  GROUP BY 2;
+
+-- name: waiting_by_reason --
+-- The dashboard and Prometheus: runs waiting (waiting, waiting_for_user) per
+-- reason, each counted up to %(cap)s through the waiting index, in one
+-- statement; the ORM cannot put a LIMIT inside a per-reason count.
+SELECT r.reason,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run w
+             WHERE w.status IN ('waiting', 'waiting_for_user') AND w.wait_reason = r.reason
+             LIMIT %(cap)s) AS q)
+  FROM unnest(%(reasons)s::text[]) WITH ORDINALITY AS r(reason, n)
+ ORDER BY r.n;
 
 -- name: metrics_totals --
 -- Prometheus: dead letters, unresolved uncertain tool invocations (and their

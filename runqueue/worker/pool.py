@@ -21,6 +21,7 @@ from runqueue.conf import get_settings
 from runqueue.models import Worker
 from runqueue.observability import observe
 from runqueue.outcomes import Reported
+from runqueue.worker.deadlines import Deadlines
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, Service, retrying
@@ -257,6 +258,8 @@ class Pool:
                 "runqueue-maintenance", self.maintenance_services, self.stopping
             )
             self.maintenance.start()
+            self.deadlines = Deadlines(self.stopping)
+            self.deadlines.start()
         for slot in self.slots:
             slot.start()
         logger.info(

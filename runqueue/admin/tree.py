@@ -1,0 +1,76 @@
+"""A run's place in its tree and its wait, as the run page shows them:
+the parent and the children as links both ways, and what a waiting run
+waits for, since and until when."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from runqueue.models import WAIT_STATUSES, Run, WaitReason
+
+#: The run page lists at most this many children.
+CHILDREN_LIMIT = 100
+
+
+def run_link(run_id: object, text: str) -> SafeString:
+    url = reverse("admin:runqueue_run_change", args=[run_id])
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+def parent_html(run: Run) -> SafeString:
+    if run.parent_id is None:
+        return format_html("<span>{}</span>", "None: submitted, not spawned.")
+    parent = Run.objects.filter(id=run.parent_id).only("id", "kind", "status").first()
+    if parent is None:
+        return format_html("<span>{} ({})</span>", run.parent_id, "no longer kept")
+    return format_html(
+        "{} <span>{} · {}</span>", run_link(parent.id, str(parent.id)), parent.kind, parent.status
+    )
+
+
+def children_html(run: Run) -> SafeString:
+    children = list(
+        Run.objects.filter(parent_id=run.id)
+        .order_by("created_at", "id")
+        .only("id", "kind", "status", "finished_at")[: CHILDREN_LIMIT + 1]
+    )
+    if not children:
+        return format_html("<span>{}</span>", "No children.")
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (run_link(c.id, str(c.id)[:8]), c.kind, c.status, c.finished_at or "")
+            for c in children[:CHILDREN_LIMIT]
+        ),
+    )
+    more = (
+        format_html("<p>{}</p>", f"The first {CHILDREN_LIMIT} are shown.")
+        if len(children) > CHILDREN_LIMIT
+        else ""
+    )
+    return format_html(
+        "<p>{} open</p><table><tr><th>child</th><th>kind</th><th>status</th>"
+        "<th>finished</th></tr>{}</table>{}",
+        run.children_open,
+        rows,
+        more,
+    )
+
+
+def wait_html(run: Run) -> SafeString:
+    if run.status not in WAIT_STATUSES:
+        return format_html("<span>{}</span>", "Not waiting.")
+    what = WaitReason(run.wait_reason).label if run.wait_reason else "the user"
+    if run.wait_reason == WaitReason.SIGNAL:
+        what = f"signal {run.wait_name!r}"
+    if run.wait_reason == WaitReason.CHILDREN:
+        what = f"its children ({run.children_open} open)"
+    return format_html(
+        "<span>Waits for {} since {}, {}.</span>",
+        what,
+        run.waiting_since or "?",
+        f"until {run.wait_until}" if run.wait_until else "with no deadline",
+    )

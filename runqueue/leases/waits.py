@@ -1,0 +1,158 @@
+"""Durable waits: a turn that ends waiting for its children, a signal or a
+time, the signal that ends one (or waits in the mailbox for it), and the
+deadline service's resume of waits whose time has come.
+
+A wait's transition, a signal and a child's join each take the run's row
+lock first, and read what the others wrote only in a later statement of
+the same transaction: so a signal is delivered exactly once whichever
+comes first, and a parent resumes exactly once however its children end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Literal
+
+from django.db import connection, transaction
+from psycopg.types.json import Jsonb
+
+from runqueue import events
+from runqueue.conf import get_settings
+from runqueue.errors import InvalidArgument, InvalidTransition, RunNotFound
+from runqueue.leases.base import Lease, check_json, notify, retry_moved
+from runqueue.leases.checkpoints import save_checkpoint
+from runqueue.leases.fence import fenced, renew_params
+from runqueue.leases.transitions import checked_operation
+from runqueue.models import TERMINAL_STATUSES, Run, RunStatus, Signal, WaitReason
+from runqueue.sql import execute, prepared
+from runqueue.types import JSON
+from runqueue.validation import text_problem
+
+#: The longest signal name: its column's length.
+SIGNAL_NAME_MAX_LENGTH = Signal._meta.get_field("name").max_length or 255
+
+#: The deadline service resumes at most this many waits per statement.
+RESUME_BATCH = 500
+
+Delivery = Literal["delivered", "kept"]
+
+
+def signal_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a signal, or None."""
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
+    if not name:
+        return "must not be empty"
+    if len(name) > SIGNAL_NAME_MAX_LENGTH:
+        return f"must be at most {SIGNAL_NAME_MAX_LENGTH} characters, got {len(name)}"
+    return text_problem(name)
+
+
+def suspend(
+    lease: Lease,
+    reason: str,
+    *,
+    name: str = "",
+    until: dt.datetime | None = None,
+    timeout: float | None = None,
+    state: JSON = None,
+    tool_seq: int = 0,
+) -> bool:
+    """End the turn waiting for ``reason`` (children, signal or timer),
+    fenced; False once fenced. The run holds no lease and no slot while it
+    waits; when what it waits for is there already it is queued again at
+    once (``run.resumed``)."""
+    if reason not in (WaitReason.CHILDREN, WaitReason.SIGNAL, WaitReason.TIMER):
+        raise ValueError(f"not a wait reason a handler returns: {reason!r}")
+    check_json(state, "checkpoint state")
+
+    def write(_row: tuple) -> None:
+        if state is not None:
+            save_checkpoint(lease, state, tool_seq)
+        params = {
+            "run_id": lease.run_id,
+            "reason": str(reason),
+            "name": name,
+            "until": until,
+            "timeout": timeout,
+        }
+        with connection.cursor() as cursor:
+            status, epoch, wait_until, priority = execute(cursor, "suspend", params).fetchone()
+        data: dict[str, JSON] = {
+            "reason": str(reason),
+            "name": name,
+            "until": wait_until.isoformat() if wait_until else None,
+        }
+        events.append(lease.run_id, events.SUSPENDED, lease.epoch, data)
+        if status == RunStatus.QUEUED:
+            events.append(lease.run_id, events.RESUMED, epoch, {"reason": reason, "at_once": True})
+            notify(priority)
+
+    return (
+        fenced(lease, "suspend", "fence_renew", renew_params(lease), write, closes=True)
+        is not None
+    )
+
+
+def signal(run_id: uuid.UUID | str, name: str, data: JSON = None) -> Delivery:
+    """Send signal ``name`` with ``data`` to a run: ``delivered`` if the run
+    was waiting for it (it is queued again, ``data`` its ``ctx.input``),
+    ``kept`` if not (its mailbox keeps it for the wait that names it, even
+    before the run is first claimed). Raises InvalidArgument (nothing
+    written), RunNotFound, or InvalidTransition for a finished run."""
+    parsed = checked_operation("signal", run_id)
+    if (problem := signal_name_problem(name)) is not None:
+        raise InvalidArgument("signal", "name", problem)
+    try:
+        check_json(data, "signal data")
+    except ValueError as exc:
+        raise InvalidArgument("signal", "data", str(exc)) from None
+    return retry_moved(lambda: _signal(parsed, name, data))
+
+
+def _signal(run_id: uuid.UUID, name: str, data: JSON) -> Delivery:
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
+            if row is None:
+                raise RunNotFound(run_id)
+            status, wait_reason, wait_name, priority = row
+            if status in TERMINAL_STATUSES:
+                raise InvalidTransition(run_id, status, "signal")
+            if status == RunStatus.WAITING and (wait_reason, wait_name) == ("signal", name):
+                params = {"run_id": run_id, "name": name, "data": Jsonb(data)}
+                _id, epoch = execute(cursor, "resume_signal", params).fetchone()
+                events.append(run_id, events.RESUMED, epoch, {"reason": "signal", "name": name})
+                notify(priority)
+                return "delivered"
+        Signal.objects.create(run_id=run_id, name=name, data=data)
+        epoch = Run.objects.values_list("lease_epoch", flat=True).get(id=run_id)
+        events.append(run_id, events.SIGNAL_KEPT, epoch, {"name": name})
+    return "kept"
+
+
+def resume_due(limit: int = RESUME_BATCH) -> int:
+    """Resume every wait whose deadline has passed (the database's clock),
+    ``limit`` per statement; how many were resumed. The worker's deadline
+    service runs it."""
+    total = 0
+    params = {"limit": limit, "channel": get_settings().NOTIFY_CHANNEL}
+
+    def statement() -> int:
+        with prepared("resume_due", params) as cursor:
+            return len(cursor.fetchall())
+
+    while True:
+        # A waiting run cancelled meanwhile moved partitions: run it again.
+        n = retry_moved(statement)
+        total += n
+        if n < limit:
+            return total
+
+
+def next_deadline() -> float | None:
+    """Seconds until the earliest wait's deadline (<= 0: one is due), or None."""
+    with connection.cursor() as cursor:
+        (seconds,) = execute(cursor, "next_deadline", {}).fetchone()
+    return None if seconds is None else float(seconds)

@@ -1,0 +1,56 @@
+"""The run page shows a run's parent and children (links both ways) and
+its wait; the dashboard and /metrics count waiting runs by reason."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+import runqueue
+from runqueue import leases, runtime
+from runqueue.models import PriorityClass, Run
+from runqueue.outcomes import Suspended
+from tests.test_admin import login
+
+pytestmark = pytest.mark.django_db
+
+
+def _family() -> tuple[Run, Run]:
+    runqueue.submit(kind="test.fanout")
+    lease = leases.claim_one("w", [PriorityClass.INTERACTIVE])
+    child = runtime.build_context(lease).spawn("test.echo", priority=PriorityClass.ASYNC)
+    assert leases.write(lease, Suspended(reason="children", state={"joined": True}))
+    return Run.objects.get(id=lease.run_id), Run.objects.get(id=child)
+
+
+def test_the_run_page_links_parent_and_children_and_shows_the_wait() -> None:
+    parent, child = _family()
+    client = login("viewer", "view_run")
+    page = client.get(f"/admin/runqueue/run/{parent.id}/change/").content.decode()
+    assert f"/admin/runqueue/run/{child.id}/change/" in page
+    assert "Waits for its children (1 open) since" in page
+    assert "with no deadline" in page
+    page = client.get(f"/admin/runqueue/run/{child.id}/change/").content.decode()
+    assert f"/admin/runqueue/run/{parent.id}/change/" in page
+    assert "Not waiting." in page
+
+
+def test_the_dashboard_and_metrics_count_waiting_runs_by_reason() -> None:
+    _family()
+    runqueue.submit(kind="test.wait_signal")
+    lease = leases.claim_one("w", [PriorityClass.INTERACTIVE])
+    assert leases.write(lease, Suspended(reason="signal", wait_name="go", timeout=60))
+    page = login("viewer", "view_run").get("/admin/runqueue/run/dashboard/").content.decode()
+    assert '<span class="rq-waiting-children">children: 1</span>' in page
+    assert '<span class="rq-waiting-signal">signal: 1</span>' in page
+    text = Client().get("/metrics").content.decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    for reason, n in {"children": 1, "signal": 1, "timer": 0, "user": 0}.items():
+        assert samples[("runqueue_waiting_runs", (("reason", reason),))] == n
+    waiting = samples[("runqueue_runs", (("class", "interactive"), ("status", "waiting")))]
+    assert waiting == 2

@@ -1,0 +1,119 @@
+"""Sub-agents with real ``runworker`` processes: a fan-out whose children
+finish in several workers at once resumes its parent exactly once, a
+deadline fires from the worker's deadline service and survives a kill -9,
+and a tree cancelled while its workers run is terminal at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+
+import pytest
+from django.db import connection
+
+import runqueue
+from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus
+from tests.helpers import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+FAST = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}
+SHORT_LEASE = ["--lease-seconds", "2", "--heartbeat-seconds", "0.5", "--sweep-seconds", "0.5"]
+
+
+def _ledger(run_id, what: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT detail FROM runqueue_test_ledger WHERE run_id = %s AND what = %s",
+            [str(run_id), what],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _status(run_id) -> str:
+    return Run.objects.values_list("status", flat=True).get(id=run_id)
+
+
+def test_children_finishing_in_several_workers_resume_the_parent_once(start_worker) -> None:
+    parents = [runqueue.submit(kind="test.fanout", payload={"n": 20}).run.id for _ in range(3)]
+    workers = [
+        start_worker("--slots", "interactive=4", "--worker-id", f"W{i}", settings=FAST)
+        for i in range(3)
+    ]
+    for parent in parents:
+        wait_until(
+            lambda p=parent: _status(p) == "succeeded", what="the parent to resume", timeout=120
+        )
+    for parent in parents:
+        run = Run.objects.get(id=parent)
+        assert len(_ledger(parent, "resumed")) == 1
+        assert RunEvent.objects.filter(run_id=parent, type="run.resumed").count() == 1
+        assert [c[1] for c in run.result["children"]] == ["succeeded"] * 20
+        assert run.children_open == 0
+        owners = set(
+            RunEvent.objects.filter(run__parent_id=parent, type="run.claimed").values_list(
+                "data__owner", flat=True
+            )
+        )
+        assert len({o.split("/")[0] for o in owners}) > 1  # several workers took part
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()
+
+
+def test_a_deadline_fires_in_a_worker_and_survives_a_kill_9(start_worker) -> None:
+    quick = runqueue.submit(kind="test.wait_signal", payload={"timeout": 0.5}).run.id
+    later = runqueue.submit(kind="test.wait_signal", payload={"timeout": 4}).run.id
+    a = start_worker(*SHORT_LEASE, "--worker-id", "A", settings=FAST)
+    wait_until(lambda: _status(quick) == "succeeded", what="the first deadline")
+    assert Run.objects.get(id=quick).result == {"input": None, "timed_out": True}
+    wait_until(lambda: _status(later) == "waiting", what="the second wait")
+    a.send(signal.SIGKILL)
+    a.wait()
+    b = start_worker(*SHORT_LEASE, "--worker-id", "B", settings=FAST)
+    wait_until(
+        lambda: _status(later) == "succeeded", what="the deadline after the restart", timeout=60
+    )
+    assert Run.objects.get(id=later).result == {"input": None, "timed_out": True}
+    # A signal delivered to a waiting run resumes it with the data.
+    sent = runqueue.submit(kind="test.wait_signal", payload={"timeout": 60}).run.id
+    wait_until(lambda: _status(sent) == "waiting", what="the third wait")
+    assert runqueue.signal(sent, "go", {"ok": 1}) == "delivered"
+    wait_until(lambda: _status(sent) == "succeeded", what="the signalled run")
+    assert Run.objects.get(id=sent).result == {"input": {"ok": 1}, "timed_out": False}
+    b.send(signal.SIGTERM)
+    assert b.wait() == 0, b.output()
+
+
+def _tree(root) -> list[Run]:
+    found, level = [], [root]
+    while level:
+        runs = list(Run.objects.filter(parent_id__in=level))
+        found.extend(runs)
+        level = [r.id for r in runs]
+    return found
+
+
+def test_cancelling_a_tree_while_its_workers_run(start_worker) -> None:
+    root = runqueue.submit(kind="test.tree", payload={"depth": 3, "width": 3}).run.id
+    workers = [
+        start_worker("--slots", "interactive=12", "--worker-id", f"W{i}", settings=FAST)
+        for i in range(2)
+    ]
+    wait_until(lambda: len(_tree(root)) >= 20, what="the tree to grow", timeout=120)
+    runqueue.cancel(root, reason="stop the tree", actor="test")
+    at_cancel = {r.id for r in _tree(root)}
+    assert {r.status for r in _tree(root)} <= set(TERMINAL_STATUSES)
+    assert _status(root) == RunStatus.CANCELLED
+    # Running leaves are told (NOTIFY) and stop; nothing is spawned after.
+    wait_until(
+        lambda: not Run.objects.filter(id__in=at_cancel, lease_owner__gt="").exists(),
+        what="every running descendant to be let go",
+        timeout=60,
+    )
+    assert {r.id for r in _tree(root)} == at_cancel
+    since = dt.datetime.now(dt.UTC)
+    assert not Run.objects.filter(id__in=at_cancel, created_at__gt=since).exists()
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()
