@@ -74,11 +74,23 @@ STATUS_OF: dict[str, str] = {
 
 
 def append(
-    run_id: uuid.UUID | str, type_: str, lease_epoch: int, data: Mapping[str, JSON] | None = None
+    run_id: uuid.UUID | str,
+    type_: str,
+    lease_epoch: int,
+    data: Mapping[str, JSON] | None = None,
+    *,
+    at: dt.datetime | None = None,
 ) -> None:
-    """Append one event inside the caller's transaction."""
+    """Append one event inside the caller's transaction; ``at``: the
+    database instant it records (default: its statement's), for an event
+    that must carry the instant of what it records (a budget reservation)."""
+    extra = {} if at is None else {"created_at": at}
     RunEvent.objects.create(
-        run_id=run_id, type=type_, lease_epoch=lease_epoch, data=dict(data) if data else {}
+        run_id=run_id,
+        type=type_,
+        lease_epoch=lease_epoch,
+        data=dict(data) if data else {},
+        **extra,
     )
 
 

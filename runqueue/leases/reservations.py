@@ -28,7 +28,11 @@ def reserve(lease: Lease, key: str, tokens: int) -> bool:
             verdict, at = execute(cursor, "budget_reserve", params).fetchone()
         if verdict in _TAKEN:
             events.append(
-                lease.run_id, events.BUDGET_RESERVED, lease.epoch, {"key": key, "tokens": tokens}
+                lease.run_id,
+                events.BUDGET_RESERVED,
+                lease.epoch,
+                {"key": key, "tokens": tokens},
+                at=at,  # the instant the budget counts it at
             )
             taken.append(Reservation(key, tokens, at))
 

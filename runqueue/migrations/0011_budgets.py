@@ -432,7 +432,12 @@ CREATE OR REPLACE FUNCTION runqueue_budget_take(
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     b runqueue_budget%ROWTYPE;
-    at_s float8 := extract(epoch FROM now());
+    -- The instant the reservation counts at: the claim's now() (its
+    -- statement's start, which its run.claimed event carries; a claim never
+    -- waits here); a wait for the row (ctx.reserve) counts from when it got
+    -- the row, not from its transaction's start, which can be long before.
+    at_ts timestamptz := now();
+    at_s float8;
     fresh float8;
     used record;
     mine float8;
@@ -456,10 +461,17 @@ BEGIN
         END IF;
         RETURN 'unlimited';
     END IF;
-    IF b.paused_until > now() THEN
+    IF p_wait THEN
+        at_ts := clock_timestamp();
+    END IF;
+    at_s := extract(epoch FROM at_ts);
+    -- For the caller's record of the reservation (budget_reserve): the same
+    -- instant, local to this transaction.
+    PERFORM set_config('runqueue.budget_at', at_ts::text, true);
+    IF b.paused_until > at_ts THEN
         RETURN 'paused';
     END IF;
-    SELECT * INTO used FROM runqueue_budget_window(b, now());
+    SELECT * INTO used FROM runqueue_budget_window(b, at_ts);
     fresh := at_s - b.per_seconds / 10.0;
     v_seen := b.seen || jsonb_build_object(p_tenant, at_s);
     -- The other tenants with queued runs on the key: a skip scan of
@@ -501,7 +513,7 @@ BEGIN
     v_passes := b.passes;
     IF verdict = 'taken' THEN
         PERFORM runqueue_budget_charge(
-            b.id, runqueue_budget_bucket(b.per_seconds, now()), p_tokens, 1);
+            b.id, runqueue_budget_bucket(b.per_seconds, at_ts), p_tokens, 1);
         share := coalesce((b.shares ->> p_tenant)::float8, 1);
         unit := CASE WHEN b.tokens IS NULL THEN 1.0 / coalesce(b.requests, 1)
                      ELSE p_tokens::float8 / greatest(b.tokens, 1) END;

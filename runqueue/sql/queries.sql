@@ -824,8 +824,10 @@ RETURNING admitted,
 -- ctx.reserve, inside the run's fenced transaction: reserve one request and
 -- %(tokens)s on the budget (runqueue_budget_take, waiting for the budget's
 -- row), and, when taken, count it in the run's budget_reserved. Returns the
--- verdict and the instant it was reserved at (settle refunds into its
--- bucket). A function's verdict: the ORM cannot call it.
+-- verdict and the instant it was reserved at (runqueue_budget_take's: when
+-- it got the budget's row; settle refunds into its bucket, and the
+-- budget.reserved event carries it). A function's verdict: the ORM cannot
+-- call it.
 WITH took AS (
     SELECT runqueue_budget_take(%(key)s, %(tenant)s, %(tokens)s, true) AS verdict
 ), counted AS (
@@ -834,7 +836,11 @@ WITH took AS (
       FROM took
      WHERE r.id = %(run_id)s AND took.verdict IN ('taken', 'unlimited')
 )
-SELECT verdict, now() FROM took;
+-- (No budget row, 'unlimited': nothing counted, so now() will do.)
+SELECT verdict,
+       CASE WHEN verdict = 'unlimited' THEN now()
+            ELSE current_setting('runqueue.budget_at')::timestamptz END
+  FROM took;
 
 -- name: budget_settle --
 -- ctx.settle, inside the run's fenced transaction: correct a reservation to
