@@ -42,6 +42,9 @@ class Profile:
     churn_runs: int
     #: Leases held while heartbeats alone are measured (HOT ratio).
     heartbeat_runs: int
+    #: The budget soak (``bench.budget_soak``): seconds, and its budget's window.
+    budget_seconds: float
+    budget_window: int
 
 
 FULL = Profile(
@@ -59,6 +62,8 @@ FULL = Profile(
     claim_samples=300,
     churn_runs=30_000,
     heartbeat_runs=1_000,
+    budget_seconds=600,
+    budget_window=10,
 )
 QUICK = Profile(
     name="quick",
@@ -75,6 +80,8 @@ QUICK = Profile(
     claim_samples=100,
     churn_runs=2_000,
     heartbeat_runs=200,
+    budget_seconds=30,
+    budget_window=5,
 )
 
 

@@ -10,7 +10,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from bench import handlers, measure, pickup, rq_db, rq_drain, rq_enqueue
+from bench import budget_soak, handlers, measure, pickup, rq_db, rq_drain, rq_enqueue
 from bench.common import Profile, idle_gap, percentiles
 
 
@@ -226,7 +226,17 @@ def _ratio(stats: dict[str, int]) -> float | None:
     return round(stats["n_tup_hot_upd"] / stats["n_tup_upd"], 3) if stats["n_tup_upd"] else None
 
 
-PARTS = ("drain", "enqueue", "pickup", "pickup_hops", "reserved", "claim", "hot", "churn")
+PARTS = (
+    "drain",
+    "enqueue",
+    "pickup",
+    "pickup_hops",
+    "reserved",
+    "claim",
+    "hot",
+    "churn",
+    "budgets",
+)
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
 
@@ -273,6 +283,12 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
         if "churn" in parts:
             log(f"runqueue: churn {profile.churn_runs} runs")
             out["churn"] = churn(profile.churn_runs, profile.slots)
+        if "budgets" in parts:
+            log(
+                f"runqueue: budget soak, {profile.budget_seconds:.0f} s, 3 tenants,"
+                f" {budget_soak.PROCESSES} runworker x async={budget_soak.SLOTS}"
+            )
+            out["budget_soak"] = budget_soak.soak(profile, url, log)
         if drains is not None:
             out |= drains.run(profile.drain_runs, log)
     rq_db.reset()
