@@ -40,8 +40,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import handlers, measure, rq_db, rq_drain
-from bench.common import Profile
+from bench import measure, rq_db, rq_drain
+from bench.common import BUDGET_LOG_ENV, Profile
 
 KEY = "bench:model"
 KIND = "bench.budget_call"
@@ -139,7 +139,7 @@ def soak(profile: Profile, url: str, log, seconds: float | None = None) -> dict[
         probe = window.probe()
         load_before = os.getloadavg()
         workers = rq_drain.Workers(
-            url, PROCESSES, SLOTS, "budgets", env={handlers.BUDGET_LOG_ENV: folder.name}
+            url, PROCESSES, SLOTS, "budgets", env={BUDGET_LOG_ENV: folder.name}
         )
         try:
             _wait_registered(probe, workers)

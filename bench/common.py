@@ -16,6 +16,9 @@ import psycopg
 SERVER_URL = os.environ.get("BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 RUN_TAG = uuid.uuid4().hex[:6]
+#: The folder the budget soak's handlers record their calls and pauses in
+#: (``bench.budget_soak``, ``bench.handlers.budget_call``).
+BUDGET_LOG_ENV = "BENCH_BUDGET_LOG"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

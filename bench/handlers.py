@@ -94,9 +94,8 @@ def cancel_sync(ctx: runqueue.RunContext) -> None:
             on_returned(ctx.payload)
 
 
-#: Where ``bench.budget_call`` writes what it did, one JSON line each (a
-#: folder; a file per process): set by the budget soak for its workers.
-BUDGET_LOG_ENV = "BENCH_BUDGET_LOG"
+#: ``bench.budget_call``'s record: one JSON line per call and pause, a file
+#: per process, in the folder ``common.BUDGET_LOG_ENV`` names.
 _budget_log: Any = None
 _budget_log_lock = threading.Lock()
 
@@ -110,6 +109,8 @@ def _record(**fields: Any) -> None:
 
     with _budget_log_lock:
         if _budget_log is None:
+            from bench.common import BUDGET_LOG_ENV
+
             folder = os.environ[BUDGET_LOG_ENV]
             _budget_log = open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a")  # noqa: SIM115
         _budget_log.write(json.dumps(fields) + "\n")
@@ -125,7 +126,7 @@ def budget_call(ctx: runqueue.RunContext) -> dict[str, int]:
     estimate); a further call is reserved with ``ctx.reserve``, or the run
     waits for it; a fake 429 (``payload.p429`` of the calls, Retry-After
     1-3 s) pauses the key and the run waits to call again. Every call and
-    pause is recorded (``BUDGET_LOG_ENV``) for the soak to check."""
+    pause is recorded (``common.BUDGET_LOG_ENV``) for the soak to check."""
     import random
 
     p = ctx.payload
