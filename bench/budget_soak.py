@@ -148,7 +148,7 @@ def soak(profile: Profile, url: str, log, seconds: float | None = None) -> dict[
             next_log = started + max(10.0, seconds / 10)
             while (now := time.monotonic()) < started + seconds:
                 workers.check_alive()
-                queued = dict(probe.execute(QUEUED, [KIND]).fetchall())
+                queued: dict[str, int] = dict(probe.execute(QUEUED, [KIND]).fetchall())
                 top_ups += _top_up(queued, rng)
                 if now >= next_log:
                     done = probe.value(
@@ -269,7 +269,7 @@ def _figures(
     )
     worst_tokens, worst_calls = worst.get(KEY, (0, 0))
 
-    used = Counter()
+    used: Counter[str] = Counter()
     for call in calls:
         if call["at"] <= ended:
             used[call["tenant"]] += call["used"]

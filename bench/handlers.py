@@ -118,7 +118,7 @@ def _record(**fields: Any) -> None:
 
 
 @runqueue.handler("bench.budget_call")
-def budget_call(ctx: runqueue.RunContext) -> dict[str, int]:
+def budget_call(ctx: runqueue.RunContext) -> Any:
     """An agent turn of ``payload.calls`` model calls on budget
     ``payload.key`` against a fake provider (a sleep): the claim reserved the
     first call (declared at submit, or by ``wait_for_budget``); each call
