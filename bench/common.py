@@ -66,7 +66,7 @@ FULL = Profile(
     churn_runs=30_000,
     heartbeat_runs=1_000,
     budget_seconds=600,
-    budget_window=10,
+    budget_window=60,
 )
 QUICK = Profile(
     name="quick",
