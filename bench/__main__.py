@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=None, help="runs per drain (override)")
     parser.add_argument(
+        "--budget-window",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="the budget soak's window (default: the profile's, 60 s; quick 5 s)",
+    )
+    parser.add_argument(
         "--baseline",
         default=None,
         metavar="RATE_OR_JSON",
@@ -106,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = common.QUICK if args.quick else common.FULL
     if args.runs:
         profile = dataclasses.replace(profile, drain_runs=args.runs)
+    if args.budget_window:
+        profile = dataclasses.replace(profile, budget_window=args.budget_window)
     chosen = [s for s in SYSTEMS if s not in args.skip and (not args.only or s in args.only)]
     result: dict[str, Any] = {
         "profile": profile.name,

@@ -16,6 +16,9 @@ import psycopg
 SERVER_URL = os.environ.get("BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 RUN_TAG = uuid.uuid4().hex[:6]
+#: The folder the budget soak's handlers record their calls and pauses in
+#: (``bench.budget_soak``, ``bench.handlers.budget_call``).
+BUDGET_LOG_ENV = "BENCH_BUDGET_LOG"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +53,9 @@ class Profile:
     #: Timers due over a spread, for the deadline service's lateness.
     timers: int = 10_000
     timer_spread_seconds: float = 60.0
+    #: The budget soak (``bench.budget_soak``): seconds, and its budget's window.
+    budget_seconds: float
+    budget_window: int
 
 
 FULL = Profile(
@@ -67,6 +73,8 @@ FULL = Profile(
     claim_samples=300,
     churn_runs=30_000,
     heartbeat_runs=1_000,
+    budget_seconds=600,
+    budget_window=60,
 )
 QUICK = Profile(
     name="quick",
@@ -88,6 +96,8 @@ QUICK = Profile(
     waiting_runs=1_000,
     timers=500,
     timer_spread_seconds=10.0,
+    budget_seconds=30,
+    budget_window=5,
 )
 
 

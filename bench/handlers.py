@@ -121,3 +121,89 @@ def wait_signal(ctx: runqueue.RunContext) -> Any:
     if on_start is not None:
         on_start(ctx.payload)
     return None
+
+
+#: ``bench.budget_call``'s record: one JSON line per call and pause, a file
+#: per process, in the folder ``common.BUDGET_LOG_ENV`` names.
+_budget_log: Any = None
+_budget_log_lock = threading.Lock()
+
+
+def _record(**fields: Any) -> None:
+    """One line of the soak's log, written and flushed at once (a line is
+    never half there when the soak reads the file after the workers exit)."""
+    global _budget_log
+    import json
+    import os
+
+    with _budget_log_lock:
+        if _budget_log is None:
+            from bench.common import BUDGET_LOG_ENV
+
+            folder = os.environ[BUDGET_LOG_ENV]
+            _budget_log = open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a")  # noqa: SIM115
+        _budget_log.write(json.dumps(fields) + "\n")
+        _budget_log.flush()
+
+
+@runqueue.handler("bench.budget_call")
+def budget_call(ctx: runqueue.RunContext) -> Any:
+    """An agent turn of ``payload.calls`` model calls on budget
+    ``payload.key`` against a fake provider (a sleep): the claim reserved the
+    first call (declared at submit, or by ``wait_for_budget``); each call
+    settles a random used count (``payload.over`` of them past the
+    estimate); a further call is reserved with ``ctx.reserve``, or the run
+    waits for it; a fake 429 (``payload.p429`` of the calls, Retry-After
+    1-3 s) pauses the key and the run waits to call again. Every call and
+    pause is recorded (``common.BUDGET_LOG_ENV``) for the soak to check."""
+    import random
+
+    p = ctx.payload
+    assert isinstance(p, dict)  # noqa: S101 - the soak submits it
+    key, estimate, tenant = p["key"], p["tokens"], ctx.run.tenant
+    done = (ctx.state or {}).get("done", 0) if isinstance(ctx.state, dict) else 0
+    run, epoch = str(ctx.run.id), ctx.run.lease_epoch
+    reserved_at: float | None = None  # None: the claim's reservation
+    holding = True
+    while done < p["calls"]:
+        if not holding:
+            reserved_at = time.time()
+            if not ctx.reserve(key, estimate):
+                return ctx.wait_for_budget(key, estimate, state={"done": done})
+        called = time.time()
+        time.sleep(random.uniform(*p["sleep"]))
+        if random.random() < p["p429"]:
+            until = runqueue.pause_budget(key, random.uniform(1.0, 3.0))
+            _record(e="pause", key=key, set=time.time(), until=until.timestamp())
+            ctx.settle(tokens=0)
+            _record(
+                e="call",
+                run=run,
+                epoch=epoch,
+                tenant=tenant,
+                key=key,
+                at=called,
+                reserved=reserved_at,
+                status=429,
+                used=0,
+                estimate=estimate,
+            )
+            return ctx.wait_for_budget(key, estimate, state={"done": done})
+        high = 1.3 if random.random() < p["over"] else 1.0
+        used = int(estimate * random.uniform(0.4, high))
+        ctx.settle(tokens=used)
+        _record(
+            e="call",
+            run=run,
+            epoch=epoch,
+            tenant=tenant,
+            key=key,
+            at=called,
+            reserved=reserved_at,
+            status=200,
+            used=used,
+            estimate=estimate,
+        )
+        done += 1
+        holding = False
+    return {"calls": done}

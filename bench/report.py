@@ -203,7 +203,47 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
             f"run indexes {s['run_indexes'] / 2**20:.1f} MiB, "
             f"events {s['events_total'] / 2**20:.1f} MiB; all updates HOT ratio {ch['hot_ratio']}"
         )
+    out.extend(_budget_soak(rq.get("budget_soak")))
     return out
+
+
+def _met(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def _budget_soak(bs: dict[str, Any] | None) -> list[str]:
+    """The budget soak's figures and issue 23's targets beside them."""
+    if not bs:
+        return []
+    b, w = bs["budget"], bs["worst_window"]
+    shares = ", ".join(
+        f"{t} {s['share']:.1%} (configured {s['configured']:.1%}, {s['error_percent']:+.1f}%)"
+        for t, s in bs["shares"].items()
+    )
+    worst_share = bs["worst_share_error_percent"]
+    return [
+        f"budget soak (issue 23): {bs['seconds']:.0f} s, {len(bs['tenants'])} tenants"
+        f" {':'.join(str(v) for v in bs['tenants'].values())},"
+        f" {bs['processes']} runworker x async={bs['slots_per_process']}, budget"
+        f" {b['tokens']:,} tokens / {b['requests']} requests per {b['per_seconds']} s:"
+        f" {_n(bs['runs_per_s'], 2)} runs/s, {bs['commits_per_run']} commits/run,"
+        f" {_n(bs['cpu_us_per_run'], 0)} us CPU/run (proc); {bs['calls']:,} calls"
+        f" ({bs['calls_429']} 429s, {bs['pauses']} pauses, {bs['calls_over_estimate']}"
+        f" over their estimate), {bs['budget_waits']} waits for the budget;"
+        f" {bs['tokens_per_minute']:,} tokens/min of {bs['budget_tokens_per_minute']:,}"
+        f" (load average {bs['load_average_before_after']})",
+        f"  worst window: {w['tokens']:,} tokens, {w['calls']} calls (budget + one reservation"
+        f" {w['budget_plus_one_reservation']:,} tokens, {w['budget_requests']} requests):"
+        f" {bs['budget_overruns']} overruns {_met(bs['budget_overruns'] == 0)}"
+        f" ({bs['overruns_of_the_budget_alone']} past the budget alone)",
+        f"  calls reserved on a paused key: {bs['calls_reserved_while_paused']}"
+        f" {_met(bs['calls_reserved_while_paused'] == 0)} ({bs['calls_in_flight_when_paused']}"
+        f" in flight when a pause began); claim-then-reject cycles:"
+        f" {bs['claim_then_reject_cycles']} of {bs['claims']:,} claims"
+        f" {_met(bs['claim_then_reject_cycles'] == 0)}",
+        f"  token shares: {shares}: worst {worst_share:.1f}% {_met(worst_share <= 10)}"
+        " (target within 10%)",
+    ]
 
 
 def table(result: dict[str, Any]) -> str:

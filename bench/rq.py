@@ -10,7 +10,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from bench import handlers, measure, pickup, rq_db, rq_drain, rq_enqueue, waits
+from bench import budget_soak, handlers, measure, pickup, rq_db, rq_drain, rq_enqueue, waits
 from bench.common import Profile, idle_gap, percentiles
 
 
@@ -237,6 +237,7 @@ PARTS = (
     "churn",
     "streaming",
     "waits",
+    "budgets",
 )
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
@@ -299,6 +300,12 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
 
             log(f"runqueue: streaming {profile.stream_turns} turns x {profile.stream_deltas}")
             out["streaming"] = streaming.run(profile.stream_turns, profile.stream_deltas, url, log)
+        if "budgets" in parts:
+            log(
+                f"runqueue: budget soak, {profile.budget_seconds:.0f} s, 3 tenants,"
+                f" {budget_soak.PROCESSES} runworker x async={budget_soak.SLOTS}"
+            )
+            out["budget_soak"] = budget_soak.soak(profile, url, log)
         if drains is not None:
             out |= drains.run(profile.drain_runs, log)
     rq_db.reset()

@@ -55,12 +55,18 @@ SETTLE_SECONDS = 10.5
 class Workers:
     """``processes`` runworker processes of ``slots`` async slots each."""
 
-    def __init__(self, url: str, processes: int, slots: int, label: str) -> None:
-        env = dict(os.environ) | {
-            "DATABASE_URL": url,
-            "RUNQUEUE_LOG_LEVEL": "WARNING",
-            "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
-        }
+    def __init__(
+        self, url: str, processes: int, slots: int, label: str, env: dict[str, str] | None = None
+    ) -> None:
+        env = (
+            dict(os.environ)
+            | {
+                "DATABASE_URL": url,
+                "RUNQUEUE_LOG_LEVEL": "WARNING",
+                "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
+            }
+            | (env or {})
+        )
         self.logs = [tempfile.TemporaryFile() for _ in range(processes)]
         self.procs = [
             subprocess.Popen(
