@@ -6,6 +6,8 @@ none when empty): ``DATABASE_URL``, ``SECRET_KEY`` (required unless DEBUG),
 ``DEBUG``, ``ALLOWED_HOSTS``, ``HTTPS_ONLY`` (default on unless DEBUG),
 ``SECURE_HSTS_SECONDS``, ``RUNQUEUE_PGDATA`` (embedded server's data folder
 when DATABASE_URL is unset), ``RUNQUEUE_LOG_FORMAT`` (``plain`` or ``json``),
+``LISTEN_DATABASE_URL`` (a direct connection for LISTEN when DATABASE_URL is
+a transaction pooler), ``RUNQUEUE_POOLER`` (``session`` or ``transaction``),
 ``RUNQUEUE_STREAMS_PER_PROCESS``, ``RUNQUEUE_STREAMS_PER_TOKEN``,
 ``RUNQUEUE_STREAMS_PER_TENANT``, ``RUNQUEUE_TENANT_INTERACTIVE_CAP`` (default 1: the
 interactive runs one tenant runs at once), ``RUNQUEUE_METRICS_TOKEN``,
@@ -123,6 +125,10 @@ if env("RUNQUEUE_DATABASE_NAME", default=""):
 # Health checks let long-lived worker connections survive a database restart.
 DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Behind a transaction pooler: LISTEN_DATABASE_URL reaches the server directly
+# (LISTEN needs a session of its own), and RUNQUEUE_POOLER says the mode.
+if env("LISTEN_DATABASE_URL", default=""):
+    DATABASES["listen"] = env.db_url("LISTEN_DATABASE_URL")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -147,6 +153,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # RUNQUEUE_SETTINGS: a JSON object merged into RUNQUEUE, e.g. '{"LEASE_SECONDS": 60}'.
 RUNQUEUE: dict = env.json("RUNQUEUE_SETTINGS", default={})
+if "listen" in DATABASES:
+    RUNQUEUE.setdefault("LISTEN_DATABASE", "listen")
+if env("RUNQUEUE_POOLER", default=""):
+    RUNQUEUE.setdefault("POOLER", env("RUNQUEUE_POOLER"))
 if env("RUNQUEUE_DEMO"):
     RUNQUEUE.setdefault("API_KINDS", DEMO_KINDS)
 # Extra handler modules for the worker, e.g. RUNQUEUE_HANDLER_MODULES=myapp.agents

@@ -140,3 +140,30 @@ def test_a_request_error_is_logged_with_its_traceback(log_format: str, debug: st
     else:
         assert "ERROR django.request Internal Server Error: /boom/" in proc.stderr
         assert "Traceback (most recent call last)" in proc.stderr
+
+
+def test_a_pooled_deployment_is_said_by_the_environment() -> None:
+    """LISTEN_DATABASE_URL and RUNQUEUE_POOLER: the listen entry, the setting
+    that names it, the pooler's mode, and no prepared statements by default."""
+    script = (
+        "from django.conf import settings; from runqueue.conf import get_settings; import json;"
+        "s = get_settings();"
+        "print(json.dumps([settings.DATABASES['listen']['HOST'], s.LISTEN_DATABASE, s.POOLER,"
+        " s.prepares]))"
+    )
+    proc = manage(
+        "shell",
+        "-c",
+        script,
+        DEBUG="on",
+        DATABASE_URL="postgres://app@pgbouncer:6432/app",
+        LISTEN_DATABASE_URL="postgres://app@db:5432/app",
+        RUNQUEUE_POOLER="transaction",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [
+        "db",
+        "listen",
+        "transaction",
+        False,
+    ]
