@@ -200,7 +200,7 @@ def _peer_spec(system: str, url: str, n: int, seconds: float) -> WorkerSpec:
         enqueue=lambda conn, count: peer_turns.enqueue(system, conn, count, seconds),
         done=peer.done,
         timing=peer.timing,
-        shape=peer.shape.format(n=n),
+        shape=peer.shape.format(n=n, batch=peer_turns.pgqueuer_batch(n)),
     )
 
 

@@ -25,8 +25,13 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
-#: PgQueuer's default batch; the concurrency cap must be at least twice it.
+#: PgQueuer's default batch; its concurrency cap must be at least twice it.
 PGQUEUER_BATCH = 10
+
+
+def pgqueuer_batch(concurrency: int) -> int:
+    """The default batch, smaller only where the cap would refuse it."""
+    return max(1, min(PGQUEUER_BATCH, concurrency // 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ PEERS: dict[str, Peer] = {
                                       - max(created) FILTER (WHERE status = 'picked'))
               FROM pgqueuer_log
         """,
-        shape=f"QueueManager.run(batch_size={PGQUEUER_BATCH}, max_concurrent_tasks={{n}})",
+        shape="QueueManager.run(batch_size={batch}, max_concurrent_tasks={n})",
     ),
 }
 
@@ -123,7 +128,8 @@ async def _procrastinate(url: str, concurrency: int) -> None:
             if row["n"]:
                 break
             await asyncio.sleep(0.05)
-        _ready()
+        if not worker.done():
+            _ready()
         await worker
 
 
@@ -142,13 +148,14 @@ async def _pgqueuer(url: str, concurrency: int) -> None:
     worker = asyncio.create_task(
         qm.run(
             dequeue_timeout=timedelta(seconds=30),
-            batch_size=PGQUEUER_BATCH,
+            batch_size=pgqueuer_batch(concurrency),
             max_concurrent_tasks=concurrency,
         )
     )
     while not conn._listeners and not worker.done():  # LISTEN issued
         await asyncio.sleep(0.01)
-    _ready()
+    if not worker.done():
+        _ready()
     await worker
     await conn.close()
 
