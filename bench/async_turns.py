@@ -14,10 +14,27 @@ and how fast a cancel reaches a running handler (issue 25).
   handlers on ``--slots async=256`` (threads: the most one spec takes).
   Time from the first claim to the last finish and from the last claim to
   the last finish (target <= 2.5 s), the worker's peak RSS and threads, the
-  server connections it held, and its CPU per run.
+  server connections it held, its CPU per run and the database's commits
+  per run.
+- **peers**: the same turns on Procrastinate's and PgQueuer's async workers
+  (``bench/peers/turns.py``), each in one process of its own with a
+  concurrency of the number of turns, measured the same way from the
+  peer's own tables (Procrastinate's ``procrastinate_events``, PgQueuer's
+  ``pgqueuer_log``: the server's clock, as runqueue's run rows).
 
-Runs on ``BENCH_SERVER_URL`` in a database it creates and drops; prints a
-table and writes JSON. Figures from a loaded machine are indicative only.
+Every worker is started, becomes idle (listening), is paused with SIGSTOP
+for ``SETTLE_SECONDS`` (so its start-up commits are reported before the
+count starts), resumed, and the turns are queued at once in one transaction
+of the bench's counted connection. Commits per run are ``xact_commit`` of
+the system's database from then to the worker's exit (its shutdown
+included), less the bench's own polls (``measure.CommitWindow``). CPU per
+run is the worker process's utime + stime over the drain.
+
+``--parts cancel,turns,peers`` (default all); ``--turns N`` overrides the
+number of turns. Runs on ``BENCH_SERVER_URL`` in databases it creates and
+drops (one for runqueue, one per peer); prints a table and writes JSON. A
+peer that is not installed or fails is reported as NOT RUN. Figures from a
+loaded machine are indicative only.
 """
 
 from __future__ import annotations
