@@ -280,12 +280,15 @@ def turns(url: str, spec: WorkerSpec, n: int) -> dict[str, Any]:
         first_to_last, after_last_claim = probe.execute(spec.timing).fetchone()
     except BaseException:
         _stop(proc)
+        window.close()
         raise
     finally:
         out.close()
     _stop(proc)
-    commits = window.stop()
-    window.close()
+    try:
+        commits = window.stop()
+    finally:
+        window.close()
     return {
         "shape": spec.shape,
         "runs": n,
