@@ -14,10 +14,27 @@ and how fast a cancel reaches a running handler (issue 25).
   handlers on ``--slots async=256`` (threads: the most one spec takes).
   Time from the first claim to the last finish and from the last claim to
   the last finish (target <= 2.5 s), the worker's peak RSS and threads, the
-  server connections it held, and its CPU per run.
+  server connections it held, its CPU per run and the database's commits
+  per run.
+- **peers**: the same turns on Procrastinate's and PgQueuer's async workers
+  (``bench/peers/turns.py``), each in one process of its own with a
+  concurrency of the number of turns, measured the same way from the
+  peer's own tables (Procrastinate's ``procrastinate_events``, PgQueuer's
+  ``pgqueuer_log``: the server's clock, as runqueue's run rows).
 
-Runs on ``BENCH_SERVER_URL`` in a database it creates and drops; prints a
-table and writes JSON. Figures from a loaded machine are indicative only.
+Every worker is started, becomes idle (listening), is paused with SIGSTOP
+for ``SETTLE_SECONDS`` (so its start-up commits are reported before the
+count starts), resumed, and the turns are queued at once in one transaction
+of the bench's counted connection. Commits per run are ``xact_commit`` of
+the system's database from then to the worker's exit (its shutdown
+included), less the bench's own polls (``measure.CommitWindow``). CPU per
+run is the worker process's utime + stime over the drain.
+
+``--parts cancel,turns,peers`` (default all); ``--turns N`` overrides the
+number of turns. Runs on ``BENCH_SERVER_URL`` in databases it creates and
+drops (one for runqueue, one per peer); prints a table and writes JSON. A
+peer that is not installed or fails is reported as NOT RUN. Figures from a
+loaded machine are indicative only.
 """
 
 from __future__ import annotations
@@ -26,18 +43,25 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from bench import common, handlers, measure, pickup, rq, rq_db
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+#: The fake model call each turn awaits, seconds.
+MODEL_CALL_S = 2.0
 
 
 def log(message: str) -> None:
@@ -111,7 +135,7 @@ def cancel_latency(samples: int, shape: str, kind: str) -> dict[str, Any]:
     return {"to_handler": common.percentiles(to_handler), "to_free": common.percentiles(to_free)}
 
 
-# --- 1,000 turns -------------------------------------------------------------------------
+# --- 1,000 turns ---------------------------------------------------------------------------
 
 
 def _status(pid: int) -> dict[str, int]:
@@ -123,139 +147,296 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
-def _registered(worker_id: str) -> bool:
-    with rq_db.cursor() as cur:
-        cur.execute("SELECT 1 FROM runqueue_worker WHERE id = %s", [worker_id])
-        return cur.fetchone() is not None
+#: An idle backend reports its commits within 10 s (PostgreSQL 15's
+#: PGSTAT_IDLE_INTERVAL): a worker paused this long has reported its start-up.
+SETTLE_SECONDS = 10.5
 
 
-def turns(url: str, n: int, slots: str, kind: str, seconds: float) -> dict[str, Any]:
-    rq_db.reset()
-    with rq_db.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-        (before,) = cur.fetchone()
-    env = dict(os.environ) | {
-        "DATABASE_URL": url,
-        "RUNQUEUE_LOG_LEVEL": "WARNING",
-        "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
-    }
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """One system's worker process and how the bench reads its progress."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    #: Until it returns True the worker is not ready (polled every 0.1 s).
+    ready: Callable[[Path], bool]
+    #: Queue ``n`` turns through the bench's counted connection (one transaction).
+    enqueue: Callable[[psycopg.Connection, int], None]
+    done: str
+    timing: str
+    shape: str
+
+
+def _runqueue_spec(url: str, slots: str, kind: str, seconds: float) -> WorkerSpec:
     worker_id = f"bench-turns-{time.monotonic_ns()}"
-    out = tempfile.TemporaryFile()
+
+    def ready(_: Path) -> bool:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT 1 FROM runqueue_worker WHERE id = %s", [worker_id])
+            return row.fetchone() is not None
+
+    def enqueue(conn: psycopg.Connection, n: int) -> None:
+        conn.execute(*rq_db.load(n, kind=kind, payload=json.dumps({"seconds": seconds})))
+        conn.execute(rq_db.WAKE)
+
+    return WorkerSpec(
+        name=kind,
+        argv=[sys.executable, "-m", "bench.worker", "--slots", slots, "--worker-id", worker_id],
+        env=dict(os.environ)
+        | {
+            "DATABASE_URL": url,
+            "RUNQUEUE_LOG_LEVEL": "WARNING",
+            "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
+        },
+        ready=ready,
+        enqueue=enqueue,
+        done=f"SELECT count(*) FROM runqueue_run WHERE status = 'succeeded' AND kind = '{kind}'",
+        timing=f"""
+            SELECT extract(epoch FROM max(finished_at) - min(started_at)),
+                   extract(epoch FROM max(finished_at) - max(started_at))
+              FROM runqueue_run WHERE kind = '{kind}'
+        """,
+        shape=f"runworker --slots {slots}",
+    )
+
+
+def _peer_spec(system: str, url: str, n: int, seconds: float) -> WorkerSpec:
+    from bench.peers import turns as peer_turns
+
+    peer = peer_turns.PEERS[system]
+
+    def ready(output: Path) -> bool:
+        return b"ready" in output.read_bytes()
+
+    return WorkerSpec(
+        name=system,
+        argv=[sys.executable, "-m", "bench.peers.turns", system, url, str(n)],
+        env=dict(os.environ),
+        ready=ready,
+        enqueue=lambda conn, count: peer_turns.enqueue(system, conn, count, seconds),
+        done=peer.done,
+        timing=peer.timing,
+        shape=peer.shape.format(n=n, batch=peer_turns.pgqueuer_batch(n)),
+    )
+
+
+def _pause(proc: subprocess.Popen, stats: measure.Stats) -> None:
+    """SIGSTOP the worker outside a transaction (so nothing of its start-up is
+    left unreported when the count starts), for SETTLE_SECONDS."""
+    deadline = time.monotonic() + 30
+    while True:
+        os.kill(proc.pid, signal.SIGSTOP)
+        if stats.busy() == 0:
+            break
+        os.kill(proc.pid, signal.SIGCONT)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.pid}: never idle between transactions")
+        time.sleep(0.05)
+    time.sleep(SETTLE_SECONDS)
+
+
+def turns(url: str, spec: WorkerSpec, n: int) -> dict[str, Any]:
+    """Queue ``n`` turns at once into the idle worker ``spec`` starts; measure
+    its drain. Commits: ``xact_commit`` of the database from just before the
+    load to the worker's exit (its shutdown included), less the bench's own."""
+    window = measure.CommitWindow(url)
+    window.calibrate()  # also: nothing else is connected
+    out = tempfile.NamedTemporaryFile(prefix="bench-turns-")
+    output = Path(out.name)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.worker", "--slots", slots, "--worker-id", worker_id],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=out,
+        spec.argv, cwd=REPO, env=spec.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
     )
     try:
         deadline = time.monotonic() + 60
-        while not _registered(worker_id):
+        while not spec.ready(output):
             if proc.poll() is not None or time.monotonic() > deadline:
-                out.seek(0)
-                raise RuntimeError(f"runworker did not start: {out.read()[-2000:]!r}")
+                raise RuntimeError(f"{spec.name} did not start: {output.read_bytes()[-2000:]!r}")
             time.sleep(0.1)
-        time.sleep(1.0)  # LISTEN up, first claims made
+        time.sleep(1.0)  # LISTEN up, first (empty) claims made
+        _pause(proc, window.stats)
+        window.start()
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.2)
         cpu_before = measure.process_cpu_seconds(proc.pid)
         idle = _status(proc.pid)
-        rq_db.bulk_load(n, kind=kind, payload=json.dumps({"seconds": seconds}))
+        probe = window.probe()
+        backends_idle = window.stats.backends() - {probe.pid}
+        with probe.transaction() as conn:
+            spec.enqueue(conn, n)
         peak = {"VmRSS": 0, "Threads": 0}
-        connections = 0
+        connections = len(backends_idle)
         deadline = time.monotonic() + 120
-        while rq_db.count("succeeded", kind) < n:
+        while probe.value(spec.done) < n:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{spec.name} exited: {output.read_bytes()[-2000:]!r}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{n} turns not done in 120 s")
+                raise RuntimeError(f"{spec.name}: {n} turns not done in 120 s")
             for key, value in _status(proc.pid).items():
                 peak[key] = max(peak[key], value)
-            with rq_db.cursor() as cur:
-                cur.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                )
-                connections = max(connections, cur.fetchone()[0] - before)
+            connections = max(connections, len(window.stats.backends() - {probe.pid}))
             time.sleep(0.05)
         cpu = measure.process_cpu_seconds(proc.pid) - cpu_before
-        with rq_db.cursor() as cur:
-            cur.execute(
-                "SELECT extract(epoch FROM max(finished_at) - min(started_at)),"
-                " extract(epoch FROM max(finished_at) - max(started_at))"
-                " FROM runqueue_run WHERE kind = %s",
-                [kind],
-            )
-            first_to_last, after_last_claim = cur.fetchone()
+        first_to_last, after_last_claim = probe.execute(spec.timing).fetchone()
+    except BaseException:
+        _stop(proc)
+        window.close()
+        raise
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         out.close()
+    _stop(proc)
+    try:
+        commits = window.stop()
+    finally:
+        window.close()
     return {
-        "slots": slots,
+        "shape": spec.shape,
         "runs": n,
-        "model_call_s": seconds,
         "first_claim_to_last_finish_s": round(float(first_to_last), 3),
         "last_claim_to_last_finish_s": round(float(after_last_claim), 3),
         "rss_mib_idle": round(idle["VmRSS"] / 1024, 1),
         "rss_mib_peak": round(peak["VmRSS"] / 1024, 1),
         "threads_idle": idle["Threads"],
         "threads_peak": peak["Threads"],
+        "server_connections_idle": len(backends_idle),
         "server_connections_peak": connections,
         "cpu_ms_per_run": round(cpu * 1000 / n, 3),
+        "commits": commits,
+        "commits_per_run": round(commits / n, 3),
     }
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def peer_turns(system: str, n: int, seconds: float) -> dict[str, Any]:
+    """A peer's worker in a database of its own (schema installed first)."""
+    import asyncio
+
+    if system == "procrastinate":
+        import procrastinate as package
+
+        from bench.peers.procrastinate_peer import _install
+    else:
+        import pgqueuer as package
+
+        from bench.peers.pgqueuer_peer import _install
+    with common.scratch_database(f"turns_{system}") as url:
+        asyncio.run(_install(url))
+        result = turns(url, _peer_spec(system, url, n, seconds), n)
+    return result | {"version": package.__version__}
 
 
 # --- the run ----------------------------------------------------------------------------------
 
+#: The parts ``--parts`` may name, in the order they run.
+PARTS = ("cancel", "turns", "peers")
+PEERS = ("procrastinate", "pgqueuer")
 
-def run_all(url: str, samples: int, n: int) -> dict[str, Any]:
+
+def _runqueue_turns(url: str, n: int, slots: str, kind: str) -> dict[str, Any]:
+    from django.db import connections
+
+    rq_db.reset()
+    connections.close_all()  # the count needs every backend but the worker's gone
+    return turns(url, _runqueue_spec(url, slots, kind, MODEL_CALL_S), n)
+
+
+def run_all(url: str, samples: int, n: int, parts: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    log(f"cancel -> async handler on a loop slot, {samples} cancels")
-    out["cancel_async"] = cancel_latency(samples, "interactive=1:loop", "bench.cancel_async")
-    log(f"cancel -> sync handler on a slot thread, {samples} cancels")
-    out["cancel_sync"] = cancel_latency(samples, "interactive=1", "bench.cancel_sync")
-    log(f"{n} async turns on --slots async={n}:loop")
-    out["turns_async"] = turns(url, n, f"async={n}:loop", "bench.turn_async", 2.0)
-    log(f"{n} sync turns on --slots async=256 (threads)")
-    out["turns_sync"] = turns(url, n, "async=256", "bench.turn_sync", 2.0)
+    if "cancel" in parts:
+        log(f"cancel -> async handler on a loop slot, {samples} cancels")
+        out["cancel_async"] = cancel_latency(samples, "interactive=1:loop", "bench.cancel_async")
+        log(f"cancel -> sync handler on a slot thread, {samples} cancels")
+        out["cancel_sync"] = cancel_latency(samples, "interactive=1", "bench.cancel_sync")
+    if "turns" in parts:
+        log(f"{n} async turns on --slots async={n}:loop")
+        out["turns_async"] = _runqueue_turns(url, n, f"async={n}:loop", "bench.turn_async")
+        log(f"{n} sync turns on --slots async=256 (threads)")
+        out["turns_sync"] = _runqueue_turns(url, n, "async=256", "bench.turn_sync")
+    if "peers" in parts:
+        for system in PEERS:
+            log(f"{n} turns on {system}'s async worker, concurrency {n}")
+            try:
+                out[f"turns_{system}"] = peer_turns(system, n, MODEL_CALL_S)
+            except Exception as exc:  # a peer that cannot run is reported, the rest go on
+                log(f"{system}: NOT RUN: {exc!r}")
+                out[f"turns_{system}"] = {"not_run": repr(exc)[:500]}
     rq_db.reset()
     return out
 
 
+#: The turns' columns: result key, heading.
+COLUMNS = (
+    ("turns_async", "runqueue async"),
+    ("turns_sync", "runqueue sync"),
+    ("turns_procrastinate", "Procrastinate"),
+    ("turns_pgqueuer", "PgQueuer"),
+)
+TURN_FIGURES = (
+    "first_claim_to_last_finish_s",
+    "last_claim_to_last_finish_s",
+    "rss_mib_idle",
+    "rss_mib_peak",
+    "threads_peak",
+    "server_connections_peak",
+    "cpu_ms_per_run",
+    "commits_per_run",
+)
+
+
 def table(result: dict[str, Any]) -> str:
-    lines = [f"{'cancel -> handler':<34}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}"]
-    for name in ("cancel_async", "cancel_sync"):
-        for what in ("to_handler", "to_free"):
-            r = result[name][what]
-            lines.append(
-                f"{name + ' ' + what:<34}{r.get('p50_ms')!s:>10}{r.get('p99_ms')!s:>10}"
-                f"{r.get('max_ms')!s:>10}"
-            )
-    lines.append("")
-    keys = [
-        "first_claim_to_last_finish_s",
-        "last_claim_to_last_finish_s",
-        "rss_mib_peak",
-        "threads_peak",
-        "server_connections_peak",
-        "cpu_ms_per_run",
-    ]
-    lines.append(
-        f"{'turns':<34}" + "".join(f"{k:>32}" for k in ("async (loop)", "sync (threads)"))
-    )
-    for key in keys:
-        a, s = result["turns_async"][key], result["turns_sync"][key]
-        lines.append(f"{key:<34}{a!s:>32}{s!s:>32}")
+    lines = []
+    if "cancel_async" in result:
+        lines.append(f"{'cancel -> handler':<34}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+        for name in ("cancel_async", "cancel_sync"):
+            for what in ("to_handler", "to_free"):
+                r = result[name][what]
+                lines.append(
+                    f"{name + ' ' + what:<34}{r.get('p50_ms')!s:>10}{r.get('p99_ms')!s:>10}"
+                    f"{r.get('max_ms')!s:>10}"
+                )
+        lines.append("")
+    columns = [(key, head) for key, head in COLUMNS if key in result]
+    if columns:
+        lines.append(f"{'turns':<30}" + "".join(f"{head:>16}" for _, head in columns))
+        for figure in TURN_FIGURES:
+            cells = []
+            for key, _ in columns:
+                r = result[key]
+                cells.append("NOT RUN" if "not_run" in r else str(r.get(figure)))
+            lines.append(f"{figure:<30}" + "".join(f"{c:>16}" for c in cells))
+        lines.append("")
+        for key, head in columns:
+            r = result[key]
+            lines.append(f"{head}: {r.get('shape') or r.get('not_run')}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.async_turns", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="40 cancels and 200 turns")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated, of {', '.join(PARTS)} (default: all)",
+    )
+    parser.add_argument("--turns", type=int, default=None, help="turns per worker (overrides)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    parts = tuple(p for p in args.parts.split(",") if p)
+    if unknown := set(parts) - set(PARTS):
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     samples, n = (40, 200) if args.quick else (200, 1000)
+    n = args.turns or n
     started = time.perf_counter()
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -266,17 +447,19 @@ def main(argv: list[str] | None = None) -> int:
     with common.scratch_database("turns") as url:
         rq_db.setup_django(url)
         try:
-            result |= run_all(url, samples, n)
+            result |= run_all(url, samples, n, parts)
         finally:
             from django.db import connections
 
             connections.close_all()
+    result["load_average_end"] = os.getloadavg()
     result["seconds"] = round(time.perf_counter() - started, 1)
     out = args.out or RESULTS / ("async-turns-quick.json" if args.quick else "async-turns.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(table(result))
-    print(f"\nJSON: {out}  ({result['seconds']} s)")
+    print(f"\nload average {result['load_average']} -> {result['load_average_end']}")
+    print(f"JSON: {out}  ({result['seconds']} s)")
     return 0
 
 
