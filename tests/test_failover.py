@@ -37,7 +37,12 @@ def pair() -> Iterator[clusters.Pair]:
         made.drop()
 
 
-def test_a_claim_lost_in_a_failover_fences_the_old_owner_on_the_promoted_standby(pair) -> None:
+def _scenario(
+    pair: clusters.Pair, module: str, *args: str, settings: dict | None = None
+) -> tuple[dict, str]:
+    """Run ``python -m <module> <folder> <primary port> <standby port> *args``
+    with Django on both nodes (a multi-host URL, ``target_session_attrs=
+    read-write``); (its JSON line, the worker logs it left)."""
     primary, standby = pair.primary.port, pair.standby.port
     database = {
         "ENGINE": "django.db.backends.postgresql",
@@ -46,32 +51,34 @@ def test_a_claim_lost_in_a_failover_fences_the_old_owner_on_the_promoted_standby
         "PASSWORD": "",
         "HOST": "127.0.0.1,127.0.0.1",
         "PORT": f"{primary},{standby}",
-        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 5},
+        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 2},
     }
     env = dict(os.environ) | {
         "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
         "RUNQUEUE_TEST_DATABASE": json.dumps(database),
+        "RUNQUEUE_TEST_SETTINGS": json.dumps(settings or {}),
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("DATABASE_URL", None)
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.failover_scenario",
-            str(pair.folder),
-            str(primary),
-            str(standby),
-        ],
+        [sys.executable, "-m", module, str(pair.folder), str(primary), str(standby), *args],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    logs = "".join(
+        p.read_text(errors="replace")[-20000:] for p in pair.folder.glob("worker-*.log")
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    return json.loads(done.stdout.strip().splitlines()[-1]), logs
+
+
+def test_a_claim_lost_in_a_failover_fences_the_old_owner_on_the_promoted_standby(pair) -> None:
+    seen, _logs = _scenario(pair, "tests.failover_scenario")
+    standby = pair.standby.port
 
     # The promoted standby issued Z's epoch again, to W, with another token.
     assert seen["same_epoch"] and seen["tokens_differ"] and seen["zombie_started_tool"]
@@ -92,40 +99,17 @@ def test_workers_ride_through_failovers_under_load(pair) -> None:
     acknowledged is lost, no run finishes twice, no non-idempotent effect
     happens twice, and the workers claim again on each new primary without
     a restart."""
-    primary, standby = pair.primary.port, pair.standby.port
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": "postgres",
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1,127.0.0.1",
-        "PORT": f"{primary},{standby}",
-        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 2},
-    }
-    env = dict(os.environ) | {
-        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
-        "RUNQUEUE_TEST_SETTINGS": json.dumps(
-            {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 1, "POLL_SECONDS": 0.5, "SWEEP_SECONDS": 1}
-        ),
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("DATABASE_URL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.failover_load", str(pair.folder)]
-        + [str(primary), str(standby), "2"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    seen, logs = _scenario(
+        pair,
+        "tests.failover_load",
+        "2",
+        settings={
+            "LEASE_SECONDS": 5,
+            "HEARTBEAT_SECONDS": 1,
+            "POLL_SECONDS": 0.5,
+            "SWEEP_SECONDS": 1,
+        },
     )
-    logs = "".join(
-        p.read_text(errors="replace")[-20000:] for p in pair.folder.glob("worker-*.log")
-    )
-    assert done.returncode == 0, done.stdout + done.stderr + logs
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["acknowledged"] >= 60
     assert seen["lost"] == 0, seen
     assert seen["duplicate_terminal"] == 0 and seen["repeated_effects"] == 0, seen

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 import runqueue
 from runqueue import leases, runtime, testing
 from runqueue.models import RunEvent
+from tests import gunicorn as web
 from tests.api_helpers import ApiCaller, make_caller
 from tests.helpers import wait_until
 
@@ -97,62 +93,16 @@ class SseClient:
         self.conn.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def gunicorn(tmp_path) -> Iterator[int]:
     """gunicorn serving config.wsgi on the test database, one process."""
-    db = connection.settings_dict
-    database = {k: db[k] for k in ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT")}
-    port = _free_port()
-    env = dict(os.environ) | {
-        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
-        # A minute's poll: an event that arrives sooner was woken by NOTIFY.
-        "RUNQUEUE_TEST_SETTINGS": json.dumps(
-            {
-                "STREAM_MAX_PER_PROCESS": STREAMS,
-                "STREAM_POLL_SECONDS": 60,
-                "STREAM_KEEPALIVE_SECONDS": 1,
-            }
-        ),
-        "RUNQUEUE_STREAMS_PER_PROCESS": str(STREAMS),
-        "GUNICORN_REQUEST_THREADS": "2",
-        "WEB_CONCURRENCY": "1",
+    # A minute's poll: an event that arrives sooner was woken by NOTIFY.
+    settings = {
+        "STREAM_MAX_PER_PROCESS": STREAMS,
+        "STREAM_POLL_SECONDS": 60,
+        "STREAM_KEEPALIVE_SECONDS": 1,
     }
-    log = (tmp_path / "gunicorn.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn_conf.py", "config.wsgi"]
-        + ["--bind", f"127.0.0.1:{port}"],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-
-    def up() -> bool:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/api/openapi.json")
-            return conn.getresponse().status == 200
-        except OSError:
-            assert proc.poll() is None, (tmp_path / "gunicorn.log").read_text()
-            return False
-
-    wait_until(up, timeout=60, what="gunicorn to answer")
-    yield port
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(30)
-    log.close()
+    yield from web.serve(tmp_path / "gunicorn.log", settings, STREAMS)
 
 
 def _ids(run_id: object) -> list[int]:

@@ -9,10 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,10 +21,10 @@ import runqueue
 from runqueue import events
 from runqueue.models import Run, RunEvent, RunStatus
 from runqueue.stream import sse
+from tests import gunicorn
 from tests.api_helpers import ApiCaller, make_caller
 from tests.handlers import token_deltas
 from tests.helpers import wait_until
-from tests.test_stream_gunicorn import REPO, _free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 CLIENTS = 6
@@ -37,47 +34,8 @@ FLUSH_MS = 1000
 @pytest.fixture
 def web(tmp_path) -> Iterator[int]:
     """gunicorn serving the project on the test database, room for CLIENTS streams."""
-    db = connection.settings_dict
-    database = {k: db[k] for k in ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT")}
-    port = _free_port()
     settings = {"STREAM_MAX_PER_PROCESS": CLIENTS + 2, "STREAM_MAX_PER_TOKEN": None}
-    env = dict(os.environ) | {
-        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
-        "RUNQUEUE_TEST_SETTINGS": json.dumps(settings),
-        "RUNQUEUE_STREAMS_PER_PROCESS": str(CLIENTS + 2),
-        "GUNICORN_REQUEST_THREADS": "2",
-        "WEB_CONCURRENCY": "1",
-    }
-    log_path = tmp_path / "gunicorn.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn_conf.py", "config.wsgi"]
-            + ["--bind", f"127.0.0.1:{port}"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-        def up() -> bool:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/api/openapi.json")
-                return conn.getresponse().status == 200
-            except OSError:
-                assert proc.poll() is None, log_path.read_text()
-                return False
-
-        wait_until(up, timeout=60, what="gunicorn to answer")
-        yield port
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+    yield from gunicorn.serve(tmp_path / "gunicorn.log", settings, CLIENTS + 2)
 
 
 @dataclass
