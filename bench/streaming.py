@@ -191,15 +191,19 @@ def table(out: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.streaming", description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--turns", type=int, help="turns (default: the profile's)")
+    parser.add_argument("--deltas", type=int, help="deltas per turn (default: the profile's)")
     args = parser.parse_args(argv)
     profile = common.QUICK if args.quick else common.FULL
+    turns = args.turns or profile.stream_turns
+    deltas = args.deltas or profile.stream_deltas
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
     with common.scratch_database("streaming") as url:
         rq_db.setup_django(url)
-        out = run(profile.stream_turns, profile.stream_deltas, url, log)
+        out = run(turns, deltas, url, log)
         from django.db import connections
 
         connections.close_all()
