@@ -146,6 +146,15 @@ def run(turns: int, deltas: int, url: str, log) -> dict[str, Any]:
     finally:
         pool.stop()
         stats.conn.close()
+        # The clients' hub LISTENs on the bench database for as long as the
+        # process lives, and this thread's connection read the rows: both
+        # closed, so a later part's count can see every backend exit.
+        from django.db import connections
+
+        from runqueue.stream import hub
+
+        hub.reset()
+        connections.close_all()  # this thread's, which counted the rows
     total = turns * deltas
     return {
         "turns": turns,

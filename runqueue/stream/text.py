@@ -190,6 +190,10 @@ class Flusher:
                     else:
                         wait = min(wait, deadline - now)
                 if not due:
+                    if not self._turns:
+                        # Nothing pending: hold no connection while idle
+                        # (a turn that ended flushed its own text).
+                        connection.close()
                     self._cond.wait(wait)
                     continue
             for turn in due:
