@@ -61,7 +61,10 @@ def describe() -> dict[str, str]:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
-    return {"path": str(path), "commit": commit}
+    # Which checkout, without this machine's folders: "." for this one, else
+    # the other checkout's folder name (its commit says what it holds).
+    where = "." if path.resolve() == HERE.resolve() else path.name
+    return {"path": where, "commit": commit}
 
 
 def _under(file: str | None, root: Path) -> bool:

@@ -78,13 +78,18 @@ class Node:
 class Pair:
     """A primary and an asynchronous streaming standby of it."""
 
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="rq-clusters-"))
-        self.folder.chmod(0o755)
-        if os.geteuid() == 0:
-            shutil.chown(self.folder, "postgres", "postgres")
-        self.primary = Node("primary", self.folder / "primary", _free_port())
-        self.standby = Node("standby", self.folder / "standby", _free_port())
+    def __init__(self, folder: Path | None = None, ports: tuple[int, int] | None = None) -> None:
+        """A new pair in a new folder; or, with ``folder`` and ``ports``, the
+        pair already made there (a scenario process given them)."""
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="rq-clusters-"))
+            folder.chmod(0o755)
+            if os.geteuid() == 0:
+                shutil.chown(folder, "postgres", "postgres")
+        self.folder = folder
+        primary, standby = ports or (_free_port(), _free_port())
+        self.primary = Node("primary", folder / "primary", primary)
+        self.standby = Node("standby", folder / "standby", standby)
 
     def create(self) -> Pair:
         p = self.primary

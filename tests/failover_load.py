@@ -154,7 +154,12 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
             old.start()
             synchronous(new, True)
             nodes = {"primary": new, "standby": old}
-        time.sleep(0.5)
+        # Submits acknowledged once the last standby is synchronous again.
+        wanted, deadline = len(acknowledged) + 10, time.monotonic() + 60
+        while len(acknowledged) < wanted:
+            if time.monotonic() > deadline:
+                raise TimeoutError("submits stopped after the last failover")
+            time.sleep(0.05)  # polling the submitter's count, with a deadline
     finally:
         stop.set()
         thread.join(60)

@@ -29,12 +29,9 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
     import runqueue
     from runqueue import leases, testing
     from runqueue.models import Run, RunEvent, ToolInvocation
-    from tests.clusters import Node, Pair
+    from tests.clusters import Pair
 
-    pair = Pair.__new__(Pair)
-    pair.folder = Path(folder)
-    pair.primary = Node("primary", pair.folder / "primary", primary_port)
-    pair.standby = Node("standby", pair.folder / "standby", standby_port)
+    pair = Pair(Path(folder), (primary_port, standby_port))
 
     call_command("migrate", verbosity=0)
     run = runqueue.submit(kind="test.tools", max_attempts=5).run
