@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -29,37 +28,22 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
     import django
 
     django.setup()
-    import psycopg
     from django.core.management import call_command
     from django.db import connection
     from django.db.utils import Error as DjangoDatabaseError
 
     import runqueue
-    from tests.clusters import BIN, Node, _run
     from tests.handlers import LEDGER_DDL
+    from topology.clusters import Pair
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(LEDGER_DDL)
     connection.close()
 
-    nodes = {
-        "primary": Node("primary", Path(folder) / "primary", port_a),
-        "standby": Node("standby", Path(folder) / "standby", port_b),
-    }
-
-    def sql(node: Node, text: str, params: list | None = None) -> list[tuple]:
-        with psycopg.connect(
-            f"host=127.0.0.1 port={node.port} user=postgres", autocommit=True
-        ) as conn:
-            cur = conn.execute(text, params)
-            return cur.fetchall() if cur.description else []
-
-    def synchronous(node: Node, on: bool) -> None:
-        sql(node, f"ALTER SYSTEM SET synchronous_standby_names = '{'*' if on else ''}'")
-        sql(node, "SELECT pg_reload_conf()")
-
-    synchronous(nodes["primary"], True)
+    pair = Pair(Path(folder), (port_a, port_b))
+    sql = pair.sql
+    pair.synchronous(True)
 
     env = dict(os.environ) | {"PYTHONUNBUFFERED": "1"}
     workers = [
@@ -113,11 +97,8 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
                 if time.monotonic() > deadline:
                     raise TimeoutError("submits stopped arriving")
                 time.sleep(0.05)
-            old, new = nodes["primary"], nodes["standby"]
-            old.stop("immediate")  # kill -9 of the primary, as far as WAL is concerned
-            new.promote()
-            synchronous(new, False)  # alone until its own standby is back
-            promoted_at = sql(new, "SELECT now()")[0][0]
+            promoted_at = pair.failover()
+            new = pair.primary
             first = None
             deadline = time.monotonic() + 60
             while first is None and time.monotonic() < deadline:
@@ -132,28 +113,7 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
                 raise TimeoutError("no claim on the promoted primary")
             resumed_after.append((first - promoted_at).total_seconds())
             # A new standby on the dead primary's port, from the new primary.
-            shutil.rmtree(old.datadir)
-            _run(
-                BIN / "pg_basebackup",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(new.port),
-                "-U",
-                "postgres",
-                "-D",
-                old.datadir,
-                "-R",
-                "-c",
-                "fast",
-                "-X",
-                "stream",
-            )
-            with (old.datadir / "postgresql.auto.conf").open("a") as conf:
-                conf.write(f"port = {old.port}\nsynchronous_standby_names = ''\n")
-            old.start()
-            synchronous(new, True)
-            nodes = {"primary": new, "standby": old}
+            pair.rebuild_standby(synchronous=True)
         # Submits acknowledged once the last standby is synchronous again.
         wanted, deadline = len(acknowledged) + 10, time.monotonic() + 60
         while len(acknowledged) < wanted:
@@ -164,7 +124,7 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
         stop.set()
         thread.join(60)
 
-    primary = nodes["primary"]
+    primary = pair.primary
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         open_runs = sql(

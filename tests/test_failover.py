@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import clusters
+from topology import clusters
 
 REPO = Path(__file__).resolve().parent.parent
 

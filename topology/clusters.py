@@ -1,8 +1,8 @@
 """Real PostgreSQL clusters of the machine's own PostgreSQL (Debian's
 ``postgresql-15``): a primary and a streaming standby made with
 ``pg_basebackup -R``, on free loopback ports, in a temporary folder, for the
-failover tests. Never the cluster on 5432: each test makes its own and drops
-it.
+failover tests, the chaos soak's failover profile and the bench. Never the
+cluster on 5432: each user makes its own and drops it.
 
 Run as root (as ``.ci/run`` is), the servers run as the ``postgres`` user;
 otherwise as the current user.
@@ -38,7 +38,7 @@ def _as_server_user(args: list[str]) -> list[str]:
     return args
 
 
-def _run(*args: str | Path, timeout: float = 120) -> str:
+def run(*args: str | Path, timeout: float = 120) -> str:
     done = subprocess.run(
         _as_server_user([str(a) for a in args]),
         capture_output=True,
@@ -62,14 +62,14 @@ class Node:
         self.log = self.datadir.parent / f"{self.name}.log"
 
     def start(self) -> None:
-        _run(BIN / "pg_ctl", "-D", self.datadir, "-l", self.log, "-w", "-t", "60", "start")
+        run(BIN / "pg_ctl", "-D", self.datadir, "-l", self.log, "-w", "-t", "60", "start")
 
     def stop(self, mode: str = "fast") -> None:
         """``immediate`` is a crash: no shutdown checkpoint, no last WAL sent."""
-        _run(BIN / "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "stop")
+        run(BIN / "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "stop")
 
     def promote(self) -> None:
-        _run(BIN / "pg_ctl", "-D", self.datadir, "-w", "promote")
+        run(BIN / "pg_ctl", "-D", self.datadir, "-w", "promote")
 
     def running(self) -> bool:
         return (self.datadir / "postmaster.pid").exists()
@@ -93,7 +93,7 @@ class Pair:
 
     def create(self) -> Pair:
         p = self.primary
-        _run(BIN / "initdb", "-D", p.datadir, "-U", "postgres", "--auth=trust", "-N")
+        run(BIN / "initdb", "-D", p.datadir, "-U", "postgres", "--auth=trust", "-N")
         with (p.datadir / "postgresql.conf").open("a") as conf:
             conf.write(
                 f"port = {p.port}\nlisten_addresses = '127.0.0.1'\n"
@@ -103,7 +103,7 @@ class Pair:
             )
         p.start()
         s = self.standby
-        _run(
+        run(
             BIN / "pg_basebackup",
             "-h",
             "127.0.0.1",
@@ -151,6 +151,65 @@ class Pair:
                 return
             time.sleep(0.05)
         raise TimeoutError("the standby did not catch up")
+
+    def sql(self, node: Node, text: str, params: list | None = None) -> list[tuple]:
+        """One autocommit statement on ``node`` (its rows, if it returns any)."""
+        import psycopg
+
+        with psycopg.connect(
+            f"host=127.0.0.1 port={node.port} user=postgres", autocommit=True
+        ) as conn:
+            cur = conn.execute(text, params)
+            return cur.fetchall() if cur.description else []
+
+    def synchronous(self, on: bool) -> None:
+        """Synchronous replication to the standby on (a commit waits for it)
+        or off."""
+        names = "*" if on else ""
+        self.sql(self.primary, f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        self.sql(self.primary, "SELECT pg_reload_conf()")
+
+    def failover(self) -> object:
+        """Crash the primary (``-m immediate``: no last WAL sent), promote the
+        standby, and return the new primary's ``now()`` at promotion. The
+        pair is then the new primary alone (``standby`` is the dead node);
+        ``rebuild_standby`` makes it a standby again on its old port."""
+        old, new = self.primary, self.standby
+        old.stop("immediate")
+        new.promote()
+        self.primary, self.standby = new, old
+        self.sql(new, "ALTER SYSTEM SET synchronous_standby_names = ''")
+        self.sql(new, "SELECT pg_reload_conf()")
+        return self.sql(new, "SELECT now()")[0][0]
+
+    def rebuild_standby(self, synchronous: bool = False) -> None:
+        """A new standby of the primary on the dead node's folder and port
+        (``pg_basebackup -R``), so a multi-host URL stays right."""
+        dead = self.standby
+        if dead.running():
+            dead.stop("immediate")
+        shutil.rmtree(dead.datadir)
+        run(
+            BIN / "pg_basebackup",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.primary.port),
+            "-U",
+            "postgres",
+            "-D",
+            dead.datadir,
+            "-R",
+            "-c",
+            "fast",
+            "-X",
+            "stream",
+        )
+        with (dead.datadir / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"port = {dead.port}\nsynchronous_standby_names = ''\n")
+        dead.start()
+        if synchronous:
+            self.synchronous(True)
 
     def drop(self) -> None:
         for node in (self.primary, self.standby):

@@ -1,5 +1,6 @@
-"""A real PgBouncer in front of the test database, for the tests of a
-pooled deployment (Debian's ``pgbouncer``; ``.ci/run`` installs it).
+"""A real PgBouncer in front of a server (Debian's ``pgbouncer``; ``.ci/run``
+installs it), for the tests of a pooled deployment, the chaos soak through a
+pooler and the bench's pooled drain.
 
 It runs as the user that owns the database server's socket folder (PgBouncer
 refuses to run as root), listens on a free loopback port, and trusts every
@@ -15,12 +16,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
-from django.db import connection
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,27 @@ def _run_as(server_host: str) -> str | None:
     return "postgres"
 
 
-def start(pool_mode: str = "transaction", pool_size: int = 2) -> Iterator[Bouncer]:
-    binary = shutil.which("pgbouncer") or (
+class Unavailable(RuntimeError):
+    """PgBouncer is not installed here."""
+
+
+def binary() -> str | None:
+    return shutil.which("pgbouncer") or (
         "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
     )
-    if binary is None:
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
-    db = connection.settings_dict
+
+
+@contextmanager
+def start(
+    db: Mapping[str, object], pool_mode: str = "transaction", pool_size: int = 2
+) -> Iterator[Bouncer]:
+    """A PgBouncer in ``pool_mode`` with ``pool_size`` server connections per
+    database and user, in front of the server of ``db`` (Django DATABASES
+    keys). Every database name passes through (``*``), so a database made
+    after it started (a test database, the chaos soak's) is reachable too."""
+    program = binary()
+    if program is None:
+        raise Unavailable("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
     port = _free_port()
     folder = Path(tempfile.mkdtemp(prefix="rq-pgbouncer-"))
     folder.chmod(0o755)
@@ -69,8 +82,8 @@ def start(pool_mode: str = "transaction", pool_size: int = 2) -> Iterator[Bounce
     ini = folder / "pgbouncer.ini"
     ini.write_text(
         "[databases]\n"
-        f"{db['NAME']} = host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} "
-        f"dbname={db['NAME']} user={db['USER'] or 'postgres'}\n"
+        f"* = host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} "
+        f"user={db['USER'] or 'postgres'}\n"
         "[pgbouncer]\n"
         "listen_addr = 127.0.0.1\n"
         f"listen_port = {port}\n"
@@ -86,7 +99,7 @@ def start(pool_mode: str = "transaction", pool_size: int = 2) -> Iterator[Bounce
         "ignore_startup_parameters = extra_float_digits,options,application_name\n"
     )
     log = folder / "pgbouncer.log"
-    args = [binary, str(ini)]
+    args = [program, str(ini)]
     user = _run_as(str(db["HOST"] or ""))
     if user is not None:
         args[1:1] = ["-u", user]
