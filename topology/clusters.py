@@ -163,10 +163,13 @@ class Pair:
             return cur.fetchall() if cur.description else []
 
     def synchronous(self, on: bool) -> None:
-        """Synchronous replication to the standby on (a commit waits for it)
-        or off."""
-        names = "*" if on else ""
+        """Synchronous replication to the standby on (a commit waits until
+        the standby has flushed it) or off. ``synchronous_commit`` goes with
+        it: the clusters are made with ``local``, under which a commit waits
+        for no standby whatever ``synchronous_standby_names`` says."""
+        names, commit = ("*", "on") if on else ("", "local")
         self.sql(self.primary, f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        self.sql(self.primary, f"ALTER SYSTEM SET synchronous_commit = '{commit}'")
         self.sql(self.primary, "SELECT pg_reload_conf()")
 
     def failover(self) -> object:
@@ -179,6 +182,7 @@ class Pair:
         new.promote()
         self.primary, self.standby = new, old
         self.sql(new, "ALTER SYSTEM SET synchronous_standby_names = ''")
+        self.sql(new, "ALTER SYSTEM SET synchronous_commit = 'local'")
         self.sql(new, "SELECT pg_reload_conf()")
         return self.sql(new, "SELECT now()")[0][0]
 
