@@ -23,7 +23,14 @@ from django.db import DatabaseError, connection
 import runqueue
 from chaos.handlers import KIND, KIND_ASYNC, KIND_FANOUT, KIND_SIGNAL, KIND_TREE, SIGNAL
 from chaos.verify import figures, subagent_figures, tree_ids
-from runqueue.models import TERMINAL_STATUSES, Budget, ConcurrencyLimit, PriorityClass, Run
+from runqueue.models import (
+    TERMINAL_STATUSES,
+    Budget,
+    ConcurrencyLimit,
+    PriorityClass,
+    Run,
+    RunEvent,
+)
 
 logger = logging.getLogger("chaos")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -43,6 +50,10 @@ class Profile:
     fanout_children: int = 4
     signal_every: int = 10
     tree_every: int = 30
+    #: Failovers in the chaos window (in place of the database restart):
+    #: the primary of a cluster pair crashed, its synchronous standby
+    #: promoted, a new standby made (``runqueue_chaos --profile failover``).
+    failovers: int = 0
 
 
 #: Some chaos runs share a capped concurrency key (every fifth run, two
@@ -73,6 +84,7 @@ def capped_key(i: int) -> str | None:
 
 PROFILES = {
     "short": Profile(runs=150, workers=3, chaos_seconds=45, drain_seconds=90),
+    "failover": Profile(runs=150, workers=3, chaos_seconds=45, drain_seconds=90, failovers=3),
     "long": Profile(
         runs=4000,
         workers=4,
@@ -87,7 +99,8 @@ PROFILES = {
 
 
 def retrying[T](fn: Callable[[], T], what: str, deadline: float = 120) -> T:
-    """The controller's own queries survive the database restart it causes."""
+    """The controller's own queries survive the database restart or the
+    failover it causes (a multi-host URL reconnects to the new primary)."""
     end = time.monotonic() + deadline
     while True:
         try:
@@ -121,6 +134,9 @@ class Counts:
     terms: int = 0
     backend_terminations: int = 0
     db_restarts: int = 0
+    failovers: int = 0
+    #: The new primary's now() at each promotion.
+    promotions: list[dt.datetime] = field(default_factory=list)
     worker_restarts: int = 0
     inputs_delivered: int = 0
     cancels: int = 0
@@ -136,10 +152,18 @@ class ChaosRun:
         restart_db: Callable[[], None] | None,
         seed: int,
         log_dir: Path,
+        failover: Callable[[], dt.datetime] | None = None,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
+        """``failover`` (the failover profile): crash the primary, promote
+        the standby, make a new synchronous standby; the promotion instant
+        on the new primary's clock. ``worker_env``: what workers need
+        beyond the database name (the pair's multi-host DATABASE_URL)."""
         self.profile = profile
         self.database = database
         self.restart_db = restart_db
+        self.failover = failover
+        self.worker_env = worker_env or {}
         self.rng = random.Random(seed)  # noqa: S311 - fault schedule, not security
         self.log_dir = log_dir
         self.slots = [WorkerSlot(i) for i in range(profile.workers)]
@@ -167,6 +191,7 @@ class ChaosRun:
             "RUNQUEUE_LOG_LEVEL": "WARNING",
             "RUNQUEUE_CHAOS": "1",
         }
+        env |= self.worker_env
         slot.generation += 1
         log = (self.log_dir / f"{slot.worker_id}.log").open("wb")
         slot.proc = subprocess.Popen(  # noqa: S603 - our own manage.py
@@ -348,6 +373,25 @@ class ChaosRun:
         connection.close()
         self.counts.db_restarts += 1
 
+    def fail_over(self) -> None:
+        """The primary crashes mid-work; the standby, which holds every
+        acknowledged commit (synchronous replication), takes over."""
+        if self.failover is None:
+            return
+        promoted_at = self.failover()
+        connection.close()
+        self.counts.failovers += 1
+        self.counts.promotions.append(promoted_at)
+
+    def _database_faults(self, started: float) -> list[tuple[float, Callable[[], None]]]:
+        """When, in the chaos window, the database itself fails: the
+        profile's failovers spread evenly, else one restart halfway."""
+        window = self.profile.chaos_seconds
+        if self.failover is not None and self.profile.failovers:
+            n = self.profile.failovers
+            return [(started + window * (k + 1) / (n + 1), self.fail_over) for k in range(n)]
+        return [(started + window / 2, self.restart)]
+
     # --- the run ---------------------------------------------------------------------
 
     def submit_until(self, total: int) -> None:
@@ -422,14 +466,12 @@ class ChaosRun:
             self.cancel,
             self.cancel_tree,
         ]
-        restart_at = started + self.profile.chaos_seconds / 2
-        restarted = False
+        database_faults = self._database_faults(started)
         end = started + self.profile.chaos_seconds
         while time.monotonic() < end:
             time.sleep(self.rng.uniform(*self.profile.fault_every))  # the fault schedule
-            if not restarted and time.monotonic() >= restart_at:
-                self.restart()
-                restarted = True
+            if database_faults and time.monotonic() >= database_faults[0][0]:
+                database_faults.pop(0)[1]()
             elif self._live():
                 self.rng.choice(faults)()
             self.supervise()
@@ -474,6 +516,8 @@ class ChaosRun:
                     reclaims.append((later.created_at - at).total_seconds())
         c = self.counts
         return {
+            "failovers": c.failovers,
+            "promotion_to_first_claim_seconds": self._promotion_to_first_claim(),
             "worker_kills": c.kills,
             "worker_freezes": c.freezes,
             "worker_sigterms": c.terms,
@@ -486,6 +530,20 @@ class ChaosRun:
             "runs_with_a_capped_key": Run.objects.filter(concurrency_key__in=CAPPED_KEYS).count(),
             "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,
         }
+
+    def _promotion_to_first_claim(self) -> list[float | None]:
+        """Per failover, from the promotion to the first claim the new
+        primary recorded (None: none before the next failover), both on the
+        database's clock."""
+        promotions = self.counts.promotions
+        out: list[float | None] = []
+        for k, at in enumerate(promotions):
+            claims = RunEvent.objects.filter(type="run.claimed", created_at__gt=at)
+            if k + 1 < len(promotions):
+                claims = claims.filter(created_at__lt=promotions[k + 1])
+            first = claims.order_by("created_at").values_list("created_at", flat=True).first()
+            out.append(None if first is None else round((first - at).total_seconds(), 2))
+        return out
 
 
 def new_database() -> str:

@@ -3,9 +3,12 @@ non-zero when a figure that must be zero is not, or a run was lost."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +19,14 @@ from django.db import connection
 from chaos import ledger
 from chaos.runner import PROFILES, ChaosRun, new_database
 from chaos.verify import MUST_BE_ZERO
+from topology import clusters
 
 
 class Command(BaseCommand):
     help = (
         "Run workers under faults (SIGKILL, SIGSTOP past the lease, SIGTERM, terminated "
-        "backends, a database restart) in a database of its own, then verify: nothing lost, "
+        "backends, a database restart; --profile failover: failovers to a synchronous "
+        "standby instead) in a database of its own, then verify: nothing lost, "
         "exactly-once transitions, no repeated non-idempotent effect."
     )
 
@@ -35,39 +40,28 @@ class Command(BaseCommand):
             help="skip the database restart (always skipped when DATABASE_URL is set: "
             "runqueue cannot restart a server it did not start)",
         )
-        parser.add_argument("--keep-database", action="store_true")
+        parser.add_argument(
+            "--keep-database",
+            action="store_true",
+            help="keep the soak's database (not with the failover profile: its clusters go)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         profile = PROFILES[options["profile"]]
         seed = options["seed"] if options["seed"] is not None else int.from_bytes(os.urandom(4))
-        restart = None
-        if not options["no_db_restart"] and not os.environ.get("DATABASE_URL"):
-            from config.database import restart_embedded
-
-            def restart() -> None:
-                restart_embedded("immediate")
-
         name = new_database()
-        original = connection.settings_dict["NAME"]
-        with connection.cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{name}"')
         self.stdout.write(f"chaos: profile={options['profile']} seed={seed} database={name}")
-        try:
-            connection.close()
-            connection.settings_dict["NAME"] = name
+        log_dir = Path(tempfile.mkdtemp(prefix="runqueue-chaos-"))
+        place = (
+            _on_a_cluster_pair(name)
+            if profile.failovers
+            else _on_this_server(name, options["no_db_restart"], options["keep_database"])
+        )
+        with place as faults:
             call_command("migrate", verbosity=0)
             with connection.cursor() as cursor:
                 cursor.execute(ledger.DDL)
-            log_dir = Path(tempfile.mkdtemp(prefix="runqueue-chaos-"))
-            result = ChaosRun(
-                profile, database=name, restart_db=restart, seed=seed, log_dir=log_dir
-            ).run()
-        finally:
-            connection.close()
-            connection.settings_dict["NAME"] = original
-            if not options["keep_database"]:
-                with connection.cursor() as cursor:
-                    cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            result = ChaosRun(profile, database=name, seed=seed, log_dir=log_dir, **faults).run()
         result = {"profile": options["profile"], "seed": seed} | result
         width = max(map(len, result))
         for key, value in result.items():
@@ -79,3 +73,79 @@ class Command(BaseCommand):
         if failed:
             raise CommandError("chaos: these must be 0: " + ", ".join(failed))
         self.stdout.write(self.style.SUCCESS("chaos: every figure that must be 0 is 0"))
+
+
+@contextmanager
+def _on_this_server(name: str, no_restart: bool, keep: bool) -> Iterator[dict[str, Any]]:
+    """A database of the soak's own on the configured server; the embedded
+    server restarted halfway (never one runqueue did not start)."""
+    restart = None
+    if not no_restart and not os.environ.get("DATABASE_URL"):
+        from config.database import restart_embedded
+
+        def restart() -> None:
+            restart_embedded("immediate")
+
+    original = connection.settings_dict["NAME"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        connection.close()
+        connection.settings_dict["NAME"] = name
+        yield {"restart_db": restart}
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = original
+        if not keep:
+            with connection.cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def _on_a_cluster_pair(name: str) -> Iterator[dict[str, Any]]:
+    """The failover profile's database: on a primary and a synchronous
+    standby of its own (topology/clusters.py), reached by the controller and
+    the workers through a libpq multi-host URL with
+    ``target_session_attrs=read-write``. The pair is dropped at the end,
+    whatever happened."""
+    if not clusters.available():
+        raise CommandError("the failover profile needs PostgreSQL 15's server binaries")
+    pair = clusters.Pair()
+    saved = dict(connection.settings_dict)
+    try:
+        pair.create()
+        pair.sql(pair.primary, f'CREATE DATABASE "{name}"')
+        pair.synchronous(True)
+        pair.wait_replayed()
+        connection.close()
+        connection.settings_dict.update(
+            NAME=name,
+            USER="postgres",
+            PASSWORD="",
+            HOST="127.0.0.1,127.0.0.1",
+            PORT=f"{pair.primary.port},{pair.standby.port}",
+            OPTIONS={"target_session_attrs": "read-write", "connect_timeout": CONNECT_TIMEOUT},
+        )
+
+        def failover() -> dt.datetime:
+            promoted_at = pair.failover()
+            # The dead node as a new standby; synchronous again, and caught
+            # up on what the new primary committed alone meanwhile, before
+            # the next failover can come.
+            pair.rebuild_standby(synchronous=True)
+            pair.wait_replayed()
+            return promoted_at  # type: ignore[return-value]
+
+        url = f"{pair.url(name)}&connect_timeout={CONNECT_TIMEOUT}"
+        # Workers reach the pair alone: no pooler, no listener database.
+        env = {"DATABASE_URL": url, "LISTEN_DATABASE_URL": "", "RUNQUEUE_POOLER": ""}
+        yield {"restart_db": None, "failover": failover, "worker_env": env}
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+        pair.drop()
+
+
+#: Seconds a connect to one node may take before libpq tries the next.
+CONNECT_TIMEOUT = 2
