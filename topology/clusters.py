@@ -10,6 +10,7 @@ otherwise as the current user.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import socket
@@ -172,7 +173,7 @@ class Pair:
         self.sql(self.primary, f"ALTER SYSTEM SET synchronous_commit = '{commit}'")
         self.sql(self.primary, "SELECT pg_reload_conf()")
 
-    def failover(self) -> object:
+    def failover(self) -> datetime.datetime:
         """Crash the primary (``-m immediate``: no last WAL sent), promote the
         standby, and return the new primary's ``now()`` at promotion. The
         pair is then the new primary alone (``standby`` is the dead node);

@@ -134,7 +134,7 @@ def _on_a_cluster_pair(name: str) -> Iterator[dict[str, Any]]:
             # the next failover can come.
             pair.rebuild_standby(synchronous=True)
             pair.wait_replayed()
-            return promoted_at  # type: ignore[return-value]
+            return promoted_at
 
         url = f"{pair.url(name)}&connect_timeout={CONNECT_TIMEOUT}"
         # Workers reach the pair alone: no pooler, no listener database.
