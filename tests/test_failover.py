@@ -119,3 +119,21 @@ def test_workers_ride_through_failovers_under_load(pair) -> None:
     # both reconnect on their own (bounded by the test's deadline, measured
     # in docs/reliability.md rather than timed here).
     assert all(s >= 0 for s in seen["resumed_after_seconds"]), seen
+
+
+def test_a_stream_resumed_across_a_failover_ends_with_the_new_primarys_events(pair) -> None:
+    """Asynchronous replication, cut; events written on the primary alone
+    and read by a stream client; the primary crashes, the standby is
+    promoted and gives the lost events' ids to new events. The client
+    reconnects with its last cursor: a reset, then the run from its first
+    event, so it ends with exactly the new primary's list."""
+    seen, _logs = _scenario(pair, "tests.failover_stream")
+    assert seen["server_port"] == pair.standby.port  # the promoted standby served the resume
+    assert seen["held_before_failover"]  # the client had read the lost timeline
+    # What makes a plain id unsafe: the lost ids, the client's last among
+    # them, were issued again; resuming after it would skip events.
+    assert seen["lost_ids_reissued"] > 0 and seen["cursor_id_reissued"], seen
+    assert seen["skipped_by_a_plain_id"] > 0, seen
+    assert seen["resets"] == 1
+    assert seen["client"] == seen["server"]  # no gap, no duplicate, nothing of the lost timeline
+    assert seen["server"][-1][1] == "run.succeeded"
