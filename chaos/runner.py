@@ -455,6 +455,20 @@ class ChaosRun:
         for (key, cls), cap in CAPS.items():
             ConcurrencyLimit.objects.create(key=key, priority_class=cls, max_running=cap)
         Budget.objects.create(key=BUDGET_KEY, **BUDGET)
+        try:
+            self._faults_then_drain(started)
+        finally:
+            # Whatever happened: no worker outlives the soak (nor its database).
+            self.stop_workers()
+        result = retrying(lambda: figures(self.submitted), "verify")
+        result |= retrying(
+            lambda: subagent_figures(self.signals_sent, self.tree_cancels), "verify"
+        )
+        result |= self._fault_figures()
+        result["seconds"] = round(time.monotonic() - started, 1)
+        return result
+
+    def _faults_then_drain(self, started: float) -> None:
         self.submit_until(self.profile.runs // 10)
         self.supervise()
         faults = [
@@ -488,14 +502,6 @@ class ChaosRun:
             if retrying(self._all_terminal, "drain"):
                 break
             time.sleep(0.5)  # poll with a deadline
-        self.stop_workers()
-        result = retrying(lambda: figures(self.submitted), "verify")
-        result |= retrying(
-            lambda: subagent_figures(self.signals_sent, self.tree_cancels), "verify"
-        )
-        result |= self._fault_figures()
-        result["seconds"] = round(time.monotonic() - started, 1)
-        return result
 
     def _all_terminal(self) -> bool:
         if Run.objects.filter(id__in=self.submitted).active().exists():

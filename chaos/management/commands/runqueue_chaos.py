@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,11 +58,19 @@ class Command(BaseCommand):
             if profile.failovers
             else _on_this_server(name, options["no_db_restart"], options["keep_database"])
         )
-        with place as faults:
-            call_command("migrate", verbosity=0)
-            with connection.cursor() as cursor:
-                cursor.execute(ledger.DDL)
-            result = ChaosRun(profile, database=name, seed=seed, log_dir=log_dir, **faults).run()
+        # A SIGTERM (CI cancelled, a supervisor) unwinds like an error: the
+        # workers stop, the database or the cluster pair goes.
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            with place as faults:
+                call_command("migrate", verbosity=0)
+                with connection.cursor() as cursor:
+                    cursor.execute(ledger.DDL)
+                result = ChaosRun(
+                    profile, database=name, seed=seed, log_dir=log_dir, **faults
+                ).run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         result = {"profile": options["profile"], "seed": seed} | result
         width = max(map(len, result))
         for key, value in result.items():
@@ -73,6 +82,10 @@ class Command(BaseCommand):
         if failed:
             raise CommandError("chaos: these must be 0: " + ", ".join(failed))
         self.stdout.write(self.style.SUCCESS("chaos: every figure that must be 0 is 0"))
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @contextmanager
@@ -128,6 +141,10 @@ def _on_a_cluster_pair(name: str) -> Iterator[dict[str, Any]]:
         )
 
         def failover() -> dt.datetime:
+            # What the profile promises needs a synchronous standby at the crash.
+            states = pair.sql(pair.primary, "SELECT sync_state FROM pg_stat_replication")
+            if states != [("sync",)]:
+                raise CommandError(f"the standby is not synchronous: {states}")
             promoted_at = pair.failover()
             # The dead node as a new standby; synchronous again, and caught
             # up on what the new primary committed alone meanwhile, before
