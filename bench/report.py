@@ -125,13 +125,17 @@ def figures_table(result: dict[str, Any]) -> list[str]:
     for system, path in (
         ("runqueue", "pickup"),
         ("raw", "notify_latency"),
+        ("raw", "claim_pickup"),
         ("procrastinate", "pickup"),
         ("pgqueuer", "pickup"),
         ("celery", "pickup"),
     ):
         figure = get(systems.get(system), path)
         if figure:
-            label = "LISTEN/NOTIFY alone" if system == "raw" else "idle worker"
+            label = {
+                "notify_latency": "LISTEN/NOTIFY alone",
+                "claim_pickup": "LISTEN + claim",
+            }.get(path, "idle worker")
             first = "pickup" if len(pickup) == 1 else ""
             p50, p99 = _n(figure.get("p50_ms"), 2), _n(figure.get("p99_ms"), 2)
             pickup.append([first, system, label, p50, p99])
