@@ -56,6 +56,11 @@ class Profile:
     #: The budget soak (``bench.budget_soak``): seconds, and its budget's window.
     budget_seconds: float
     budget_window: int
+    #: Through PgBouncer against direct (``bench.pooler``): rounds of the
+    #: three drains, each round in the other's reverse order.
+    pooler_rounds: int = 2
+    #: Promotions of a standby under load (``bench.promotion``).
+    failovers: int = 5
 
 
 FULL = Profile(
@@ -98,6 +103,8 @@ QUICK = Profile(
     timer_spread_seconds=10.0,
     budget_seconds=30,
     budget_window=5,
+    pooler_rounds=1,
+    failovers=2,
 )
 
 
