@@ -48,7 +48,7 @@ TARGET_RATIO = 0.90
 #: The LISTEN connections' application_name, to tell them from pooled ones.
 LISTEN_APP = "bench-listen"
 VARIANTS = ("direct", "pooled", "direct_unprepared")
-PICKUP_SPEC = "interactive=2,async=2"
+PICKUP_SPEC = ("interactive=2", "async=2")
 #: Backends of a database, those not LISTENing, and their pids (read from the server's database).
 BACKENDS = (
     "SELECT count(*), count(*) FILTER (WHERE application_name <> %s), array_agg(pid)"

@@ -63,16 +63,17 @@ class Workers:
         slots: int,
         label: str,
         env: dict[str, str] | None = None,
-        spec: str | None = None,
+        spec: tuple[str, ...] = (),
     ) -> None:
-        """``spec``: the ``--slots`` value instead of ``async=<slots>``."""
+        """``spec``: the ``--slots`` values instead of ``async=<slots>``."""
+        slot_args = [a for value in spec or (f"async={slots}",) for a in ("--slots", value)]
         env = self.environment(url, env)
         self.logs = [tempfile.TemporaryFile() for _ in range(processes)]
         self.procs = [
             subprocess.Popen(
                 # bench.worker is manage.py runworker, importing runqueue from
                 # BENCH_RUNQUEUE_SRC when that is set.
-                [sys.executable, "-m", "bench.worker", "--slots", spec or f"async={slots}"]
+                [sys.executable, "-m", "bench.worker", *slot_args]
                 + ["--worker-id", f"bench-{label}-{i}"],
                 cwd=REPO,
                 env=env,
