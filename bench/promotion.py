@@ -112,9 +112,10 @@ def run(failovers: int, log) -> dict[str, Any]:
         finally:
             submitter.stop()
             workers.stop()
-        finished = dict(
-            pair.sql(pair.primary, "SELECT status, count(*) FROM runqueue_run GROUP BY status")
-        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            finished = dict(
+                conn.execute("SELECT status, count(*) FROM runqueue_run GROUP BY status")
+            )
     finally:
         pair.drop()
     return {
