@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 #: The server every system runs on (the machine's PostgreSQL 15 by default).
 SERVER_URL = os.environ.get("BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -109,8 +110,11 @@ QUICK = Profile(
 
 
 def url_for(dbname: str) -> str:
-    base, _, _ = SERVER_URL.rpartition("/")
-    return f"{base}/{dbname}"
+    """The server's URL for another database (its query string kept: a
+    socket folder's ``host=``)."""
+    base, sep, query = SERVER_URL.partition("?")
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{dbname}{sep}{query}"
 
 
 @contextmanager
@@ -118,7 +122,7 @@ def scratch_database(label: str, template: str | None = None) -> Iterator[str]:
     """Create a database for one system (a copy of ``template``'s URL's database,
     which nobody may be connected to) and drop it afterwards; yields its URL."""
     name = f"bench_{label}_{RUN_TAG}"
-    copy = f' TEMPLATE "{template.rsplit("/", 1)[1]}"' if template else ""
+    copy = f' TEMPLATE "{conninfo_to_dict(template)["dbname"]}"' if template else ""
     with psycopg.connect(SERVER_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"{copy}')
     try:

@@ -118,9 +118,10 @@ class Pooled(rq_drain.Deployment):
         return f"postgresql://postgres@{self.bouncer.host}:{self.bouncer.port}/{_dbname(url)}"
 
     def env(self, url: str) -> dict[str, str]:
+        join = "&" if "?" in url else "?"
         return {
             "DATABASE_URL": self.url(url),
-            "LISTEN_DATABASE_URL": f"{url}?application_name={LISTEN_APP}",
+            "LISTEN_DATABASE_URL": f"{url}{join}application_name={LISTEN_APP}",
             "RUNQUEUE_POOLER": "transaction",
         }
 
@@ -149,8 +150,12 @@ def _server() -> dict[str, object]:
     }
 
 
-def run(profile: common.Profile, base_url: str, log) -> dict[str, Any]:
-    """The drains (``profile.pooler_rounds`` rounds) and the pickup."""
+def run(
+    profile: common.Profile, base_url: str, log, settle: float = rq_drain.SETTLE_SECONDS
+) -> dict[str, Any]:
+    """The drains (``profile.pooler_rounds`` rounds) and the pickup. ``settle``
+    below ``rq_drain.SETTLE_SECONDS`` makes the commit counts inexact (a test's
+    shortcut)."""
     from django.db import connections
 
     out: dict[str, Any] = {
@@ -175,6 +180,7 @@ def run(profile: common.Profile, base_url: str, log) -> dict[str, Any]:
             with rq_drain.Drains(
                 base_url,
                 dict.fromkeys(names, (PROCESSES, SLOTS)),
+                settle=settle,
                 deployments={name: deploy[v] for name, v in names.items()},
             ) as drains:
                 if number == 0:
