@@ -106,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     src.apply()  # before anything imports runqueue
     from bench import report, rq, targets
 
-    parts = tuple(args.parts.split(",")) if args.parts else rq.PARTS
+    if args.parts:
+        parts = tuple(args.parts.split(","))
+    elif args.quick:
+        parts = tuple(p for p in rq.PARTS if p not in rq.NOT_QUICK)
+    else:
+        parts = rq.PARTS
     unknown = set(parts) - set(rq.PARTS) - set(rq.EXTRA_PARTS)
     if unknown:
         parser.error(f"unknown --parts {sorted(unknown)}; known: {rq.PARTS + rq.EXTRA_PARTS}")

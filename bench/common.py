@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 #: The server every system runs on (the machine's PostgreSQL 15 by default).
 SERVER_URL = os.environ.get("BENCH_SERVER_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -56,6 +57,11 @@ class Profile:
     #: The budget soak (``bench.budget_soak``): seconds, and its budget's window.
     budget_seconds: float
     budget_window: int
+    #: Through PgBouncer against direct (``bench.pooler``): rounds of the
+    #: three drains, each round in the other's reverse order.
+    pooler_rounds: int = 2
+    #: Promotions of a standby under load (``bench.promotion``).
+    failovers: int = 5
 
 
 FULL = Profile(
@@ -98,12 +104,17 @@ QUICK = Profile(
     timer_spread_seconds=10.0,
     budget_seconds=30,
     budget_window=5,
+    pooler_rounds=1,
+    failovers=2,
 )
 
 
 def url_for(dbname: str) -> str:
-    base, _, _ = SERVER_URL.rpartition("/")
-    return f"{base}/{dbname}"
+    """The server's URL for another database (its query string kept: a
+    socket folder's ``host=``)."""
+    base, sep, query = SERVER_URL.partition("?")
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{dbname}{sep}{query}"
 
 
 @contextmanager
@@ -111,7 +122,7 @@ def scratch_database(label: str, template: str | None = None) -> Iterator[str]:
     """Create a database for one system (a copy of ``template``'s URL's database,
     which nobody may be connected to) and drop it afterwards; yields its URL."""
     name = f"bench_{label}_{RUN_TAG}"
-    copy = f' TEMPLATE "{template.rsplit("/", 1)[1]}"' if template else ""
+    copy = f' TEMPLATE "{conninfo_to_dict(template)["dbname"]}"' if template else ""
     with psycopg.connect(SERVER_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"{copy}')
     try:

@@ -3,6 +3,7 @@ RUNQUEUE_HANDLER_MODULES=bench.handlers)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,25 @@ def noop(ctx: runqueue.RunContext) -> None:
     """Does nothing: the queue's own cost per run."""
     if on_start is not None:
         on_start(ctx.payload)
+
+
+#: A FIFO the ``bench.stamp`` handler writes its start time to (``bench.pooler``).
+STAMP_FIFO_ENV = "BENCH_STAMP_FIFO"
+
+
+@runqueue.handler("bench.stamp")
+def stamp(ctx: runqueue.RunContext) -> None:
+    """Reports ``payload.seq`` and the moment it started (CLOCK_MONOTONIC, the
+    same clock in every process of the machine) to the bench through the FIFO
+    named by ``BENCH_STAMP_FIFO``: a worker in another process's pickup."""
+    at = time.clock_gettime(time.CLOCK_MONOTONIC)
+    fifo = os.environ.get(STAMP_FIFO_ENV)
+    if fifo:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(fd, f"{ctx.payload['seq']} {at!r}\n".encode())
+        finally:
+            os.close(fd)
 
 
 @runqueue.handler("bench.busy")

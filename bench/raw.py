@@ -168,6 +168,50 @@ def notify_latency(url: str, samples: int) -> dict[str, Any]:
     return percentiles(latencies)
 
 
+def claim_pickup_latency(url: str, samples: int) -> dict[str, Any]:
+    """LISTEN and claim: an idle worker of one slot woken by the NOTIFY its
+    job's insert committed with, claiming it with the reference claim (its
+    own commit); ms from the submitter's commit to the claim's return. The
+    least a PostgreSQL queue's pickup can cost here (issue 24's p50 target)."""
+    claimed: dict[int, float] = {}
+    ready, got = threading.Event(), threading.Event()
+    stop = threading.Event()
+
+    def worker() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("LISTEN bench_raw_claim")
+            ready.set()
+            while not stop.is_set():
+                # The generator holds the connection: leave it to claim.
+                if not list(conn.notifies(timeout=0.5, stop_after=1)):
+                    continue
+                rows = conn.execute(CLAIM, [1], prepare=True).fetchall()
+                if rows:
+                    claimed[rows[0][0]] = time.perf_counter()
+                    got.set()
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    ready.wait(10)
+    latencies = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE raw_job")
+        for _ in range(samples):
+            idle_gap()
+            got.clear()
+            with conn.transaction():
+                job = conn.execute(
+                    "INSERT INTO raw_job (priority) VALUES (0) RETURNING id"
+                ).fetchone()[0]
+                conn.execute("SELECT pg_notify('bench_raw_claim', '')")
+            committed = time.perf_counter()
+            if got.wait(5) and job in claimed:
+                latencies.append((claimed[job] - committed) * 1000)
+    stop.set()
+    thread.join(5)
+    return percentiles(latencies)
+
+
 def drains(slots: int) -> list[tuple[str, int, int, bool]]:
     """(name, connections, claim batch, finish batched) of the reference drains."""
     return [
@@ -194,4 +238,6 @@ def run_all(url: str, profile: Profile, log) -> dict[str, Any]:
         window.close()
     log("raw psycopg: LISTEN/NOTIFY latency")
     out["notify_latency"] = notify_latency(url, profile.latency_samples)
+    log("raw psycopg: LISTEN and claim (pickup reference)")
+    out["claim_pickup"] = claim_pickup_latency(url, profile.latency_samples)
     return out

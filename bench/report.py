@@ -125,13 +125,17 @@ def figures_table(result: dict[str, Any]) -> list[str]:
     for system, path in (
         ("runqueue", "pickup"),
         ("raw", "notify_latency"),
+        ("raw", "claim_pickup"),
         ("procrastinate", "pickup"),
         ("pgqueuer", "pickup"),
         ("celery", "pickup"),
     ):
         figure = get(systems.get(system), path)
         if figure:
-            label = "LISTEN/NOTIFY alone" if system == "raw" else "idle worker"
+            label = {
+                "notify_latency": "LISTEN/NOTIFY alone",
+                "claim_pickup": "LISTEN + claim",
+            }.get(path, "idle worker")
             first = "pickup" if len(pickup) == 1 else ""
             p50, p99 = _n(figure.get("p50_ms"), 2), _n(figure.get("p99_ms"), 2)
             pickup.append([first, system, label, p50, p99])
@@ -204,7 +208,79 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
             f"events {s['events_total'] / 2**20:.1f} MiB; all updates HOT ratio {ch['hot_ratio']}"
         )
     out.extend(_budget_soak(rq.get("budget_soak")))
+    out.extend(_pooler(rq.get("pooler")))
+    out.extend(_promotion(rq.get("promotion")))
     return out
+
+
+def _pooler(po: dict[str, Any] | None) -> list[str]:
+    """Issue 20: the drain and the pickup through PgBouncer against direct."""
+    if not po:
+        return []
+    if "error" in po:
+        return [f"through PgBouncer (issue 20): NOT RUN: {po['error']}"]
+    slots = po["processes"] * po["slots_per_process"]
+    out = [
+        f"through PgBouncer (issue 20; {po.get('pgbouncer', '?')}, transaction mode,"
+        f" default_pool_size {po['pool_size']}): {po['processes']} runworker x"
+        f" async={po['slots_per_process']} ({slots} slots), {po['runs_per_drain']:,} runs a"
+        f" drain, {len(po['rounds'])} round(s) alternating"
+    ]
+    labels = {
+        "direct": "direct, default (prepared)",
+        "direct_unprepared": "direct, PREPARED_STATEMENTS=False",
+        "pooled": "PgBouncer, default (unprepared)",
+    }
+    for variant, label in labels.items():
+        t = po["total"].get(variant)
+        if not t:
+            continue
+        rounds = ", ".join(_n(r[variant]["runs_per_s"], 0) for r in po["rounds"] if variant in r)
+        pooled = variant == "pooled"
+        conns = (
+            f"{t['backends_not_listen_max']} server connections + LISTEN's"
+            if pooled
+            else f"{t['backends_max']} backends"
+        )
+        out.append(
+            f"  {label}: {_n(t['runs_per_s'], 0)} runs/s (rounds: {rounds}),"
+            f" {t['commits_per_run']} commits/run, {_n(t['cpu_us_per_run'], 0)} CPU us/run,"
+            f" at most {conns}" + ("" if t["complete"] else " (did not finish)")
+        )
+    if "pooled_to_direct" in po:
+        out.append(
+            f"  pooled / direct: {po['pooled_to_direct']} (rounds {po['per_round']}):"
+            f" {_met(po['target_met'])} (target >= 0.90 on <= {po['pool_size']} server"
+            " connections)"
+        )
+    if "unprepared_to_prepared" in po:
+        out.append(f"  direct unprepared / prepared: {po['unprepared_to_prepared']}")
+    pk = po.get("pickup")
+    if pk:
+        out.append(
+            "  idle interactive pickup p50 / p99 ms: direct"
+            f" {pk['direct'].get('p50_ms')} / {pk['direct'].get('p99_ms')}, PgBouncer"
+            f" {pk['pooled'].get('p50_ms')} / {pk['pooled'].get('p99_ms')}"
+            f" ({pk['direct'].get('n')} samples each, LISTEN direct in both)"
+        )
+    return out
+
+
+def _promotion(pr: dict[str, Any] | None) -> list[str]:
+    """Issue 20: a standby's promotion to the first claim on it."""
+    if not pr:
+        return []
+    if "error" in pr:
+        return [f"promotion to first claim (issue 20): NOT RUN: {pr['error']}"]
+    each = ", ".join(f"{s:.2f}" for s in pr["resumed_after_seconds"])
+    return [
+        f"promotion to first claim (issue 20; {pr['replication']} standby,"
+        f" {pr['processes']} runworker x async={pr['slots_per_process']}, multi-host URL):"
+        f" {each} s; p50 {pr['p50_seconds']} s, max {pr['max_seconds']} s:"
+        f" {_met(pr['target_met'])} (target <= {pr['target_seconds']} s); submits"
+        f" {pr['submits_acknowledged']} acknowledged, {pr['submit_errors']} refused while"
+        " no primary"
+    ]
 
 
 def _met(ok: bool) -> str:

@@ -238,9 +238,14 @@ PARTS = (
     "streaming",
     "waits",
     "budgets",
+    "pooler",
+    "promotion",
 )
 #: Taken only when asked for (``--parts``).
 EXTRA_PARTS = ("inproc",)
+#: Left out of ``--quick`` unless asked for: a cluster pair, pg_basebackup
+#: after every failover, about a minute (bench/README.md).
+NOT_QUICK = ("promotion",)
 
 
 def drain_shapes(profile: Profile) -> dict[str, tuple[int, int]]:
@@ -308,8 +313,30 @@ def run_all(profile: Profile, url: str, log, parts: tuple[str, ...] = PARTS) -> 
             out["budget_soak"] = budget_soak.soak(profile, url, log)
         if drains is not None:
             out |= drains.run(profile.drain_runs, log)
+    # After the headline drains' workers have gone: the server allows 100
+    # connections, and each deployment here has 4 processes of 8 slots.
+    if "pooler" in parts:
+        from bench import pooler
+
+        out["pooler"] = _may_fail(log, "pooler", lambda: pooler.run(profile, url, log))
+    if "promotion" in parts:
+        from bench import promotion
+
+        out["promotion"] = _may_fail(
+            log, "promotion", lambda: promotion.run(profile.failovers, log)
+        )
     rq_db.reset()
     return out
+
+
+def _may_fail(log, name: str, take) -> dict[str, Any]:
+    """A part that needs what may be missing here (PgBouncer, the PostgreSQL
+    server binaries) is reported with its error; the others stand."""
+    try:
+        return take()
+    except Exception as exc:  # noqa: BLE001 - reported in the JSON and the table
+        log(f"runqueue: {name} could not run: {exc!r}")
+        return {"error": repr(exc)}
 
 
 def enqueue(profile: Profile, url: str, log) -> dict[str, Any]:

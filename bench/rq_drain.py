@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -56,23 +57,23 @@ class Workers:
     """``processes`` runworker processes of ``slots`` async slots each."""
 
     def __init__(
-        self, url: str, processes: int, slots: int, label: str, env: dict[str, str] | None = None
+        self,
+        url: str,
+        processes: int,
+        slots: int,
+        label: str,
+        env: dict[str, str] | None = None,
+        spec: tuple[str, ...] = (),
     ) -> None:
-        env = (
-            dict(os.environ)
-            | {
-                "DATABASE_URL": url,
-                "RUNQUEUE_LOG_LEVEL": "WARNING",
-                "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
-            }
-            | (env or {})
-        )
+        """``spec``: the ``--slots`` values instead of ``async=<slots>``."""
+        slot_args = [a for value in spec or (f"async={slots}",) for a in ("--slots", value)]
+        env = self.environment(url, env)
         self.logs = [tempfile.TemporaryFile() for _ in range(processes)]
         self.procs = [
             subprocess.Popen(
                 # bench.worker is manage.py runworker, importing runqueue from
                 # BENCH_RUNQUEUE_SRC when that is set.
-                [sys.executable, "-m", "bench.worker", "--slots", f"async={slots}"]
+                [sys.executable, "-m", "bench.worker", *slot_args]
                 + ["--worker-id", f"bench-{label}-{i}"],
                 cwd=REPO,
                 env=env,
@@ -82,6 +83,19 @@ class Workers:
             )
             for i, log in enumerate(self.logs)
         ]
+
+    @staticmethod
+    def environment(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        """A bench runworker's (or ``bench.manage``'s) environment for ``url``."""
+        return (
+            dict(os.environ)
+            | {
+                "DATABASE_URL": url,
+                "RUNQUEUE_LOG_LEVEL": "WARNING",
+                "RUNQUEUE_HANDLER_MODULES": "bench.handlers",
+            }
+            | (env or {})
+        )
 
     def check_alive(self) -> None:
         for proc, log in zip(self.procs, self.logs, strict=True):
@@ -161,13 +175,40 @@ def _thread_states(pid: int) -> list[str]:
     return states
 
 
+class Deployment:
+    """How a shape's workers reach the server, when not straight through the
+    database's URL (``bench.pooler``: through a PgBouncer, or with prepared
+    statements off)."""
+
+    def env(self, url: str) -> dict[str, str]:
+        """The workers' environment for the shape's database ``url``."""
+        return {}
+
+    def release(self, shape: Shape) -> None:
+        """After the workers have exited: end what still holds a backend of
+        the database (a pooler's server connections), so the count can end."""
+
+    def sampler(self, shape: Shape) -> Callable[[], Any] | None:
+        """Something to run beside the drain (e.g. counting server connections)."""
+        return None
+
+
 class Shape:
     """One drain's runworker processes, in a database of their own."""
 
-    def __init__(self, name: str, url: str, processes: int, slots: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        processes: int,
+        slots: int,
+        deploy: Deployment | None = None,
+    ) -> None:
         self.name, self.url, self.processes, self.slots = name, url, processes, slots
+        self.deploy = deploy
         self.window = measure.CommitWindow(url)
-        self.workers = Workers(url, processes, slots, label=name)
+        env = deploy.env(url) if deploy is not None else None
+        self.workers = Workers(url, processes, slots, label=name, env=env)
         self.idle: dict[str, float] = {}
 
     def wait_registered(self, timeout: float) -> None:
@@ -192,10 +233,15 @@ class Drains:
     workers, take other figures, then :meth:`run`."""
 
     def __init__(
-        self, base_url: str, shapes: dict[str, tuple[int, int]], settle: float = SETTLE_SECONDS
+        self,
+        base_url: str,
+        shapes: dict[str, tuple[int, int]],
+        settle: float = SETTLE_SECONDS,
+        deployments: Mapping[str, Deployment] | None = None,
     ) -> None:
         self.base_url = base_url
         self.spec = shapes
+        self.deployments = dict(deployments or {})
         self.settle = settle
         self.shapes: list[Shape] = []
         self.stack = ExitStack()
@@ -217,7 +263,7 @@ class Drains:
                 url = self.stack.enter_context(
                     common.scratch_database(f"rq_{name}", template=self.base_url)
                 )
-                shape = Shape(name, url, processes, slots)
+                shape = Shape(name, url, processes, slots, self.deployments.get(name))
                 self.stack.callback(shape.window.close)
                 self.stack.callback(shape.workers.stop)
                 shape.window.connect_commits = connect_commits
@@ -264,6 +310,7 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
     window.start()
     cpu_before = workers.cpu_seconds()
     probe = window.probe()
+    sampler = shape.deploy.sampler(shape) if shape.deploy is not None else None
     workers.resume()
     with probe.transaction() as conn:
         conn.execute(*rq_db.load(n))
@@ -271,25 +318,32 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
         conn.execute(rq_db.WAKE)
     complete = _wait_done(probe, workers, timeout=max(120, n / 20))
     cpu = workers.cpu_seconds() - cpu_before
+    beside = sampler() if sampler is not None else None
     stopping = time.monotonic()
     workers.stop()
+    if shape.deploy is not None:
+        shape.deploy.release(shape)
     commits = window.stop()
     shutdown = time.monotonic() - stopping
     with psycopg.connect(shape.url) as conn:
         runs, seconds = conn.execute(rq_db.WINDOW).fetchone()
-    return measure.figures(
-        runs,
-        float(seconds),
-        commits=commits,
-        cpu_seconds=cpu,
-        cpu_source=CPU_SOURCE,
-        complete=complete,
-    ) | {
-        "processes": shape.processes,
-        "slots_per_process": shape.slots,
-        "idle_before_load": shape.idle,
-        "shutdown_seconds": round(shutdown, 2),
-    }
+    return (
+        measure.figures(
+            runs,
+            float(seconds),
+            commits=commits,
+            cpu_seconds=cpu,
+            cpu_source=CPU_SOURCE,
+            complete=complete,
+        )
+        | {
+            "processes": shape.processes,
+            "slots_per_process": shape.slots,
+            "idle_before_load": shape.idle,
+            "shutdown_seconds": round(shutdown, 2),
+        }
+        | ({"beside": beside} if beside is not None else {})
+    )
 
 
 def _wait_done(probe: measure.Probe, workers: Workers, timeout: float) -> bool:

@@ -115,6 +115,14 @@ def evaluate(result: dict[str, Any], baseline: float | None = None) -> list[dict
         f"{_fmt(_num(get(s, 'raw.notify_latency.p99_ms')), ' ms')})",
     )
 
+    p50 = _num(get(rq, "pickup.p50_ms"))
+    raw_p50 = _num(get(s, "raw.claim_pickup.p50_ms"))
+    add(
+        "idle pickup p50 <= raw LISTEN + claim + 1 ms",
+        None if p50 is None or raw_p50 is None else p50 <= raw_p50 + 1,
+        f"runqueue {_fmt(p50, ' ms')}; raw LISTEN + claim {_fmt(raw_p50, ' ms')}",
+    )
+
     ratio = _num(get(rq, "reserved_capacity.p99_ratio"))
     add(
         "interactive pickup p99 with async saturated <= 2x idle",

@@ -41,6 +41,7 @@ Defaults (every key optional)::
         "POOLER": None,               # what "default" goes through: None, "session", "transaction"
         "POOLER_TRACKS_PREPARED": False,  # pooler carries prepared statements (PgBouncer 1.21+)
         "BUDGETS": {},                # key -> {"requests", "tokens", "per_seconds", "shares"}
+        "DURABLE_CLAIMS": False,      # a claim alone waits for the disk (True) or not (False)
     }
 """
 
@@ -97,6 +98,11 @@ class Settings:
     #: The transaction pooler tracks protocol-level prepared statements
     #: (PgBouncer 1.21+ with max_prepared_statements > 0).
     POOLER_TRACKS_PREPARED: bool = False
+    #: A statement that only claims commits with the server's
+    #: synchronous_commit (True) or without waiting for the disk or a
+    #: synchronous standby (False, the default: the lease token fences a
+    #: claim a crash lost; docs/decisions.md).
+    DURABLE_CLAIMS: bool = False
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
@@ -365,10 +371,10 @@ def parse(raw: object) -> Settings:
                     f"RUNQUEUE['PREPARED_STATEMENTS'] must be None, True or False, got {value!r}"
                 )
             values[name] = value
-        elif name == "POOLER_TRACKS_PREPARED":
+        elif name in ("POOLER_TRACKS_PREPARED", "DURABLE_CLAIMS"):
             if not isinstance(value, bool):
                 raise ImproperlyConfigured(
-                    f"RUNQUEUE['POOLER_TRACKS_PREPARED'] must be True or False, got {value!r}"
+                    f"RUNQUEUE[{name!r}] must be True or False, got {value!r}"
                 )
             values[name] = value
         elif name == "POOLER":

@@ -153,7 +153,11 @@ def statement_params(
 ) -> dict[str, object]:
     """``finish_and_claim``'s parameters: the finishes as arrays, the claim's."""
     values = [finish_params(lease, outcome) for lease, outcome in finishes]
+    durable = bool(finishes) or get_settings().DURABLE_CLAIMS
     return spec.params() | {
+        # A statement that only claims need not wait for the disk (queries.sql,
+        # claim_commit); one that finishes runs must.
+        "claim_commit": None if durable else "off",
         "ids": [lease.run_id for lease, _ in finishes],
         "epochs": [lease.epoch for lease, _ in finishes],
         "tokens": [lease.token for lease, _ in finishes],

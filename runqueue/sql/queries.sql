@@ -64,6 +64,21 @@ input AS (
            started_at = coalesce(r.started_at, now()),
            budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0)
 
+-- fragment: claim_commit --
+-- The last condition of a claim's UPDATE: a statement that only claims
+-- (%(claim_commit)s 'off': no finishes in it, and DURABLE_CLAIMS left
+-- False) commits without waiting for its WAL to reach the disk or a
+-- synchronous standby. The lease token makes that safe: a claim lost in a
+-- crash or a failover leaves the run queued without the token, so every
+-- fenced write of the lost lease writes nothing, and the owner's first
+-- durable write (a tool record, a checkpoint, its finish) flushes the
+-- claim with it (docs/decisions.md, "A claim's commit does not wait for
+-- the disk"). set_config(..., true): this transaction only. An InitPlan,
+-- run once (a claim that finds nothing writes nothing, so its commit has
+-- nothing to wait for either way).
+AND (%(claim_commit)s::text IS NULL
+     OR (SELECT set_config('synchronous_commit', %(claim_commit)s::text, true)) IS NOT NULL)
+
 -- fragment: expire_set --
 -- The expiry path, for a lease given up (fence_give_up) or expired
 -- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
@@ -152,6 +167,7 @@ WITH
        -- implies no partial index's predicate, so the ids stay the index
        -- condition.
        AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_commit --
     RETURNING r.*
 ),
 -- include: logged --
@@ -186,6 +202,7 @@ WITH
        -- The live partition's statuses, as in finish_and_claim: partition
        -- pruning, not a status test (it implies no partial index).
        AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_commit --
     RETURNING r.*
 ),
 -- include: logged --
