@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +138,55 @@ def test_a_stream_resumed_across_a_failover_ends_with_the_new_primarys_events(pa
     assert seen["resets"] == 1
     assert seen["client"] == seen["server"]  # no gap, no duplicate, nothing of the lost timeline
     assert seen["server"][-1][1] == "run.succeeded"
+
+
+def test_a_worker_started_while_no_node_takes_writes_waits_and_registers(pair, tmp_path) -> None:
+    """A worker whose process starts during a failover (the primary down,
+    the standby not yet promoted) waits for a primary instead of exiting;
+    once the standby is promoted it registers there and works."""
+    primary, standby = pair.primary.port, pair.standby.port
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "127.0.0.1,127.0.0.1",
+        "PORT": f"{primary},{standby}",
+        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 2},
+    }
+    env = dict(os.environ) | {
+        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
+        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DATABASE_URL", None)
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300)
+    pair.wait_replayed()
+    pair.primary.stop("immediate")  # the standby answers, read-only: no node takes writes
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [*manage, "runworker", "--slots", "interactive=1", "--worker-id", "late"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "Registering worker: connection lost" not in log.read_text(errors="replace"):
+            assert worker.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)  # polling the worker's log, with a deadline
+        pair.standby.promote()
+        rows: list[tuple] = []
+        while not rows:
+            assert worker.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            rows = pair.sql(pair.standby, "SELECT pid FROM runqueue_worker WHERE id = 'late'")
+            time.sleep(0.1)
+        assert rows == [(worker.pid,)]
+    finally:
+        worker.terminate()
+        worker.wait(60)

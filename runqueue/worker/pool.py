@@ -13,18 +13,19 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
 from runqueue import aio, budgets, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
+from runqueue.db import connection_lost
 from runqueue.models import Worker
 from runqueue.observability import observe
 from runqueue.outcomes import Reported
 from runqueue.worker.deadlines import Deadlines
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
-from runqueue.worker.services import Periodic, Service, retrying
+from runqueue.worker.services import Periodic, Service, reconnect_delay, retrying
 from runqueue.worker.slot import LoopSlots, Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
@@ -231,17 +232,31 @@ class Pool:
     # --- life cycle -----------------------------------------------------------------------
 
     def _register(self) -> None:
-        Worker.objects.update_or_create(
-            id=self.config.worker_id,
-            defaults={
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "slots": shape(self.config.slots),
-                "started_at": Now(),
-                "last_seen_at": Now(),
-                "stopped_at": None,
-            },
-        )
+        """The worker row, tried again while the database cannot be reached:
+        a worker that starts during an outage or a failover waits for the
+        server (or the promoted standby), as its threads do, instead of
+        exiting with a lost connection."""
+        while True:
+            try:
+                Worker.objects.update_or_create(
+                    id=self.config.worker_id,
+                    defaults={
+                        "hostname": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "slots": shape(self.config.slots),
+                        "started_at": Now(),
+                        "last_seen_at": Now(),
+                        "stopped_at": None,
+                    },
+                )
+                return
+            except DatabaseError as exc:
+                if not connection_lost(exc):
+                    raise
+                logger.warning("Registering worker: connection lost (%s); retrying", exc)
+                connection.close()
+                if self.stopping.wait(reconnect_delay()):
+                    raise
 
     def start(self) -> None:
         self._register()
