@@ -121,6 +121,8 @@ class WorkerSlot:
     generation: int = 0
     proc: subprocess.Popen | None = None
     frozen: bool = False
+    #: The soak killed or SIGTERMed this generation: its exit was asked for.
+    ended_by_the_soak: bool = False
 
     @property
     def worker_id(self) -> str:
@@ -138,6 +140,8 @@ class Counts:
     #: The new primary's now() at each promotion.
     promotions: list[dt.datetime] = field(default_factory=list)
     worker_restarts: int = 0
+    #: Workers that ended although the soak did not kill or SIGTERM them.
+    unasked_exits: list[str] = field(default_factory=list)
     inputs_delivered: int = 0
     cancels: int = 0
     kill_to_reclaim_seconds: list[float] = field(default_factory=list)
@@ -193,6 +197,7 @@ class ChaosRun:
         }
         env |= self.worker_env
         slot.generation += 1
+        slot.ended_by_the_soak = False
         log = (self.log_dir / f"{slot.worker_id}.log").open("wb")
         slot.proc = subprocess.Popen(  # noqa: S603 - our own manage.py
             [
@@ -234,6 +239,8 @@ class ChaosRun:
             if slot.proc is None or (slot.proc.poll() is not None and not slot.frozen):
                 if slot.proc is not None:
                     self.counts.worker_restarts += 1
+                    if not slot.ended_by_the_soak:
+                        self.counts.unasked_exits.append(slot.worker_id)
                 self._start(slot)
 
     def stop_workers(self) -> None:
@@ -269,6 +276,7 @@ class ChaosRun:
             return now, ids
 
         at, ids = retrying(held, "kill")
+        slot.ended_by_the_soak = True
         slot.proc.send_signal(signal.SIGKILL)
         slot.proc.wait()
         self.kills.append((at, ids))
@@ -287,7 +295,9 @@ class ChaosRun:
         threading.Timer(self.profile.lease_seconds * 3, thaw).start()
 
     def term(self) -> None:
-        self.rng.choice(self._live()).proc.send_signal(signal.SIGTERM)
+        slot = self.rng.choice(self._live())
+        slot.ended_by_the_soak = True
+        slot.proc.send_signal(signal.SIGTERM)
         self.counts.terms += 1
 
     def cancel(self) -> None:
@@ -530,6 +540,8 @@ class ChaosRun:
             "backend_terminations": c.backend_terminations,
             "db_restarts": c.db_restarts,
             "worker_restarts": c.worker_restarts,
+            "worker_exits_not_caused_by_the_soak": len(c.unasked_exits),
+            "workers_that_exited_unasked": c.unasked_exits,
             "inputs_delivered": c.inputs_delivered,
             "runs_cancelled_by_the_fault": c.cancels,
             "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),

@@ -29,6 +29,10 @@ MUST_BE_ZERO = (
     "children_lost",
 )
 
+#: And for the failover profile: workers ride through a failover on their own
+#: (a worker that ended although the soak neither killed nor SIGTERMed it).
+MUST_BE_ZERO_ACROSS_FAILOVERS = ("worker_exits_not_caused_by_the_soak",)
+
 
 def _scalar(sql: str, params: list[Any] | None = None) -> Any:
     with connection.cursor() as cursor:

@@ -19,7 +19,7 @@ from django.db import connection
 
 from chaos import ledger
 from chaos.runner import PROFILES, ChaosRun, new_database
-from chaos.verify import MUST_BE_ZERO
+from chaos.verify import MUST_BE_ZERO, MUST_BE_ZERO_ACROSS_FAILOVERS
 from topology import clusters
 
 
@@ -78,7 +78,8 @@ class Command(BaseCommand):
         self.stdout.write(f"  {'worker logs':<{width}}  {log_dir}")
         if options["json"]:
             options["json"].write_text(json.dumps(result, indent=2, default=str))
-        failed = [k for k in MUST_BE_ZERO if result[k]]
+        must_be_zero = MUST_BE_ZERO + (MUST_BE_ZERO_ACROSS_FAILOVERS if profile.failovers else ())
+        failed = [k for k in must_be_zero if result[k]]
         if failed:
             raise CommandError("chaos: these must be 0: " + ", ".join(failed))
         self.stdout.write(self.style.SUCCESS("chaos: every figure that must be 0 is 0"))
