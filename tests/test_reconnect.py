@@ -182,6 +182,13 @@ def test_a_group_rides_through_a_read_only_server_with_short_bounded_waits(caplo
     assert "database error" not in caplog.text
 
 
+@not_through_a_pooler(
+    "it ends every other backend of the database, which there include the server connections"
+    " lending this process's own threads their transactions, and one ended mid-transaction"
+    " leaves the session's connection broken for the tests after it; through a pooler a"
+    " worker's backends are ended by test_runworker's"
+    " test_worker_survives_its_connections_being_terminated and the chaos soak"
+)
 def test_a_group_reconnects_after_its_backend_is_terminated(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="runqueue.worker")
     group = _group(1)
