@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from chaos import ledger
-from chaos.runner import PROFILES, ChaosRun, new_database
+from chaos.runner import PROFILES, ChaosRun, Pooled, database_url, new_database
 from chaos.verify import MUST_BE_ZERO
 
 
@@ -36,6 +37,18 @@ class Command(BaseCommand):
             "runqueue cannot restart a server it did not start)",
         )
         parser.add_argument("--keep-database", action="store_true")
+        parser.add_argument(
+            "--pooler",
+            choices=["transaction"],
+            help="run the workers through a real PgBouncer in this pool mode (their LISTEN "
+            "straight to the server, the controller too); its pool far smaller than their slots",
+        )
+        parser.add_argument(
+            "--pool-size",
+            type=int,
+            default=4,
+            help="the pooler's server connections (default_pool_size; default 4)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         profile = PROFILES[options["profile"]]
@@ -59,9 +72,18 @@ class Command(BaseCommand):
             with connection.cursor() as cursor:
                 cursor.execute(ledger.DDL)
             log_dir = Path(tempfile.mkdtemp(prefix="runqueue-chaos-"))
-            result = ChaosRun(
-                profile, database=name, restart_db=restart, seed=seed, log_dir=log_dir
-            ).run()
+            with ExitStack() as stack:
+                pooled = None
+                if options["pooler"]:
+                    pooled = self._pooler(stack, options["pooler"], options["pool_size"], name)
+                result = ChaosRun(
+                    profile,
+                    database=name,
+                    restart_db=restart,
+                    seed=seed,
+                    log_dir=log_dir,
+                    pooled=pooled,
+                ).run()
         finally:
             connection.close()
             connection.settings_dict["NAME"] = original
@@ -79,3 +101,26 @@ class Command(BaseCommand):
         if failed:
             raise CommandError("chaos: these must be 0: " + ", ".join(failed))
         self.stdout.write(self.style.SUCCESS("chaos: every figure that must be 0 is 0"))
+
+    def _pooler(self, stack: ExitStack, mode: str, pool_size: int, name: str) -> Pooled:
+        """A PgBouncer in front of this server for the workers (stopped
+        with ``stack``); the server restart fault restarts the server
+        behind it."""
+        from topology import pgbouncer
+
+        server = connection.settings_dict
+        try:
+            bouncer = stack.enter_context(
+                # After the restart fault PgBouncer waits server_login_retry
+                # (15 s by default) between logins that failed while the
+                # server was down, holding every worker back: 1 s, as
+                # docs/reliability.md advises behind a pooler.
+                pgbouncer.start(server, mode, pool_size=pool_size, extra={"server_login_retry": 1})
+            )
+        except pgbouncer.Unavailable as exc:
+            raise CommandError(str(exc)) from exc
+        return Pooled(
+            url=database_url({**server, **bouncer.through}, name),
+            listen_url=database_url(server, name),
+            pool_size=pool_size,
+        )
