@@ -57,6 +57,12 @@ def _terminate_others() -> int:
         return cursor.fetchone()[0]
 
 
+def _backend_alive(pid: int) -> bool:
+    with db.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+        return bool(row and row[0])
+
+
 def _database_read_only(on: bool) -> None:
     """New sessions of the test database start read-only (or not): the
     server as a primary turned standby answers every write."""
@@ -107,6 +113,21 @@ def test_what_means_reconnect_is_told_from_real_errors() -> None:
     wrapped = thread.outcome()
     assert not isinstance(wrapped, psycopg.Error)  # Django's InternalError
     assert connection_lost(wrapped)
+
+    # A session the server ended for idling in its transaction (25P03): the
+    # fence's idle limit ends a frozen worker's so its row locks go.
+    with db.connect() as conn:
+        conn.execute("SET idle_in_transaction_session_timeout = '50ms'")
+        with pytest.raises(psycopg.Error) as idled:
+            with conn.transaction():
+                conn.execute("SELECT 1")
+                wait_until(
+                    lambda: conn.info.transaction_status == psycopg.pq.TransactionStatus.UNKNOWN
+                    or not _backend_alive(conn.info.backend_pid),
+                    what="the server to end the idle transaction",
+                )
+                conn.execute("SELECT 1")
+        assert connection_lost(idled.value), repr(idled.value)
 
     # A connection that cannot be made at all.
     with pytest.raises(psycopg.OperationalError) as refused:

@@ -155,7 +155,10 @@ def test_a_frozen_worker_loses_its_row_locks(start_worker) -> None:
         lambda: [line for line in a.output().splitlines() if f"Finished run id={run_id}" in line],
         what="A to finish its attempt",
     )
-    assert "outcome=fenced" in finished[0], a.output()  # its transaction's end wrote nothing
+    # Its transaction is gone: the database is lost to it, never the run's
+    # failure; it decides nothing and leaves the lease to expiry.
+    assert "outcome=error" in finished[0], a.output()
+    assert "failed permanently" not in a.output()
 
     run = Run.objects.get(id=run_id)
     assert run.result["finished_by"].startswith("B/")
