@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from django.db import DatabaseError, connection
 
@@ -113,6 +114,39 @@ def retrying[T](fn: Callable[[], T], what: str, deadline: float = 120) -> T:
             time.sleep(0.5)
 
 
+#: Each chaos worker's slots (runworker --slots).
+WORKER_SLOTS = ("interactive=2", "async=2", "maintenance=1", "interactive,async=4:loop")
+
+
+def slots_per_worker() -> int:
+    """How many runs one chaos worker runs at once."""
+    from runqueue.worker.spec import SlotSpec
+
+    return sum(SlotSpec.parse(text).count for text in WORKER_SLOTS)
+
+
+def database_url(db: dict[str, Any], name: str) -> str:
+    """A DATABASE_URL (config/settings.py) for database ``name`` on the
+    server of ``db`` (Django DATABASES keys); a socket folder goes in the
+    query, where django-environ reads it."""
+    user, password = quote(str(db["USER"] or "postgres")), quote(str(db["PASSWORD"] or ""))
+    host, port = str(db["HOST"] or "127.0.0.1"), db["PORT"] or 5432
+    if host.startswith("/"):
+        return f"postgres://{user}:{password}@:{port}/{quote(name)}?host={quote(host)}"
+    return f"postgres://{user}:{password}@{host}:{port}/{quote(name)}"
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """The workers' way to the database through a transaction pooler: their
+    default database is ``url`` (the pooler), LISTEN goes to ``listen_url``
+    (the server); the controller stays on the server."""
+
+    url: str
+    listen_url: str
+    pool_size: int
+
+
 @dataclass
 class WorkerSlot:
     """One supervised worker: restarted whenever its process ends."""
@@ -158,12 +192,14 @@ class ChaosRun:
         log_dir: Path,
         failover: Callable[[], dt.datetime] | None = None,
         worker_env: dict[str, str] | None = None,
+        pooled: Pooled | None = None,
     ) -> None:
         """``failover`` (the failover profile): crash the primary, promote
         the standby, make a new synchronous standby; the promotion instant
         on the new primary's clock. ``worker_env``: what workers need
         beyond the database name (the pair's multi-host DATABASE_URL)."""
         self.profile = profile
+        self.pooled = pooled
         self.database = database
         self.restart_db = restart_db
         self.failover = failover
@@ -196,6 +232,12 @@ class ChaosRun:
             "RUNQUEUE_CHAOS": "1",
         }
         env |= self.worker_env
+        if self.pooled is not None:
+            env |= {
+                "DATABASE_URL": self.pooled.url,
+                "LISTEN_DATABASE_URL": self.pooled.listen_url,
+                "RUNQUEUE_POOLER": "transaction",
+            }
         slot.generation += 1
         slot.ended_by_the_soak = False
         log = (self.log_dir / f"{slot.worker_id}.log").open("wb")
@@ -204,14 +246,7 @@ class ChaosRun:
                 sys.executable,
                 "manage.py",
                 "runworker",
-                "--slots",
-                "interactive=2",
-                "--slots",
-                "async=2",
-                "--slots",
-                "maintenance=1",
-                "--slots",
-                "interactive,async=4:loop",
+                *(arg for text in WORKER_SLOTS for arg in ("--slots", text)),
                 "--lease-seconds",
                 str(p.lease_seconds),
                 "--heartbeat-seconds",
@@ -531,7 +566,14 @@ class ChaosRun:
                 if later is not None:
                     reclaims.append((later.created_at - at).total_seconds())
         c = self.counts
-        return {
+        pooler = {}
+        if self.pooled is not None:
+            pooler = {
+                "pooler": "pgbouncer, pool_mode = transaction",
+                "pooler_server_connections": self.pooled.pool_size,
+                "worker_slots": slots_per_worker() * self.profile.workers,
+            }
+        return pooler | {
             "failovers": c.failovers,
             "promotion_to_first_claim_seconds": self._promotion_to_first_claim(),
             "worker_kills": c.kills,

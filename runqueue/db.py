@@ -11,6 +11,7 @@ from __future__ import annotations
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db import InterfaceError as DjangoInterfaceError
+from django.db import InternalError as DjangoInternalError
 from django.db import OperationalError as DjangoOperationalError
 from django.db.models import QuerySet
 
@@ -54,9 +55,12 @@ def sqlstate(exc: BaseException) -> str | None:
 #: SQLSTATEs that say "this server cannot serve us now", not "this statement
 #: is wrong": a server that turned read-only (a primary demoted to a standby
 #: without closing its sockets answers 25006 to every write), an
-#: administrator's or a crash's shutdown, a server starting up, and the
-#: connection exceptions of class 08.
-RECONNECT_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+#: administrator's or a crash's shutdown, a server starting up, a session
+#: the server ended for sitting idle in its transaction or too long in one
+#: (25P03, 25P04: the fence's idle limit ends a frozen worker's transaction
+#: so its row locks go; the worker, woken, has lost it) or idle (57P05), and
+#: the connection exceptions of class 08.
+RECONNECT_SQLSTATES = frozenset({"25006", "25P03", "25P04", "57P01", "57P02", "57P03", "57P05"})
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -69,8 +73,16 @@ def connection_lost(exc: BaseException) -> bool:
     state = sqlstate(exc)
     if state is None:
         # No SQLSTATE: the client lost the server (a closed socket, a
-        # refused or timed-out connect).
-        return isinstance(exc, DjangoOperationalError | psycopg.OperationalError)
+        # refused or timed-out connect), or lost track of the protocol
+        # (InternalError: a transaction pooler whose server connection was
+        # ended under a client answers its COMMIT twice).
+        return isinstance(
+            exc,
+            DjangoOperationalError
+            | psycopg.OperationalError
+            | DjangoInternalError
+            | psycopg.InternalError,
+        )
     return state in RECONNECT_SQLSTATES or state.startswith("08")
 
 

@@ -2,14 +2,64 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
+from pytest_django.fixtures import Settings
 
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from runqueue import db
+from tests.pooling import DIRECT, POOL_SIZE, POOLED_RUNQUEUE, POOLER
 from tests.workers import start_worker  # noqa: F401 - fixture
+from topology import pgbouncer
+
+if POOLER:
+
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_db_setup: None) -> Iterator[None]:
+        """The pooled mode (tests/pooling.py): once pytest-django has made
+        the test database on the server, a PgBouncer in front of it carries
+        every connection of "default" (each thread's, raw_connect's, the
+        workers'); "direct" reaches the server, for LISTEN. The pooler stops
+        before pytest-django drops the database, straight on the server."""
+        from django.conf import settings
+        from django.db import connections
+
+        from runqueue.conf import get_settings
+
+        default = settings.DATABASES["default"]  # connections["default"]'s own dict
+        server = {key: default[key] for key in ("HOST", "PORT")}
+        with pgbouncer.start(default, POOLER, pool_size=POOL_SIZE) as bouncer:
+            settings.DATABASES[DIRECT] = copy.deepcopy(default)
+            connections.close_all()
+            default.update(bouncer.through)
+            settings.RUNQUEUE = {**getattr(settings, "RUNQUEUE", {}), **POOLED_RUNQUEUE}
+            get_settings.cache_clear()
+            try:
+                yield
+            finally:
+                connections.close_all()
+                default.update(server)
+                del settings.DATABASES[DIRECT]
+
+    class _PooledSettings(Settings):
+        """pytest-django's ``settings`` whose RUNQUEUE keeps the pooled
+        mode's keys when a test sets it anew (the test's own keys win)."""
+
+        def __setattr__(self, attr: str, value: Any) -> None:
+            if attr == "RUNQUEUE":
+                value = {**POOLED_RUNQUEUE, **value}
+            super().__setattr__(attr, value)
+
+    @pytest.fixture
+    def settings() -> Iterator[Settings]:
+        wrapper = _PooledSettings(_is_pytest_django=True)
+        yield wrapper
+        wrapper._finalize()
+
 
 #: The kinds tests/handlers.py registers, which the API tests submit.
 TEST_API_KINDS = [

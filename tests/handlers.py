@@ -106,6 +106,34 @@ def block(ctx: RunContext) -> dict:
     return {"finished_by": ctx.lease.owner}
 
 
+@runqueue.handler("test.freeze_in_fence")
+def freeze_in_fence(ctx: RunContext) -> dict:
+    """Checkpoints. The owner ``payload["freeze"]`` names (a worker id) stops
+    inside the checkpoint's fenced transaction, which holds the run's row
+    lock, after recording that transaction's server backend, until the test
+    writes "thaw": the test freezes the worker there."""
+    from django.db import connection
+
+    from runqueue.leases import hooks
+
+    def inside(lease: Any, action: str) -> None:
+        if lease.run_id != ctx.run.id or not lease.owner.startswith(f"{ctx.payload['freeze']}/"):
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            ledger(ctx.run.id, "inside_fence", str(cursor.fetchone()[0]))
+        wait_for_release(ctx, "thaw")
+        ledger(ctx.run.id, "thawed", lease.owner)
+
+    hooks.inside_fence = inside
+    try:
+        ctx.checkpoint({"by": ctx.lease.owner})
+    finally:
+        hooks.inside_fence = None
+    ledger(ctx.run.id, "finishing", ctx.lease.owner)
+    return {"finished_by": ctx.lease.owner}
+
+
 @runqueue.handler("test.ask")
 def ask(ctx: RunContext) -> Any:
     """Asks the user once, then completes with the answer."""

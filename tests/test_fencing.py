@@ -18,6 +18,7 @@ import runqueue
 from runqueue import leases, testing
 from runqueue.models import Checkpoint, Run, RunEvent, RunStatus, ToolInvocation
 from tests.helpers import Worker, event_types, is_blocked, wait_until
+from tests.pooling import not_through_a_pooler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -211,6 +212,10 @@ def test_write_first_the_sweeper_steps_over_then_rechecks(
         assert event_types(run.id, epoch=1)[-1] == "run.fenced"
 
 
+@not_through_a_pooler(
+    "SET SESSION CHARACTERISTICS would reach one pooled server connection, not the"
+    " transaction of the write, and be left there for the next client"
+)
 def test_repeatable_read_serialization_failure_means_fenced(settings, hooks) -> None:
     """At REPEATABLE READ the stale write raises 40001 instead of matching zero
     rows; the fence maps it to "fenced" after re-reading, never retries."""

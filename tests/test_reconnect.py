@@ -22,9 +22,17 @@ from runqueue.db import connection_lost
 from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 from runqueue.worker import services
 from tests.helpers import Worker, wait_until
+from tests.pooling import not_through_a_pooler
 from tests.test_worker_group import _group, _started, _stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Why the read-only tests are not run through a transaction pooler.
+READ_ONLY_SESSIONS = (
+    "a session's SET default_transaction_read_only stays on the pooled server connection for"
+    " the next client, and ALTER DATABASE ... SET reaches only server connections opened"
+    " afterwards, which the pool does not open"
+)
 
 _WAIT = re.compile(r"connection lost \(.*\); reconnecting in (?P<s>[0-9.]+)s", re.DOTALL)
 
@@ -49,6 +57,12 @@ def _terminate_others() -> int:
         return cursor.fetchone()[0]
 
 
+def _backend_alive(pid: int) -> bool:
+    with db.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+        return bool(row and row[0])
+
+
 def _database_read_only(on: bool) -> None:
     """New sessions of the test database start read-only (or not): the
     server as a primary turned standby answers every write."""
@@ -63,6 +77,10 @@ def _database_read_only(on: bool) -> None:
         conn.execute(statement.format(name))
 
 
+@not_through_a_pooler(
+    "a client's backend pid is PgBouncer's, so pg_terminate_backend cannot end its"
+    " backend, and a session's read-only SET would stay on a pooled server connection"
+)
 def test_what_means_reconnect_is_told_from_real_errors() -> None:
     # A backend ended by an administrator (57P01, or a closed socket).
     victim = db.connect()
@@ -96,6 +114,21 @@ def test_what_means_reconnect_is_told_from_real_errors() -> None:
     assert not isinstance(wrapped, psycopg.Error)  # Django's InternalError
     assert connection_lost(wrapped)
 
+    # A session the server ended for idling in its transaction (25P03): the
+    # fence's idle limit ends a frozen worker's so its row locks go.
+    with db.connect() as conn:
+        conn.execute("SET idle_in_transaction_session_timeout = '50ms'")
+        with pytest.raises(psycopg.Error) as idled:
+            with conn.transaction():
+                conn.execute("SELECT 1")
+                wait_until(
+                    lambda: conn.info.transaction_status == psycopg.pq.TransactionStatus.UNKNOWN
+                    or not _backend_alive(conn.info.backend_pid),
+                    what="the server to end the idle transaction",
+                )
+                conn.execute("SELECT 1")
+        assert connection_lost(idled.value), repr(idled.value)
+
     # A connection that cannot be made at all.
     with pytest.raises(psycopg.OperationalError) as refused:
         db.connect(port=1, connect_timeout=2)
@@ -112,6 +145,7 @@ def test_what_means_reconnect_is_told_from_real_errors() -> None:
     assert not connection_lost(duplicate.value)
 
 
+@not_through_a_pooler(READ_ONLY_SESSIONS)
 def test_a_read_only_server_under_a_handler_does_not_fail_its_run() -> None:
     """The handler's checkpoint meets 25006: no outcome is decided (the
     database error is raised to the slot, which closes the connection), the
@@ -138,6 +172,7 @@ def _waits(caplog: pytest.LogCaptureFixture) -> list[float]:
     ]
 
 
+@not_through_a_pooler(READ_ONLY_SESSIONS)
 def test_a_group_rides_through_a_read_only_server_with_short_bounded_waits(caplog) -> None:
     """While every new session is read-only the group's claim fails with
     25006 again and again: each time it reconnects after a wait drawn from
@@ -168,6 +203,13 @@ def test_a_group_rides_through_a_read_only_server_with_short_bounded_waits(caplo
     assert "database error" not in caplog.text
 
 
+@not_through_a_pooler(
+    "it ends every other backend of the database, which there include the server connections"
+    " lending this process's own threads their transactions, and one ended mid-transaction"
+    " leaves the session's connection broken for the tests after it; through a pooler a"
+    " worker's backends are ended by test_runworker's"
+    " test_worker_survives_its_connections_being_terminated and the chaos soak"
+)
 def test_a_group_reconnects_after_its_backend_is_terminated(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="runqueue.worker")
     group = _group(1)

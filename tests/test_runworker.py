@@ -9,7 +9,15 @@ from django.db import connection
 from django.utils import timezone
 
 import runqueue
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus, ToolInvocation, Worker
+from runqueue.models import (
+    Checkpoint,
+    PriorityClass,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolInvocation,
+    Worker,
+)
 from tests.handlers import ledger
 from tests.helpers import event_types, wait_until
 
@@ -109,6 +117,55 @@ def test_frozen_worker_writes_nothing_but_run_fenced(start_worker) -> None:
     assert run.result["finished_by"].startswith("B/")
     assert event_types(run_id, epoch=1) == ["run.claimed", "run.fenced"]
     assert ledger_rows(run_id, "finishing") == [ledger_rows(run_id, "started")[1]]
+    for worker in (a, b):
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()
+
+
+def _backend_alive(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        return cursor.fetchone()[0] == 1
+
+
+def test_a_frozen_worker_loses_its_row_locks(start_worker) -> None:
+    """A worker stopped (SIGSTOP) inside a fenced transaction, the run's row
+    locked by it, cannot let go of anything itself: the idle limit its fence
+    set for that transaction (set_config(..., true), half the lease) has the
+    server end the transaction's backend, the lock goes with it, and another
+    worker takes the run over and finishes it while the first is still
+    stopped. Woken, the first writes nothing. Through a transaction pooler
+    too (RUNQUEUE_TEST_POOLER): the limit is the transaction's, not a
+    session's left on a pooled server connection."""
+    run_id = runqueue.submit(kind="test.freeze_in_fence", payload={"freeze": "A"}).run.id
+    a = start_worker(*SHORT_LEASE, "--worker-id", "A", settings=FAST)
+    (pid,) = wait_until(lambda: ledger_rows(run_id, "inside_fence"), what="A inside its fence")
+    a.send(signal.SIGSTOP)
+    # Without the limit this backend would sit idle in its transaction, the
+    # row locked, for as long as A is stopped: every sweep steps over it.
+    wait_until(lambda: not _backend_alive(int(pid)), what="A's backend to be ended")
+    b = start_worker(*SHORT_LEASE, "--worker-id", "B", settings=FAST)
+    wait_until(lambda: status_of(run_id) == "succeeded", what="B to take over and finish")
+    assert a.proc.poll() is None  # still stopped: nothing of A's let the lock go
+
+    ledger(run_id, "thaw")
+    a.send(signal.SIGCONT)
+    wait_until(lambda: ledger_rows(run_id, "thawed"), what="A to wake inside its fence")
+    finished = wait_until(
+        lambda: [line for line in a.output().splitlines() if f"Finished run id={run_id}" in line],
+        what="A to finish its attempt",
+    )
+    # Its transaction is gone: the database is lost to it, never the run's
+    # failure; it decides nothing and leaves the lease to expiry.
+    assert "outcome=error" in finished[0], a.output()
+    assert "failed permanently" not in a.output()
+
+    run = Run.objects.get(id=run_id)
+    assert run.result["finished_by"].startswith("B/")
+    assert ledger_rows(run_id, "finishing") == [run.result["finished_by"]]
+    states = Checkpoint.objects.filter(run_id=run_id).values_list("state", flat=True)
+    assert list(states) == [{"by": run.result["finished_by"]}]  # A's rolled back with it
+    assert RunEvent.objects.filter(run_id=run_id, type="run.succeeded").count() == 1
     for worker in (a, b):
         worker.send(signal.SIGTERM)
         assert worker.wait() == 0, worker.output()

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
+
+from tests.pooling import DIRECT, POOLED_RUNQUEUE, POOLER
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +58,13 @@ def start_worker(transactional_db, tmp_path) -> Iterator:
     with connection.cursor() as cursor:
         cursor.execute(LEDGER_DDL)
         cursor.execute("TRUNCATE runqueue_test_ledger")
-    db = connection.settings_dict
+    # In the pooled mode (tests/pooling.py) "default" is the pooler: the
+    # workers reach the server as "direct" and go through it by default.
+    pooled_through = {
+        "HOST": connection.settings_dict["HOST"],
+        "PORT": connection.settings_dict["PORT"],
+    }
+    db = connections[DIRECT].settings_dict if POOLER else connection.settings_dict
     database = {
         "ENGINE": db["ENGINE"],
         "NAME": db["NAME"],
@@ -76,7 +84,13 @@ def start_worker(transactional_db, tmp_path) -> Iterator:
         """``through``: HOST/PORT (and OPTIONS) the worker's default database
         is reached by instead (a pooler); the test database itself is then
         the worker's "direct" alias, for RUNQUEUE["LISTEN_DATABASE"].
-        ``env``: more environment (LD_PRELOAD for libfaketime)."""
+        ``env``: more environment (LD_PRELOAD for libfaketime). In the
+        pooled mode a worker with no ``through`` of its own goes through the
+        test run's pooler, with POOLER and LISTEN_DATABASE set (the test's
+        settings win)."""
+        if POOLER and through is None:
+            through = pooled_through
+            settings = POOLED_RUNQUEUE | (settings or {})
         env = dict(os.environ) | (env or {})
         env |= {
             "DJANGO_SETTINGS_MODULE": "tests.worker_settings",

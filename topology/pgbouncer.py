@@ -66,12 +66,16 @@ def binary() -> str | None:
 
 @contextmanager
 def start(
-    db: Mapping[str, object], pool_mode: str = "transaction", pool_size: int = 2
+    db: Mapping[str, object],
+    pool_mode: str = "transaction",
+    pool_size: int = 2,
+    extra: Mapping[str, object] | None = None,
 ) -> Iterator[Bouncer]:
     """A PgBouncer in ``pool_mode`` with ``pool_size`` server connections per
     database and user, in front of the server of ``db`` (Django DATABASES
     keys). Every database name passes through (``*``), so a database made
-    after it started (a test database, the chaos soak's) is reachable too."""
+    after it started (a test database, the chaos soak's) is reachable too.
+    ``extra``: more ``[pgbouncer]`` settings (``server_login_retry``)."""
     program = binary()
     if program is None:
         raise Unavailable("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
@@ -97,6 +101,7 @@ def start(
         "max_client_conn = 200\n"
         "server_reset_query =\n"
         "ignore_startup_parameters = extra_float_digits,options,application_name\n"
+        + "".join(f"{key} = {value}\n" for key, value in (extra or {}).items())
     )
     log = folder / "pgbouncer.log"
     args = [program, str(ini)]

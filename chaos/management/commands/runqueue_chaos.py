@@ -9,7 +9,7 @@ import os
 import signal
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from chaos import ledger
-from chaos.runner import PROFILES, ChaosRun, new_database
+from chaos.runner import PROFILES, ChaosRun, Pooled, database_url, new_database
 from chaos.verify import MUST_BE_ZERO, MUST_BE_ZERO_ACROSS_FAILOVERS
 from topology import clusters
 
@@ -46,9 +46,23 @@ class Command(BaseCommand):
             action="store_true",
             help="keep the soak's database (not with the failover profile: its clusters go)",
         )
+        parser.add_argument(
+            "--pooler",
+            choices=["transaction"],
+            help="run the workers through a real PgBouncer in this pool mode (their LISTEN "
+            "straight to the server, the controller too); its pool far smaller than their slots",
+        )
+        parser.add_argument(
+            "--pool-size",
+            type=int,
+            default=4,
+            help="the pooler's server connections (default_pool_size; default 4)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         profile = PROFILES[options["profile"]]
+        if profile.failovers and options["pooler"]:
+            raise CommandError("--pooler is not for the failover profile (its own clusters)")
         seed = options["seed"] if options["seed"] is not None else int.from_bytes(os.urandom(4))
         name = new_database()
         self.stdout.write(f"chaos: profile={options['profile']} seed={seed} database={name}")
@@ -62,10 +76,14 @@ class Command(BaseCommand):
         # workers stop, the database or the cluster pair goes.
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
-            with place as faults:
+            with place as faults, ExitStack() as stack:
                 call_command("migrate", verbosity=0)
                 with connection.cursor() as cursor:
                     cursor.execute(ledger.DDL)
+                if options["pooler"]:
+                    faults["pooled"] = self._pooler(
+                        stack, options["pooler"], options["pool_size"], name
+                    )
                 result = ChaosRun(
                     profile, database=name, seed=seed, log_dir=log_dir, **faults
                 ).run()
@@ -83,6 +101,29 @@ class Command(BaseCommand):
         if failed:
             raise CommandError("chaos: these must be 0: " + ", ".join(failed))
         self.stdout.write(self.style.SUCCESS("chaos: every figure that must be 0 is 0"))
+
+    def _pooler(self, stack: ExitStack, mode: str, pool_size: int, name: str) -> Pooled:
+        """A PgBouncer in front of this server for the workers (stopped
+        with ``stack``); the server restart fault restarts the server
+        behind it."""
+        from topology import pgbouncer
+
+        server = connection.settings_dict
+        try:
+            bouncer = stack.enter_context(
+                # After the restart fault PgBouncer waits server_login_retry
+                # (15 s by default) between logins that failed while the
+                # server was down, holding every worker back: 1 s, as
+                # docs/reliability.md advises behind a pooler.
+                pgbouncer.start(server, mode, pool_size=pool_size, extra={"server_login_retry": 1})
+            )
+        except pgbouncer.Unavailable as exc:
+            raise CommandError(str(exc)) from exc
+        return Pooled(
+            url=database_url({**server, **bouncer.through}, name),
+            listen_url=database_url(server, name),
+            pool_size=pool_size,
+        )
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
