@@ -59,7 +59,9 @@ def _terminate_others() -> int:
 
 def _backend_alive(pid: int) -> bool:
     with db.connect() as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]
+        ).fetchone()
         return bool(row and row[0])
 
 
@@ -122,8 +124,10 @@ def test_what_means_reconnect_is_told_from_real_errors() -> None:
             with conn.transaction():
                 conn.execute("SELECT 1")
                 wait_until(
-                    lambda: conn.info.transaction_status == psycopg.pq.TransactionStatus.UNKNOWN
-                    or not _backend_alive(conn.info.backend_pid),
+                    lambda: (
+                        conn.info.transaction_status == psycopg.pq.TransactionStatus.UNKNOWN
+                        or not _backend_alive(conn.info.backend_pid)
+                    ),
                     what="the server to end the idle transaction",
                 )
                 conn.execute("SELECT 1")
