@@ -54,7 +54,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
         "same_epoch": owner.epoch == zombie.epoch,
         "tokens_differ": owner.token != zombie.token,
         "zombie_started_tool": z_started,
-        "server_port": _server_port(),
+        "server_port": server_port(),
     }
     w_started = leases.record_tool_started(
         owner, seq=0, tool="charge_card", idempotency="non_idempotent", arguments={}
@@ -108,7 +108,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
     return result
 
 
-def _server_port() -> int:
+def server_port() -> int:
     """The port of the node Django's connection reached."""
     from django.db import connection
 

@@ -45,6 +45,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     from runqueue.models import RunEvent
     from runqueue.stream import sse
     from tests.api_helpers import make_caller
+    from tests.failover_scenario import server_port
     from topology.clusters import Pair
 
     pair = Pair(Path(folder), (primary_port, standby_port))
@@ -127,7 +128,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     read({"Last-Event-ID": cursor}, until=None)
     lost_ids = {row[0] for row in lost} - shared
     return {
-        "server_port": _server_port(),
+        "server_port": server_port(),
         "held_before_failover": before_failover == [list(row) for row in lost],
         "lost_ids_reissued": len(lost_ids & {row[0] for row in server}),
         "cursor_id_reissued": any(row[0] == cursor_id for row in server),
@@ -138,14 +139,6 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
         "client": client,
         "server": server,
     }
-
-
-def _server_port() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT inet_server_port()")
-        return cursor.fetchone()[0]
 
 
 if __name__ == "__main__":

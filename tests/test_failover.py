@@ -38,20 +38,16 @@ def pair() -> Iterator[clusters.Pair]:
         made.drop()
 
 
-def _scenario(
-    pair: clusters.Pair, module: str, *args: str, settings: dict | None = None
-) -> tuple[dict, str]:
-    """Run ``python -m <module> <folder> <primary port> <standby port> *args``
-    with Django on both nodes (a multi-host URL, ``target_session_attrs=
-    read-write``); (its JSON line, the worker logs it left)."""
-    primary, standby = pair.primary.port, pair.standby.port
+def _environment(pair: clusters.Pair, settings: dict | None = None) -> dict[str, str]:
+    """The environment of a process whose Django reaches both nodes through
+    a multi-host URL with ``target_session_attrs=read-write``."""
     database = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": "postgres",
         "USER": "postgres",
         "PASSWORD": "",
         "HOST": "127.0.0.1,127.0.0.1",
-        "PORT": f"{primary},{standby}",
+        "PORT": f"{pair.primary.port},{pair.standby.port}",
         "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 2},
     }
     env = dict(os.environ) | {
@@ -61,6 +57,17 @@ def _scenario(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("DATABASE_URL", None)
+    return env
+
+
+def _scenario(
+    pair: clusters.Pair, module: str, *args: str, settings: dict | None = None
+) -> tuple[dict, str]:
+    """Run ``python -m <module> <folder> <primary port> <standby port> *args``
+    with Django on both nodes (a multi-host URL, ``target_session_attrs=
+    read-write``); (its JSON line, the worker logs it left)."""
+    primary, standby = pair.primary.port, pair.standby.port
+    env = _environment(pair, settings)
     done = subprocess.run(
         [sys.executable, "-m", module, str(pair.folder), str(primary), str(standby), *args],
         cwd=REPO,
@@ -144,22 +151,7 @@ def test_a_worker_started_while_no_node_takes_writes_waits_and_registers(pair, t
     """A worker whose process starts during a failover (the primary down,
     the standby not yet promoted) waits for a primary instead of exiting;
     once the standby is promoted it registers there and works."""
-    primary, standby = pair.primary.port, pair.standby.port
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": "postgres",
-        "USER": "postgres",
-        "PASSWORD": "",
-        "HOST": "127.0.0.1,127.0.0.1",
-        "PORT": f"{primary},{standby}",
-        "OPTIONS": {"target_session_attrs": "read-write", "connect_timeout": 2},
-    }
-    env = dict(os.environ) | {
-        "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
-        "RUNQUEUE_TEST_DATABASE": json.dumps(database),
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("DATABASE_URL", None)
+    env = _environment(pair)
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300)
     pair.wait_replayed()

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus
+from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus, Worker
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -35,11 +35,18 @@ def _status(run_id) -> str:
 
 
 def test_children_finishing_in_several_workers_resume_the_parent_once(start_worker) -> None:
-    parents = [runqueue.submit(kind="test.fanout", payload={"n": 20}).run.id for _ in range(3)]
     workers = [
         start_worker("--slots", "interactive=4", "--worker-id", f"W{i}", settings=FAST)
         for i in range(3)
     ]
+    # Every worker up before the work arrives: the first one started would
+    # otherwise take all of it, and the race this test is for would not run.
+    wait_until(
+        lambda: Worker.objects.filter(id__in=["W0", "W1", "W2"]).count() == 3,
+        what="the three workers to register",
+        timeout=60,
+    )
+    parents = [runqueue.submit(kind="test.fanout", payload={"n": 20}).run.id for _ in range(3)]
     for parent in parents:
         wait_until(
             lambda p=parent: _status(p) == "succeeded", what="the parent to resume", timeout=120
