@@ -56,7 +56,10 @@ def _environment(pair: clusters.Pair, settings: dict | None = None) -> dict[str,
         "RUNQUEUE_TEST_SETTINGS": json.dumps(settings or {}),
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop("DATABASE_URL", None)
+    # Never connected to (DATABASES is the URL above), but set: without it
+    # the project's settings would start the embedded server on import,
+    # which the chaos soak may be restarting meanwhile in CI.
+    env["DATABASE_URL"] = "postgres://unused@127.0.0.1:1/not_connected"
     return env
 
 
