@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import Notify
 from psycopg.types.json import Jsonb
 
 from bench import measure
@@ -136,24 +138,46 @@ def enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[
     return measure.enqueue(n, seconds, commits, batch)
 
 
-def notify_latency(url: str, samples: int) -> dict[str, Any]:
-    """LISTEN/NOTIFY alone: commit of a NOTIFY to its arrival at a listener."""
-    arrived: dict[int, float] = {}
-    ready, got = threading.Event(), threading.Event()
-    stop = threading.Event()
+def _listening(
+    url: str, channel: str, on_wake: Callable[[psycopg.Connection, list[Notify]], None]
+) -> Callable[[], None]:
+    """A thread LISTENing on ``channel`` that calls ``on_wake(conn, notes)``
+    for each NOTIFY it gets, outside psycopg's generator (which holds the
+    connection), so ``on_wake`` may use it. Returns once LISTEN is in
+    place; the function returned stops the thread."""
+    ready, stop = threading.Event(), threading.Event()
 
     def listen() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("LISTEN bench_raw")
+            conn.execute(f"LISTEN {channel}")
             ready.set()
             while not stop.is_set():
-                for note in conn.notifies(timeout=0.5):
-                    arrived[int(note.payload)] = time.perf_counter()
-                    got.set()
+                notes = list(conn.notifies(timeout=0.5, stop_after=1))
+                if notes:
+                    on_wake(conn, notes)
 
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
     ready.wait(10)
+
+    def stopped() -> None:
+        stop.set()
+        thread.join(5)
+
+    return stopped
+
+
+def notify_latency(url: str, samples: int) -> dict[str, Any]:
+    """LISTEN/NOTIFY alone: commit of a NOTIFY to its arrival at a listener."""
+    arrived: dict[int, float] = {}
+    got = threading.Event()
+
+    def heard(_conn: psycopg.Connection, notes: list[Notify]) -> None:
+        for note in notes:
+            arrived[int(note.payload)] = time.perf_counter()
+        got.set()
+
+    stop = _listening(url, "bench_raw", heard)
     latencies = []
     with psycopg.connect(url, autocommit=True) as conn:
         for seq in range(samples):
@@ -163,8 +187,7 @@ def notify_latency(url: str, samples: int) -> dict[str, Any]:
             committed = time.perf_counter()
             got.wait(5)
             latencies.append((arrived[seq] - committed) * 1000)
-    stop.set()
-    listener.join(5)
+    stop()
     return percentiles(latencies)
 
 
@@ -174,25 +197,15 @@ def claim_pickup_latency(url: str, samples: int) -> dict[str, Any]:
     own commit); ms from the submitter's commit to the claim's return. The
     least a PostgreSQL queue's pickup can cost here (issue 24's p50 target)."""
     claimed: dict[int, float] = {}
-    ready, got = threading.Event(), threading.Event()
-    stop = threading.Event()
+    got = threading.Event()
 
-    def worker() -> None:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("LISTEN bench_raw_claim")
-            ready.set()
-            while not stop.is_set():
-                # The generator holds the connection: leave it to claim.
-                if not list(conn.notifies(timeout=0.5, stop_after=1)):
-                    continue
-                rows = conn.execute(CLAIM, [1], prepare=True).fetchall()
-                if rows:
-                    claimed[rows[0][0]] = time.perf_counter()
-                    got.set()
+    def claim(conn: psycopg.Connection, _notes: list[Notify]) -> None:
+        rows = conn.execute(CLAIM, [1], prepare=True).fetchall()
+        if rows:
+            claimed[rows[0][0]] = time.perf_counter()
+            got.set()
 
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    ready.wait(10)
+    stop = _listening(url, "bench_raw_claim", claim)
     latencies = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE raw_job")
@@ -207,8 +220,7 @@ def claim_pickup_latency(url: str, samples: int) -> dict[str, Any]:
             committed = time.perf_counter()
             if got.wait(5) and job in claimed:
                 latencies.append((claimed[job] - committed) * 1000)
-    stop.set()
-    thread.join(5)
+    stop()
     return percentiles(latencies)
 
 

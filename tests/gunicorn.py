@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,14 +14,9 @@ from pathlib import Path
 from django.db import connection
 
 from tests.helpers import wait_until
+from topology import free_port, stop
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def serve(log_path: Path, settings: dict, streams: int) -> Iterator[int]:
@@ -30,7 +24,7 @@ def serve(log_path: Path, settings: dict, streams: int) -> Iterator[int]:
     places; yield its port once it answers; stop it."""
     db = connection.settings_dict
     database = {k: db[k] for k in ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT")}
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ) | {
         "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
         "RUNQUEUE_TEST_DATABASE": json.dumps(database),
@@ -63,9 +57,4 @@ def serve(log_path: Path, settings: dict, streams: int) -> Iterator[int]:
             wait_until(up, timeout=60, what="gunicorn to answer")
             yield port
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+            stop(proc)

@@ -13,24 +13,19 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topology import free_port
+
 BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 def available() -> bool:
     return (BIN / "initdb").exists() and (BIN / "pg_basebackup").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _as_server_user(args: list[str]) -> list[str]:
@@ -88,7 +83,7 @@ class Pair:
             if os.geteuid() == 0:
                 shutil.chown(folder, "postgres", "postgres")
         self.folder = folder
-        primary, standby = ports or (_free_port(), _free_port())
+        primary, standby = ports or (free_port(), free_port())
         self.primary = Node("primary", folder / "primary", primary)
         self.standby = Node("standby", folder / "standby", standby)
 

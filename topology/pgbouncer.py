@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from topology import free_port, stop
+
 
 @dataclass(frozen=True)
 class Bouncer:
@@ -36,12 +38,6 @@ class Bouncer:
 
     def conninfo(self) -> str:
         return f"host={self.host} port={self.port} dbname={self.dbname} user=postgres"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_as(server_host: str) -> str | None:
@@ -79,7 +75,7 @@ def start(
     program = binary()
     if program is None:
         raise Unavailable("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
-    port = _free_port()
+    port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="rq-pgbouncer-"))
     folder.chmod(0o755)
     (folder / "userlist.txt").write_text('"postgres" ""\n')
@@ -123,9 +119,5 @@ def start(
     try:
         yield Bouncer("127.0.0.1", port, str(db["NAME"]), log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 10)
         shutil.rmtree(folder, ignore_errors=True)
