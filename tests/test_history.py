@@ -272,7 +272,8 @@ def _sequential_reads(
     A day of history, an event or a tool table: never, unless a few pages
     (a day not reached yet, or barely begun), or read without a filter up to
     the console's count cap and no further (a capped count reads what it
-    counts). The live
+    counts), or a filter that keeps at least as many rows as it discards
+    (today's day early in the day, for the last hour). The live
     partition: only a scan that discards no more rows than it keeps
     (counting the backlog up to the cap, or every live run for the
     dashboard, reads what it shows); a filter that throws most of the live
@@ -300,10 +301,16 @@ def _sequential_reads(
                 found.append(table)
             continue
         read = node["Actual Rows"] * node["Actual Loops"]
-        if not node.get("Rows Removed by Filter") and read <= COUNT_CAP + 1:
+        removed = node.get("Rows Removed by Filter", 0)
+        if not removed and read <= COUNT_CAP + 1:
             # No filter, stopped within the console's capped count: it read
             # what it returned (the count's first day, in the planner's pick
             # of a seq scan or an index-only scan, a toss-up of statistics).
+            continue
+        if removed <= read:
+            # Most of the day is in the filter's range (today's partition in
+            # the first hours of the day, for the dashboard's last hour): it
+            # read what it returned, as a live scan may.
             continue
         with connection.cursor() as cursor:
             # A day with a few pages of runs (the oldest day loaded starts
