@@ -188,19 +188,31 @@ def test_a_key_another_claimer_is_claiming_is_stepped_over_without_waiting(raw_c
 def test_without_caps_the_plain_statement_runs(statements, settings) -> None:
     _submit("a")
     _claim()
-    assert statements == ["finish_and_claim"]
+    assert statements == ["claim"]
     _limit("a", INTER, 3)
     _submit("a")
     _claim()
-    assert statements[-1] == "finish_and_claim_capped"
+    assert statements[-1] == "claim_capped"
     ConcurrencyLimit.objects.all().delete()
     settings.RUNQUEUE = {"CONCURRENCY": {"maintenance": 1}}
     _submit("a")
     _claim()
-    assert statements[-1] == "finish_and_claim_capped"
+    assert statements[-1] == "claim_capped"
     settings.RUNQUEUE = {}
     _claim()
+    assert statements[-1] == "claim"
+    # With runs to finish: the statements that finish and claim.
+    spec = leases.claim_spec("x", leases.ALL_CLASSES, limit=1, lease_seconds=60)
+    _submit("b")
+    (lease,) = _claim(owner="x")
+    leases.finish_and_claim([(lease, Succeeded.of(None))], spec)
     assert statements[-1] == "finish_and_claim"
+    _limit("b", INTER, 3)
+    _submit("b")
+    (lease,) = _claim(owner="x")
+    assert statements[-1] == "claim_capped"
+    leases.finish_and_claim([(lease, Succeeded.of(None))], spec)
+    assert statements[-1] == "finish_and_claim_capped"
 
 
 def test_a_claim_from_uncapped_classes_keeps_the_plain_statement(statements, settings) -> None:
@@ -210,12 +222,12 @@ def test_a_claim_from_uncapped_classes_keeps_the_plain_statement(statements, set
     _submit("a", ASYNC)
     _submit("a", INTER)
     assert len(leases.claim("w", [ASYNC], limit=5, lease_seconds=60)) == 1
-    assert statements[-1] == "finish_and_claim"
+    assert statements[-1] == "claim"
     assert len(leases.claim("w", [INTER], limit=5, lease_seconds=60)) == 1
-    assert statements[-1] == "finish_and_claim_capped"
+    assert statements[-1] == "claim_capped"
     _limit("b", ASYNC, 3)  # a limit row in the async class: the async claim is capped too
     leases.claim("w", [ASYNC], limit=5, lease_seconds=60)
-    assert statements[-1] == "finish_and_claim_capped"
+    assert statements[-1] == "claim_capped"
     assert not concurrency.caps_may_apply([PriorityClass.MAINTENANCE])
 
 
@@ -230,8 +242,9 @@ def test_a_worker_learns_of_a_limit_saved_elsewhere_on_refresh(raw_connect) -> N
     assert concurrency.caps_may_apply()
 
 
-def test_the_capped_statement_differs_from_the_plain_one_only_in_the_claims_where() -> None:
-    plain, capped = queries()["finish_and_claim"], queries()["finish_and_claim_capped"]
+@pytest.mark.parametrize("name", ["finish_and_claim", "claim"])
+def test_the_capped_statement_differs_from_the_plain_one_only_in_the_claims_where(name) -> None:
+    plain, capped = queries()[name], queries()[f"{name}_capped"]
 
     def outside_where(text: str) -> tuple[str, str]:
         start = (

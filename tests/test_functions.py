@@ -66,7 +66,7 @@ def test_what_is_claimable_is_written_once() -> None:
     capped = functions()["runqueue_claim_capped"]
     assert capped.count("q.attempts < q.max_attempts") == 3
     assert capped.count("FROM runqueue_paused_kind p") == 2
-    for name in ("finish_and_claim", "finish_and_claim_capped"):
-        # The capped statement's claim is the function's; its finish is shared.
-        expected = 1 if name == "finish_and_claim" else 0
+    for name in ("finish_and_claim", "finish_and_claim_capped", "claim", "claim_capped"):
+        # The capped statements' claim is the function's; a finish is shared.
+        expected = 0 if name.endswith("_capped") else 1
         assert queries()[name].count("FROM runqueue_paused_kind p") == expected, name

@@ -173,22 +173,29 @@ def statement_params(
 def _statement(
     finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
 ) -> tuple[set[uuid.UUID], list[Lease]]:
-    """Run ``finish_and_claim``: the ids whose finish committed, and the new leases."""
-    name, params = "finish_and_claim", statement_params(finishes, spec)
+    """Run ``finish_and_claim`` (``claim`` when there is nothing to finish):
+    the ids whose finish committed, and the new leases."""
+    params = statement_params(finishes, spec)
     # The walk when a cap or a budget may apply; the plain claim never takes
     # a run with a budget, so a stale "no budgets" only leaves it queued.
-    if spec.limit and (concurrency.caps_may_apply(spec.classes) or budgets.may_apply()):
-        name, params = "finish_and_claim_capped", params | concurrency.claim_params()
+    capped = bool(spec.limit) and (concurrency.caps_may_apply(spec.classes) or budgets.may_apply())
+    if capped:
+        params |= concurrency.claim_params()
+        name = "finish_and_claim_capped" if finishes else "claim_capped"
+    else:
+        name = "finish_and_claim" if finishes else "claim"
     with prepared(name, params) as cursor:
         rows = cursor.fetchall()
         names = [column.name for column in cursor.description or ()]
+    if not finishes:
+        # claim's rows are the claimed runs alone.
+        return set(), [_lease(names, row, spec) for row in rows]
     finished = set(rows[0][0]) if rows else set()
-    leases = [
-        Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
-        for row in rows
-        if row[1] is not None
-    ]
-    return finished, leases
+    return finished, [_lease(names, row, spec) for row in rows if row[1] is not None]
+
+
+def _lease(names: list[str], row: tuple, spec: ClaimSpec) -> Lease:
+    return Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
 
 
 @cache

@@ -95,6 +95,21 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
     lease_token = NULL,
     lease_expires_at = NULL
 
+-- fragment: claimed_event --
+-- The event of each run a claim took (the claimed CTE's rows): run.claimed,
+-- with the lease's owner and token, the attempt, the priority and how long
+-- the run waited since it became due.
+SELECT c.id, 'run.claimed', c.lease_epoch,
+       jsonb_build_object(
+           'owner', c.lease_owner,
+           'token', c.lease_token,
+           'attempt', c.attempts,
+           'priority', c.priority,
+           'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
+               c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
+       now()
+  FROM claimed c
+
 -- fragment: logged --
 -- The end of finish_and_claim and finish_and_claim_capped: the events of the
 -- finishes and of the claims, then the result. It has at least one row:
@@ -106,21 +121,23 @@ logged AS (
     SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
       FROM finished f
     UNION ALL
-    SELECT c.id, 'run.claimed', c.lease_epoch,
-           jsonb_build_object(
-               'owner', c.lease_owner,
-               'token', c.lease_token,
-               'attempt', c.attempts,
-               'priority', c.priority,
-               'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
-                   c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
-           now()
-      FROM claimed c
+    -- include: claimed_event --
 )
 SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*,
        (SELECT j.resumed FROM joined j) AS joined_resumed
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
+ ORDER BY c.priority, c.created_at
+
+-- fragment: claimed_only --
+-- The end of claim and claim_capped: the claims' events, then one row per
+-- claimed run (none when nothing was claimed).
+logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    -- include: claimed_event --
+)
+SELECT c.*
+  FROM claimed c
  ORDER BY c.priority, c.created_at
 
 -- fragment: idle_limit --
@@ -134,21 +151,16 @@ AND (%(idle_timeout)s::text IS NULL
      OR (SELECT set_config('idle_in_transaction_session_timeout',
                            %(idle_timeout)s::text, true)) IS NOT NULL)
 
--- name: finish_and_claim --
--- The worker's one statement per round trip: finish the runs its slots ended
--- (the finish fragment) and claim up to %(limit)s due runs in the slot
--- group's classes, oldest first within priority, with every event, in one
--- transaction (autocommit: one commit). Either part may be empty: no
--- finishes is a plain claim, limit 0 a plain finish.
--- The claim only takes queued rows, so it never touches a row being
--- finished. ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT
--- k) may re-run it and claim more than k). runqueue_priority_class
+-- fragment: plain_claimed --
+-- The plain claim (finish_and_claim, claim): up to %(limit)s due runs in
+-- the slot group's classes, oldest first within priority. The claim only
+-- takes queued rows, so it never touches a row being finished.
+-- ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT k) may
+-- re-run it and claim more than k). runqueue_priority_class
 -- (functions.sql) is the class of a priority, inlined by the planner.
-WITH
--- include: finish --
-, claimed AS (
+claimed AS (
     UPDATE runqueue_run r
--- include: claim_set --
+    -- include: claim_set --
      WHERE r.id = ANY(ARRAY(
             SELECT q.id
               FROM runqueue_run q
@@ -169,43 +181,81 @@ WITH
        AND r.status IN ('queued', 'running', 'waiting_for_user')
        -- include: claim_commit --
     RETURNING r.*
-),
--- include: logged --
-;
+)
 
--- name: finish_and_claim_capped --
--- finish_and_claim when concurrency caps or budgets may apply (a RUNQUEUE
--- ["CONCURRENCY"] default, a ConcurrencyLimit row, a budget): the same statement
--- but the claim's WHERE (tests/test_concurrency.py checks that), whose ids
--- come from runqueue_claim_capped (functions.sql): a walk in
--- the same claim order that steps over runs whose (key, class) is at its
--- cap or being claimed by another worker, holding a transaction-scoped
--- advisory lock per (key, class) it claims in until this statement commits.
--- The scalar subquery runs the function once (an InitPlan; the cast makes
--- ANY take its array, not a subquery's rows). The function locked each id
--- after checking, on its latest version, that the run is queued and due, and
--- the lock holds until this statement commits; so the UPDATE needs no status
--- test, and must not have one: "status = 'queued'" lets the planner walk the
--- whole claim index with the ids as a filter instead of the key. (It has the
--- live partition's statuses, which only prune the finished days away.)
--- The runs this statement finishes (ids, epochs) free their places for its
--- own claim.
-WITH
--- include: finish --
-, claimed AS (
+-- fragment: capped_claimed --
+-- The capped claim (finish_and_claim_capped, claim_capped), when
+-- concurrency caps or budgets may apply (a RUNQUEUE["CONCURRENCY"] default,
+-- a ConcurrencyLimit row, a budget): the plain claim but its WHERE
+-- (tests/test_concurrency.py checks that), whose ids come from
+-- runqueue_claim_capped (functions.sql): a walk in the same claim order
+-- that steps over runs whose (key, class) is at its cap or being claimed by
+-- another worker, holding a transaction-scoped advisory lock per (key,
+-- class) it claims in until this statement commits. The scalar subquery
+-- runs the function once (an InitPlan; the cast makes ANY take its array,
+-- not a subquery's rows). The function locked each id after checking, on
+-- its latest version, that the run is queued and due, and the lock holds
+-- until this statement commits; so the UPDATE needs no status test, and
+-- must not have one: "status = 'queued'" lets the planner walk the whole
+-- claim index with the ids as a filter instead of the key. (It has the live
+-- partition's statuses, which only prune the finished days away.) The runs
+-- the statement finishes (%(ids)s, epochs, tokens; empty in claim_capped)
+-- free their places for its own claim.
+claimed AS (
     UPDATE runqueue_run r
--- include: claim_set --
+    -- include: claim_set --
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
                %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[],
                %(tokens)s::uuid[]))::uuid[])
-       -- The live partition's statuses, as in finish_and_claim: partition
+       -- The live partition's statuses, as in the plain claim: partition
        -- pruning, not a status test (it implies no partial index).
        AND r.status IN ('queued', 'running', 'waiting_for_user')
        -- include: claim_commit --
     RETURNING r.*
-),
+)
+
+-- name: finish_and_claim --
+-- The worker's one statement per round trip: finish the runs its slots ended
+-- (the finish fragment) and claim up to %(limit)s runs (the plain claim),
+-- with every event, in one transaction (autocommit: one commit). Either
+-- part may be empty: no finishes is a plain claim (though claim is cheaper
+-- for that), limit 0 a plain finish.
+WITH
+-- include: finish --
+,
+-- include: plain_claimed --
+,
 -- include: logged --
+;
+
+-- name: finish_and_claim_capped --
+-- finish_and_claim with the capped claim.
+WITH
+-- include: finish --
+,
+-- include: capped_claimed --
+,
+-- include: logged --
+;
+
+-- name: claim --
+-- A claim with nothing to finish (a wake-up's, leases.claim's): no finish
+-- CTEs, whose UPDATE of the runs table costs its executor start-up even
+-- when it finishes nothing (about a tenth of a millisecond of an idle
+-- pickup). One row per claimed run.
+WITH
+-- include: plain_claimed --
+,
+-- include: claimed_only --
+;
+
+-- name: claim_capped --
+-- claim with the capped claim (no finishing runs: %(ids)s is empty).
+WITH
+-- include: capped_claimed --
+,
+-- include: claimed_only --
 ;
 
 -- name: fence_renew --

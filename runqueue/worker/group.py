@@ -298,7 +298,13 @@ class Group(threading.Thread):
                     box.deliver(None)
             else:
                 self._idle.extendleft(reversed(boxes))
-            self._cond.notify()
+            if boxes or failed or self._stopping or self._closed:
+                # Idle slots again (to claim for after a failure or a wake-up
+                # that landed meanwhile), or a stop waiting for this claim.
+                # Not after a claim that filled every slot: the group thread
+                # would have nothing to do, and waking it only makes the
+                # slot thread wait for the GIL behind it.
+                self._cond.notify()
 
     def held(self) -> list[leases.Lease]:
         with self._cond:
