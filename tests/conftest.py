@@ -78,6 +78,21 @@ TEST_API_KINDS = [
 PROJECT_DEFAULTS = {"CONCURRENCY"}
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """Test users get a cheap password hash (Django's advice for test
+    suites): the project's PBKDF2 takes about half a second of CPU per
+    ``create_user``, which the suite paid on every user it made. Nothing
+    here tests password hashing; a server the tests start in a process of
+    its own keeps the project's hashers (none logs in with a password)."""
+    from django.test import override_settings
+
+    fast = override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
+    fast.enable()
+    yield
+    fast.disable()
+
+
 @pytest.fixture(autouse=True)
 def _api_kinds(settings) -> None:
     """The API admits the test kinds (a test that sets RUNQUEUE keeps them
