@@ -24,9 +24,14 @@ from topology import clusters
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(
-    not clusters.available(), reason="PostgreSQL 15's server binaries are not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not clusters.available(), reason="PostgreSQL 15's server binaries are not installed"
+    ),
+    # Never the suite's database: the pair is PostgreSQL 15 whichever server
+    # the suite runs on, so CI runs these in one of its two suites only.
+    pytest.mark.own_servers,
+]
 
 
 @pytest.fixture
