@@ -69,7 +69,7 @@ def baseline_rate(value: str | None) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smoke profile, under a minute")
+    parser.add_argument("--quick", action="store_true", help="smoke profile, about two minutes")
     parser.add_argument("--skip", action="append", default=[], choices=SYSTEMS)
     parser.add_argument("--only", action="append", default=[], choices=SYSTEMS)
     parser.add_argument(
