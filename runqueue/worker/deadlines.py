@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, connection
 
 from runqueue import leases
 from runqueue.db import connection_lost
+from runqueue.worker.services import ConnectionCheck
 
 logger = logging.getLogger("runqueue.worker")
 
@@ -25,6 +26,11 @@ logger = logging.getLogger("runqueue.worker")
 MAX_SLEEP_SECONDS = 0.5
 #: The shortest: a deadline a few milliseconds away is waited for.
 MIN_SLEEP_SECONDS = 0.005
+#: How often the service lets Django check its connection (with
+#: CONN_HEALTH_CHECKS a ``SELECT 1`` before the next query). Not every look:
+#: at two looks a second that was a round trip and a transaction per look,
+#: for a connection whose loss the look itself finds (and reconnects after).
+CHECK_SECONDS = 5.0
 
 
 class Deadlines(threading.Thread):
@@ -35,6 +41,7 @@ class Deadlines(threading.Thread):
         self.until = until
         #: Waits resumed by this thread (tests and the bench read it).
         self.resumed = 0
+        self._check = ConnectionCheck(every=CHECK_SECONDS)
 
     def run(self) -> None:
         try:
@@ -46,7 +53,7 @@ class Deadlines(threading.Thread):
     def tick(self) -> float:
         """Resume what is due; seconds to sleep before the next look."""
         try:
-            close_old_connections()
+            self._check()
             seconds = leases.next_deadline()  # one probe of the deadline index
             if seconds is not None and seconds <= 0:
                 self.resumed += leases.resume_due()
