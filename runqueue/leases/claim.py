@@ -234,7 +234,7 @@ def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[...,
 
 def run_from_row(names: Sequence[str], row: tuple) -> Run:
     """A Run from a raw row of ``runqueue_run`` (what ``raw()`` does), extra
-    columns ignored: for the claim and ``submit``'s one-statement insert."""
+    columns ignored: the claim's rows."""
     loaders = _loaders(tuple(names))
     values = []
     for index, _attname, converters in loaders:

@@ -298,12 +298,12 @@ class Group(threading.Thread):
                     box.deliver(None)
             else:
                 self._idle.extendleft(reversed(boxes))
-            if boxes or failed or self._stopping or self._closed:
-                # Idle slots again (to claim for after a failure or a wake-up
-                # that landed meanwhile), or a stop waiting for this claim.
-                # Not after a claim that filled every slot: the group thread
-                # would have nothing to do, and waking it only makes the
-                # slot thread wait for the GIL behind it.
+            if boxes or self._stopping:
+                # Idle slots again (a short or failed claim: every box is
+                # left), or a stop waiting for this claim (close sets
+                # _stopping too). Not after a claim that filled every slot:
+                # the group thread would have nothing to do, and waking it
+                # only makes the slot thread wait for the GIL behind it.
                 self._cond.notify()
 
     def held(self) -> list[leases.Lease]:
