@@ -8,11 +8,25 @@ so a test can drive a run step by step without a worker.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
-from runqueue import leases, runtime
+from django.apps import apps
+from django.db.models import Count, F, Q
+
+from runqueue import events, leases, runtime
 from runqueue.failures import Failure
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+    WaitReason,
+)
 from runqueue.outcomes import Failed, Succeeded
+from runqueue.submission import SPAWN_TOOL
 from runqueue.types import JSON
 
 if TYPE_CHECKING:
@@ -44,3 +58,90 @@ def ready(group: Group) -> list[leases.Lease]:
     """Leases ``group`` claimed ahead that no slot has started yet."""
     with group._cond:
         return list(group._ready)
+
+
+# --- the run tree's invariants (docs/decisions.md, "Rules a run-tree feature keeps")
+# The model-checked state machine (tests/test_run_tree_model.py) checks them
+# after every step and the chaos soak after its drain; a project's own tests
+# may check them too. Each returns what breaks the rule (empty: it holds).
+
+
+def children_open_mismatches() -> list[tuple[uuid.UUID, int, int]]:
+    """Live runs whose ``children_open`` is not their live children's
+    count: (run, children_open, live children)."""
+    live = Q(children__status__in=ACTIVE_STATUSES)
+    runs = (
+        Run.objects.filter(status__in=ACTIVE_STATUSES)
+        .annotate(open_children=Count("children", filter=live))
+        .exclude(children_open=F("open_children"))
+    )
+    return list(runs.values_list("id", "children_open", "open_children"))
+
+
+def stuck_waits() -> list[tuple[uuid.UUID, str]]:
+    """Waiting runs nothing can wake: a wait for children with none open,
+    a timer with no time, a signal with no name. (run, wait_reason)."""
+    waiting = Run.objects.filter(status=RunStatus.WAITING)
+    stuck = (
+        waiting.filter(wait_reason=WaitReason.CHILDREN, children_open__lte=0)
+        | waiting.filter(wait_reason=WaitReason.TIMER, wait_until__isnull=True)
+        | waiting.filter(wait_reason=WaitReason.SIGNAL, wait_name="")
+        | waiting.exclude(
+            wait_reason__in=[WaitReason.CHILDREN, WaitReason.TIMER, WaitReason.SIGNAL]
+        )
+    )
+    return list(stuck.values_list("id", "wait_reason"))
+
+
+def double_resumes() -> list[uuid.UUID]:
+    """Runs resumed from a wait for children more often than they waited."""
+    counts = (
+        RunEvent.objects.filter(
+            type__in=[events.SUSPENDED, events.RESUMED], data__reason=WaitReason.CHILDREN
+        )
+        .values("run_id")
+        .annotate(
+            waits=Count("id", filter=Q(type=events.SUSPENDED)),
+            resumes=Count("id", filter=Q(type=events.RESUMED)),
+        )
+        .filter(resumes__gt=F("waits"))
+    )
+    return [row["run_id"] for row in counts]
+
+
+def orphan_rows() -> dict[str, int]:
+    """Rows keyed by a run that is gone, per table (tables with none left
+    out): every table keyed by a run goes with the run."""
+    found = {}
+    runs = Run.objects.values("id")
+    for model in apps.get_app_config("runqueue").get_models():
+        if model._meta.proxy or model is Run:
+            continue
+        for f in model._meta.concrete_fields:
+            if getattr(f, "related_model", None) is Run:
+                lost = (
+                    model._base_manager.exclude(**{f"{f.name}__isnull": True})
+                    .exclude(**{f"{f.attname}__in": runs})
+                    .count()
+                )
+                if lost:
+                    found[model._meta.db_table] = found.get(model._meta.db_table, 0) + lost
+    return found
+
+
+def missing_descendants() -> list[uuid.UUID]:
+    """Children, at any depth below a live run, that are gone: a live run
+    (and so its handler, when it resumes) still reads every one."""
+    missing: list[uuid.UUID] = []
+    level = set(Run.objects.filter(status__in=ACTIVE_STATUSES).values_list("id", flat=True))
+    seen = set(level)
+    while level:
+        records = ToolInvocation.objects.filter(
+            run_id__in=level, tool=SPAWN_TOOL, status=ToolStatus.COMPLETED
+        ).values_list("result", flat=True)
+        spawned = {uuid.UUID(str(r["run_id"])) for r in records if isinstance(r, dict)} - seen
+        found = set(Run.objects.filter(id__in=spawned).values_list("id", flat=True))
+        missing.extend(sorted(spawned - found))
+        seen |= spawned
+        level = found
+    return missing

@@ -1,0 +1,474 @@
+"""The run tree, model-checked: a Hypothesis state machine whose rules are the
+public operations (submit, spawn sync and gathered async, claim, finish, fail,
+crash and lease expiry, waits for children, signals, times and the user,
+signals early and late, cancel with and without cascade, an operator's requeue
+of a dead letter, retention passes with the clock moved past every day) against
+real PostgreSQL, with the run tree's invariants checked against the database
+after every step (docs/decisions.md, "Rules a run-tree feature keeps").
+
+Each run's handler is a small program drawn by Hypothesis (``PROGRAM`` in its
+payload): spawn children (gathered in an async handler), call tools (gathered
+too), wait, fail once. A crash is an attempt whose outcome is never written
+(the worker died), before any step or after the last; its lease then expires
+and the sweeper takes the run. At the end of each example every wake-up the
+system can get is given (signals, answers, deadlines, lease expiry) and every
+run must end: nothing waits for ever.
+
+Profiles: CI runs the bounded one (``RUNQUEUE_MODEL_EXAMPLES``, default 25
+examples of up to ``RUNQUEUE_MODEL_STEPS``, default 30, steps); the longer one
+by hand, e.g. ``RUNQUEUE_MODEL_EXAMPLES=500 RUNQUEUE_MODEL_STEPS=60
+./scripts/test.sh tests/test_run_tree_model.py``. Failing examples are kept in
+``tests/model_examples/`` (in the repository), so a counterexample found once
+is replayed first by every later run: a regression test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.db import connection
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+import runqueue
+from runqueue import aio, leases, partitions, runtime, testing
+from runqueue.errors import (
+    ActiveRunConflict,
+    InvalidTransition,
+    PermanentError,
+    RunNotFound,
+    TransientError,
+)
+from runqueue.models import Idempotency, Run, RunStatus
+from runqueue.outcomes import Outcome
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+EXAMPLES = int(os.environ.get("RUNQUEUE_MODEL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("RUNQUEUE_MODEL_STEPS", "30"))
+EXAMPLE_DB = DirectoryBasedExampleDatabase(str(Path(__file__).parent / "model_examples"))
+
+LIVE = ("queued", "running", "waiting_for_user", "waiting")
+TENANT = "model"
+SESSIONS = ("s0", "s1")
+
+# --- the handlers: a program each ---------------------------------------------
+
+#: Replays that handed a call another call's record: (run, step, call, what).
+MISMATCHES: list[tuple[str, int, int, str]] = []
+#: Steps that fail only once per run, so an operator's requeue can finish it.
+_FAILED_ONCE: set[tuple[str, int, str]] = set()
+#: Run id -> the number of steps its current attempt may take before the
+#: worker "dies" (SimulatedCrash): the model's crash.
+CRASH_AT: dict[str, int] = {}
+
+
+class SimulatedCrash(Exception):  # noqa: N818 - what the model does to a worker
+    """The worker dies here: the attempt's outcome is never written."""
+
+
+def _once(run_id: uuid.UUID, pc: int, what: str) -> bool:
+    key = (str(run_id), pc, what)
+    if key in _FAILED_ONCE:
+        return False
+    _FAILED_ONCE.add(key)
+    return True
+
+
+def _tool(*, run: str, pc: int, j: int) -> dict[str, Any]:
+    return {"run": run, "pc": pc, "j": j}
+
+
+def _check_child(run_id: uuid.UUID, child_id: uuid.UUID, pc: int, j: int) -> None:
+    origin = Run.objects.filter(id=child_id).values_list("payload", flat=True).first()
+    want = [str(run_id), pc, j]
+    if origin is None or origin.get("origin") != want:
+        MISMATCHES.append((str(run_id), pc, j, f"spawn got {child_id} made for {origin}"))
+
+
+def _check_tool(run_id: uuid.UUID, outcome: runtime.ToolOutcome, pc: int, j: int) -> None:
+    if outcome.status == "completed" and outcome.value != _tool(run=str(run_id), pc=pc, j=j):
+        MISMATCHES.append((str(run_id), pc, j, f"tool got {outcome.value}"))
+
+
+def _child_payload(run_id: uuid.UUID, pc: int, j: int, child: dict[str, Any]) -> dict[str, Any]:
+    return {"program": child["program"], "origin": [str(run_id), pc, j]}
+
+
+def _crash_point(ctx: Any, steps: int) -> None:
+    limit = CRASH_AT.get(str(ctx.run.id))
+    if limit is not None and steps >= limit:
+        raise SimulatedCrash(f"worker died before step {steps}")
+
+
+def _turn_end(ctx: Any, op: dict[str, Any], pc: int) -> Any:
+    """The wait a step ends its turn with, or None if it does not."""
+    state = {"pc": pc + 1}
+    match op["op"]:
+        case "wait_children":
+            return ctx.wait_for_children(state=state)
+        case "signal":
+            return ctx.wait_for_signal("go", timeout=op["timeout"], state=state)
+        case "sleep":
+            return ctx.sleep_until(dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), state=state)
+        case "ask":
+            return ctx.ask_user({"pc": pc}, state=state)
+    return None
+
+
+def _raise_once(run_id: uuid.UUID, op: dict[str, Any], pc: int) -> None:
+    if op["op"] == "fail" and _once(run_id, pc, "fail"):
+        raise PermanentError("the model's step fails once")
+    if op["op"] == "transient" and _once(run_id, pc, "transient"):
+        raise TransientError("the model's step gives up once")
+
+
+def _idempotency(op: dict[str, Any]) -> str:
+    return Idempotency.IDEMPOTENT if op.get("idempotent") else Idempotency.NON_IDEMPOTENT
+
+
+@runqueue.handler("model.sync")
+def model_sync(ctx: runtime.RunContext) -> Any:
+    """A program's steps from ``ctx.state["pc"]``, calls one after another."""
+    pc = (ctx.state or {}).get("pc", 0)
+    program = ctx.payload["program"]
+    steps = 0
+    while pc < len(program):
+        _crash_point(ctx, steps)
+        steps += 1
+        op = program[pc]
+        if op["op"] == "spawn":
+            for j, child in enumerate(op["children"]):
+                payload = _child_payload(ctx.run.id, pc, j, child)
+                _check_child(ctx.run.id, ctx.spawn(child["kind"], payload), pc, j)
+        elif op["op"] == "tools":
+            for j in range(op["n"]):
+                args = {"run": str(ctx.run.id), "pc": pc, "j": j}
+                out = ctx.invoke_tool(f"t{pc}", _tool, args=args, idempotency=_idempotency(op))
+                _check_tool(ctx.run.id, out, pc, j)
+        elif (end := _turn_end(ctx, op, pc)) is not None:
+            return end
+        _raise_once(ctx.run.id, op, pc)
+        pc += 1
+    _crash_point(ctx, steps)
+    return {"children": [[str(c.id), c.status] for c in ctx.children()]}
+
+
+async def _atool(*, run: str, pc: int, j: int) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return _tool(run=run, pc=pc, j=j)
+
+
+@runqueue.handler("model.async")
+async def model_async(ctx: runtime.AsyncRunContext) -> Any:
+    """``model_sync`` as an async handler: a step's spawns and tool calls
+    are gathered, so they are made at once."""
+    pc = (ctx.state or {}).get("pc", 0)
+    program = ctx.payload["program"]
+    steps = 0
+    while pc < len(program):
+        _crash_point(ctx, steps)
+        steps += 1
+        op = program[pc]
+        if op["op"] == "spawn":
+            made = await asyncio.gather(
+                *(
+                    ctx.spawn(child["kind"], _child_payload(ctx.run.id, pc, j, child))
+                    for j, child in enumerate(op["children"])
+                )
+            )
+            for j, child_id in enumerate(made):
+                await aio.db(_check_child, ctx.run.id, child_id, pc, j)
+        elif op["op"] == "tools":
+            outs = await asyncio.gather(
+                *(
+                    ctx.invoke_tool(
+                        f"t{pc}",
+                        _atool,
+                        args={"run": str(ctx.run.id), "pc": pc, "j": j},
+                        idempotency=_idempotency(op),
+                    )
+                    for j in range(op["n"])
+                )
+            )
+            for j, out in enumerate(outs):
+                _check_tool(ctx.run.id, out, pc, j)
+        elif (end := _turn_end(ctx, op, pc)) is not None:
+            return end
+        _raise_once(ctx.run.id, op, pc)
+        pc += 1
+    _crash_point(ctx, steps)
+    return {"children": [[str(c.id), c.status] for c in await ctx.children()]}
+
+
+# --- the programs ---------------------------------------------------------------
+
+_LEAF_STEPS = st.one_of(
+    st.builds(
+        lambda n, i: {"op": "tools", "n": n, "idempotent": i}, st.integers(1, 3), st.booleans()
+    ),
+    st.builds(lambda t: {"op": "signal", "timeout": t}, st.sampled_from([None, 30.0])),
+    st.just({"op": "sleep"}),
+    st.just({"op": "fail"}),
+    st.just({"op": "transient"}),
+)
+
+
+def _programs(depth: int) -> st.SearchStrategy[list[dict[str, Any]]]:
+    steps = _LEAF_STEPS
+    if depth > 0:
+        children = st.lists(_nodes(depth - 1), min_size=1, max_size=3)
+        steps = st.one_of(
+            steps,
+            st.builds(lambda c: {"op": "spawn", "children": c}, children),
+            st.just({"op": "wait_children"}),
+        )
+    return st.lists(steps, max_size=4)
+
+
+def _nodes(depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {"kind": st.sampled_from(["model.sync", "model.async"]), "program": _programs(depth)}
+    )
+
+
+def _root_programs() -> st.SearchStrategy[list[dict[str, Any]]]:
+    """A root's program: a spawn and its wait come often, an ask may end it."""
+    fan = st.builds(
+        lambda c: [{"op": "spawn", "children": c}, {"op": "wait_children"}],
+        st.lists(_nodes(1), min_size=1, max_size=3),
+    )
+    ask = st.sampled_from([[], [{"op": "ask"}]])
+    return st.builds(lambda a, b, c: a + b + c, _programs(2), fan, ask)
+
+
+# --- the machine ----------------------------------------------------------------
+
+_TABLES: list[str] = []
+
+
+def _sql(statement: str, params: Any = None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _truncate() -> None:
+    """Every runqueue table empty: each example starts from nothing."""
+    if not _TABLES:
+        _TABLES.extend(
+            m._meta.db_table
+            for m in apps.get_app_config("runqueue").get_models()
+            if not m._meta.proxy and m._meta.managed
+        )
+    _sql(f"TRUNCATE {', '.join(_TABLES)} CASCADE")  # noqa: S608 - model tables
+    partitions.ensure()
+
+
+class RunTree(RuleBasedStateMachine):
+    """Rules: the public operations; invariants: the run tree's promises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _truncate()
+        MISMATCHES.clear()
+        CRASH_AT.clear()
+
+    # -- choosing runs ----------------------------------------------------------
+
+    def _pick(self, index: int, *statuses: str) -> uuid.UUID | None:
+        qs = Run.objects.order_by("created_at", "id")
+        if statuses:
+            qs = qs.filter(status__in=statuses)
+        ids = list(qs.values_list("id", flat=True))
+        return ids[index % len(ids)] if ids else None
+
+    # -- rules ------------------------------------------------------------------
+
+    @rule(program=_root_programs(), session=st.sampled_from([None, *SESSIONS]), sync=st.booleans())
+    def submit(self, program: list[dict[str, Any]], session: str | None, sync: bool) -> None:
+        if session is None:
+            program = [op for op in program if op["op"] != "ask"]
+        kind = "model.sync" if sync else "model.async"
+        try:
+            runqueue.submit(
+                kind=kind, payload={"program": program}, session_id=session, tenant=TENANT
+            )
+        except ActiveRunConflict:
+            pass  # the session's run is busy: refused, nothing written
+
+    @rule(crash=st.one_of(st.none(), st.integers(0, 4)))
+    def step(self, crash: int | None) -> None:
+        """A worker claims the next due run and runs its handler; with
+        ``crash`` the worker dies after that many steps (outcome lost)."""
+        lease = leases.claim_one("model", leases.ALL_CLASSES)
+        if lease is None:
+            return
+        if crash is None:
+            outcome = runtime.decide(lease)
+            leases.write(lease, outcome)
+            return
+        CRASH_AT[str(lease.run_id)] = crash
+        try:
+            outcome: Outcome = runtime.decide(lease)  # written never: the worker died
+        finally:
+            CRASH_AT.pop(str(lease.run_id), None)
+        del outcome
+
+    @rule()
+    def leases_expire(self) -> None:
+        """Time passes: every lease expires, the sweeper takes the runs,
+        and every backoff is over."""
+        Run.objects.filter(status=RunStatus.RUNNING).update(
+            lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+        )
+        leases.sweep()
+        Run.objects.filter(status=RunStatus.QUEUED).update(scheduled_for=None)
+
+    @rule()
+    def deadlines_pass(self) -> None:
+        Run.objects.filter(status__in=["waiting", "waiting_for_user"]).exclude(
+            wait_until=None
+        ).update(wait_until=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
+        leases.resume_due()
+
+    @rule(index=st.integers(0, 50))
+    def signal(self, index: int) -> None:
+        """A signal to any run: early (kept), on time (delivered) or late
+        (refused: the run is finished, or gone)."""
+        run_id = self._pick(index)
+        if run_id is None:
+            return
+        try:
+            leases.signal(run_id, "go", {"from": "model"})
+        except (InvalidTransition, RunNotFound):
+            assert not Run.objects.filter(id=run_id, status__in=LIVE).exists()
+
+    @rule(session=st.sampled_from(SESSIONS))
+    def answer(self, session: str) -> None:
+        try:
+            runqueue.submit(
+                kind="model.sync",
+                payload={"program": []},
+                session_id=session,
+                tenant=TENANT,
+            )
+        except ActiveRunConflict:
+            pass
+
+    @rule(index=st.integers(0, 50), cascade=st.booleans())
+    def cancel(self, index: int, cascade: bool) -> None:
+        run_id = self._pick(index, *LIVE)
+        if run_id is not None:
+            runqueue.cancel(run_id, reason="model", actor="model", cascade=cascade)
+
+    @rule(index=st.integers(0, 50))
+    def operator_requeue(self, index: int) -> None:
+        run_id = self._pick(index, RunStatus.FAILED)
+        if run_id is None:
+            return
+        try:
+            leases.requeue(run_id, actor="model", reason="try again")
+        except ActiveRunConflict:
+            pass  # its session has another active run now
+
+    @rule()
+    def retention(self) -> None:
+        """A retention pass with the clock two days on: every day of
+        finished runs is past the retention."""
+        partitions.prune(older_than_seconds=-2 * 86400)
+        partitions.ensure()
+
+    # -- invariants -------------------------------------------------------------
+
+    @invariant()
+    def replays_map_each_call_to_its_own_record(self) -> None:
+        assert not MISMATCHES, MISMATCHES
+
+    @invariant()
+    def children_open_counts_the_live_children(self) -> None:
+        assert not (wrong := testing.children_open_mismatches()), wrong
+
+    @invariant()
+    def a_waiting_run_can_be_woken(self) -> None:
+        assert not (stuck := testing.stuck_waits()), stuck
+        unanswerable = Run.objects.filter(status="waiting_for_user", session_id=None)
+        assert not unanswerable.exists(), list(unanswerable.values_list("id", flat=True))
+
+    @invariant()
+    def a_wait_for_children_resumes_at_most_once(self) -> None:
+        assert not (twice := testing.double_resumes()), twice
+
+    @invariant()
+    def no_row_outlives_its_run(self) -> None:
+        assert not (orphans := testing.orphan_rows()), orphans
+
+    @invariant()
+    def a_live_runs_descendants_exist(self) -> None:
+        assert not (missing := testing.missing_descendants()), missing
+
+    # -- the end: every wake-up given, every run must end --------------------------
+
+    def teardown(self) -> None:
+        try:
+            self._drain()
+        finally:
+            aio.close_connections()
+
+    def _drain(self) -> None:
+        for _ in range(400):
+            self.leases_expire()
+            self.deadlines_pass()
+            for run_id in Run.objects.filter(status="waiting", wait_reason="signal").values_list(
+                "id", flat=True
+            ):
+                leases.signal(run_id, "go", {"from": "drain"})
+            for session in Run.objects.filter(status="waiting_for_user").values_list(
+                "session_id", flat=True
+            ):
+                self.answer(session)
+            lease = leases.claim_one("drain", leases.ALL_CLASSES)
+            if lease is not None:
+                leases.write(lease, runtime.decide(lease))
+                continue
+            if not Run.objects.filter(status__in=LIVE).exists():
+                break
+        live = list(Run.objects.filter(status__in=LIVE).values_list("id", "status", "wait_reason"))
+        assert not live, f"runs that never end: {live}"
+        self.replays_map_each_call_to_its_own_record()
+        unresumed = _sql(
+            """SELECT e.run_id FROM runqueue_run_event e JOIN runqueue_run r ON r.id = e.run_id
+                WHERE r.status = 'succeeded' AND e.data->>'reason' = 'children'
+                  AND e.type IN ('run.suspended', 'run.resumed')
+                GROUP BY e.run_id
+               HAVING count(*) FILTER (WHERE e.type = 'run.resumed')
+                      <> count(*) FILTER (WHERE e.type = 'run.suspended')"""
+        )
+        assert not unresumed, f"a finished run's wait did not resume exactly once: {unresumed}"
+
+
+def test_the_run_tree_keeps_its_promises() -> None:
+    run_state_machine_as_test(
+        RunTree,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            database=EXAMPLE_DB,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
