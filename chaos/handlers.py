@@ -196,3 +196,58 @@ def tree(ctx: RunContext) -> Any:
             ctx.spawn(KIND_TREE, {"depth": depth - 1, "width": width})
         return ctx.wait_for_children(state={"joined": True})
     return {"children": len(ctx.children())}
+
+
+# --- gathered calls, an operator's requeue ------------------------------------------
+
+KIND_GATHER = "chaos.gather"
+#: The failure a gather run dead-letters with once, for the soak's operator
+#: to requeue (``ChaosRun.requeue_dead_parents``).
+FAIL_ONCE = "chaos: dead-lettered once, for an operator to requeue"
+
+
+async def _echo(i: int) -> dict:
+    await asyncio.sleep(0)
+    return {"i": i}
+
+
+def _requeued(run_id: Any) -> bool:
+    from runqueue.models import RunEvent
+
+    return RunEvent.objects.filter(run_id=run_id, type="run.operator_requeued").exists()
+
+
+@handler(KIND_GATHER)
+async def gather(ctx: Any) -> Any:
+    """An async parent whose spawns and tool calls are gathered (made at
+    once): each call must get its own record back when a killed attempt is
+    replayed (``replay_mismatches``). With ``fail_once`` it dead-letters
+    after spawning, until an operator requeued it: the requeued parent
+    replays its spawns and must still resume once its children end."""
+    from runqueue import aio
+    from runqueue.errors import PermanentError
+
+    payload = fields.fields(KIND_GATHER, ctx.payload, ("children", "work_ms", "fail_once"))
+    n = fields.integer(payload, "children", 3, 0, 20)
+    work_ms = fields.integer(payload, "work_ms", 50, 0, MAX_WORK_MS)
+    if ctx.state is None:
+        ids = await asyncio.gather(
+            *(ctx.spawn(KIND_LEAF, {"i": i, "work_ms": work_ms}) for i in range(n))
+        )
+        outs = await asyncio.gather(
+            *(
+                ctx.invoke_tool("echo", _echo, args={"i": i}, idempotency=Idempotency.IDEMPOTENT)
+                for i in range(n)
+            )
+        )
+        wrong = [i for i, o in enumerate(outs) if o.status == "completed" and o.value != {"i": i}]
+        if fields.flag(payload, "fail_once") and not await aio.db(_requeued, ctx.run.id):
+            raise PermanentError(FAIL_ONCE)
+        state = {"ids": [str(i) for i in ids], "wrong": wrong}
+        return ctx.wait_for_children(state=state)
+    children = await ctx.children()
+    wrong = list(ctx.state["wrong"])
+    for i, child in enumerate(children):
+        if str(child.id) != ctx.state["ids"][i] or child.payload.get("i") != i:
+            wrong.append(i)
+    return {"children": len(children), "replay_mismatches": len(wrong)}

@@ -22,8 +22,18 @@ from urllib.parse import quote
 from django.db import DatabaseError, connection
 
 import runqueue
-from chaos.handlers import KIND, KIND_ASYNC, KIND_FANOUT, KIND_SIGNAL, KIND_TREE, SIGNAL
-from chaos.verify import figures, subagent_figures, tree_ids
+from chaos.handlers import (
+    FAIL_ONCE,
+    KIND,
+    KIND_ASYNC,
+    KIND_FANOUT,
+    KIND_GATHER,
+    KIND_SIGNAL,
+    KIND_TREE,
+    SIGNAL,
+)
+from chaos.verify import figures, run_tree_figures, subagent_figures, tree_ids
+from runqueue import leases, partitions
 from runqueue.models import (
     TERMINAL_STATUSES,
     Budget,
@@ -51,6 +61,9 @@ class Profile:
     fanout_children: int = 4
     signal_every: int = 10
     tree_every: int = 30
+    #: Every so many runs an async parent of gathered spawns and tool calls,
+    #: every other one dead-lettered once for the soak to requeue.
+    gather_every: int = 10
     #: Failovers in the chaos window (in place of the database restart):
     #: the primary of a cluster pair crashed, its synchronous standby
     #: promoted, a new standby made (``runqueue_chaos --profile failover``).
@@ -178,6 +191,8 @@ class Counts:
     unasked_exits: list[str] = field(default_factory=list)
     inputs_delivered: int = 0
     cancels: int = 0
+    operator_requeues: int = 0
+    retention_passes: int = 0
     kill_to_reclaim_seconds: list[float] = field(default_factory=list)
 
 
@@ -213,6 +228,8 @@ class ChaosRun:
         #: Signal runs -> the data sent them; trees cancelled -> (root, its
         #: runs when the cancel returned, how many of them were not terminal).
         self.signal_runs: set[Any] = set()
+        #: Submitted runs a retention pass dropped (finished, their tree too).
+        self.dropped: set[Any] = set()
         self.signals_sent: dict[Any, Any] = {}
         self.trees: list[Any] = []
         self.tree_cancels: list[tuple[Any, set[Any], int]] = []
@@ -396,6 +413,38 @@ class ChaosRun:
             return  # cancelled or dead-lettered meanwhile: not sent
         self.signals_sent[run_id] = data
 
+    def requeue_dead_parents(self) -> None:
+        """An operator requeues the parents dead-lettered once on purpose
+        (chaos.gather): each must resume once its children end."""
+
+        def go() -> None:
+            dead = Run.objects.filter(
+                kind=KIND_GATHER, status="failed", failure__message=FAIL_ONCE
+            ).values_list("id", flat=True)
+            for run_id in dead:
+                try:
+                    leases.requeue(run_id, actor="chaos", reason="operator requeue")
+                    self.counts.operator_requeues += 1
+                except runqueue.RunqueueError:
+                    pass  # another requeue or a cancel was first
+
+        retrying(go, "requeue")
+
+    def retention(self) -> None:
+        """A retention pass with the clock two days on: every finished
+        run whose tree is finished may go, a run with a live ancestor must
+        stay. The submitted runs it dropped are left out of the figures
+        that count runs (they ended before it)."""
+
+        def go() -> None:
+            before = set(Run.objects.values_list("id", flat=True))
+            partitions.prune(older_than_seconds=-2 * 86400)
+            partitions.ensure()
+            self.dropped |= before - set(Run.objects.values_list("id", flat=True))
+            self.counts.retention_passes += 1
+
+        retrying(go, "retention")
+
     def terminate_backends(self) -> None:
         def go() -> int:
             with connection.cursor() as cursor:
@@ -453,6 +502,8 @@ class ChaosRun:
                 return KIND_SIGNAL, {}
             if i % p.tree_every == 11:
                 return KIND_TREE, {"depth": 2, "width": 3}
+            if i % p.gather_every == 5:
+                return KIND_GATHER, {"children": 3, "fail_once": i % (2 * p.gather_every) == 5}
             return KIND_ASYNC if i % 2 else KIND, {  # every other turn async
                 "steps": self.rng.randint(1, 4),
                 "work_ms": self.rng.randint(50, 400),
@@ -505,7 +556,10 @@ class ChaosRun:
         finally:
             # Whatever happened: no worker outlives the soak (nor its database).
             self.stop_workers()
-        result = retrying(lambda: figures(self.submitted), "verify")
+        kept = self.submitted - self.dropped
+        result = retrying(lambda: figures(kept), "verify")
+        result["runs_dropped_by_retention"] = len(self.submitted & self.dropped)
+        result |= retrying(lambda: run_tree_figures(), "verify")
         result |= retrying(
             lambda: subagent_figures(self.signals_sent, self.tree_cancels), "verify"
         )
@@ -524,6 +578,8 @@ class ChaosRun:
             self.terminate_backends,
             self.cancel,
             self.cancel_tree,
+            self.requeue_dead_parents,
+            self.retention,
         ]
         database_faults = self._database_faults(started)
         end = started + self.profile.chaos_seconds
@@ -544,6 +600,7 @@ class ChaosRun:
             self.supervise()
             self.deliver_inputs()
             self.send_signals()
+            self.requeue_dead_parents()
             if retrying(self._all_terminal, "drain"):
                 break
             time.sleep(0.5)  # poll with a deadline
@@ -586,6 +643,8 @@ class ChaosRun:
             "workers_that_exited_unasked": c.unasked_exits,
             "inputs_delivered": c.inputs_delivered,
             "runs_cancelled_by_the_fault": c.cancels,
+            "operator_requeues_of_dead_parents": c.operator_requeues,
+            "retention_passes": c.retention_passes,
             "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),
             "runs_with_a_capped_key": Run.objects.filter(concurrency_key__in=CAPPED_KEYS).count(),
             "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,

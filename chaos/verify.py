@@ -27,6 +27,11 @@ MUST_BE_ZERO = (
     "spawned_after_cancel",
     "descendants_left_running_by_a_cancel",
     "children_lost",
+    "orphan_rows",
+    "stuck_waiting",
+    "replay_mismatches",
+    "descendants_lost",
+    "children_open_mismatches",
 )
 
 #: And for the failover profile: workers ride through a failover on their own
@@ -307,4 +312,31 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
                 )
             )
         ),
+    }
+
+
+def run_tree_figures() -> dict[str, Any]:
+    """The run tree's invariants after the drain (runqueue.testing, the
+    ones the model-checked state machine keeps): no row outlives its run
+    (``orphan_rows``), no run is left waiting (``stuck_waiting``: every
+    wake-up was given, so a run still waiting never ends), no gathered call
+    got another call's record (``replay_mismatches``, from chaos.gather's
+    results), a live run's descendants all exist, every live parent's
+    count of open children is right."""
+    from chaos.handlers import KIND_GATHER
+    from runqueue import testing
+
+    orphans = testing.orphan_rows()
+    gathered = Run.objects.filter(kind=KIND_GATHER, status="succeeded").values_list(
+        "result", flat=True
+    )
+    return {
+        "orphan_rows": sum(orphans.values()),
+        "orphan_rows_by_table": orphans,
+        "stuck_waiting": Run.objects.filter(status__in=["waiting", "waiting_for_user"]).count()
+        + len(testing.stuck_waits()),
+        "gather_runs_checked": len(gathered),
+        "replay_mismatches": sum(r.get("replay_mismatches", 0) for r in gathered if r),
+        "descendants_lost": len(testing.missing_descendants()),
+        "children_open_mismatches": len(testing.children_open_mismatches()),
     }
