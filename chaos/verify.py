@@ -142,12 +142,14 @@ def budget_charges() -> dict[str, list[tuple[float, int]]]:
     alone: a claim of a run whose declared call (run.created, or a requeue
     waiting for a budget) it reserved, and each budget.reserved; at what the
     call used once settled (budget.settled: a lease settles its oldest open
-    reservation of the key, and a new claim starts a new lease)."""
+    reservation of the key, and a new claim starts a new lease); a call
+    refunded (budget.refunded: its run given back unstarted) was never
+    made and counts nothing."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT run_id, type, extract(epoch FROM created_at), data FROM runqueue_run_event"
             " WHERE type IN ('run.created', 'run.requeued', 'run.claimed', 'budget.reserved',"
-            " 'budget.settled') ORDER BY id"
+            " 'budget.settled', 'budget.refunded') ORDER BY id"
         )
         rows = cursor.fetchall()
     declared: dict[Any, dict[str, Any]] = {}
@@ -173,6 +175,10 @@ def budget_charges() -> dict[str, list[tuple[float, int]]]:
             entry = next(e for e in held[run_id] if e[0] == data["key"])
             held[run_id].remove(entry)
             entry[2] = data["used"]
+        elif type_ == "budget.refunded":
+            entry = next(e for e in held[run_id] if e[0] == data["key"])
+            held[run_id].remove(entry)
+            charges[data["key"]].remove(entry)
     return {
         key: sorted((at, tokens) for _k, at, tokens in entries) for key, entries in charges.items()
     }

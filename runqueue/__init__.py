@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from runqueue.errors import (
     ActiveRunConflict,
+    ChildrenGone,
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidArgument,
@@ -57,6 +58,7 @@ _LAZY = {
 
 __all__ = [
     "ActiveRunConflict",
+    "ChildrenGone",
     "IdempotencyConflict",
     "IdempotencyInProgress",
     "InvalidArgument",

@@ -58,6 +58,22 @@ class RunNotFound(RunqueueError, LookupError):
         super().__init__(f"no run {run_id}")
 
 
+class ChildrenGone(RunqueueError, LookupError):
+    """``ctx.children()`` found no run for some ids its spawn records name:
+    deleted, or dropped by a retention older than this rule (retention
+    keeps a run while an ancestor is not terminal). Never a shorter list."""
+
+    def __init__(self, run_id: object, missing: list[uuid.UUID], spawned: int) -> None:
+        self.run_id = run_id
+        self.missing = missing
+        self.spawned = spawned
+        ids = ", ".join(str(i) for i in missing)
+        super().__init__(
+            f"run {run_id}: {len(missing)} of its {spawned} children cannot be found ({ids});"
+            " deleted, or dropped by the retention"
+        )
+
+
 class ToolInvocationNotFound(RunqueueError, LookupError):
     """No tool invocation with this id (an operator resolving a pruned run's, say)."""
 

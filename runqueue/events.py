@@ -37,6 +37,9 @@ TEXT = "run.text"
 #: A handler's model calls on a budget (ctx.reserve, ctx.settle).
 BUDGET_RESERVED = "budget.reserved"
 BUDGET_SETTLED = "budget.settled"
+#: The claim's reservation given back with a run its handler never started
+#: (data: key, tokens): the call was never made.
+BUDGET_REFUNDED = "budget.refunded"
 #: A child run was created by this run (data: seq, child, kind).
 SPAWNED = "run.spawned"
 #: The turn ended waiting for children, a signal or a time (data: reason,

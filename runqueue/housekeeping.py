@@ -8,6 +8,10 @@ table outside ``runqueue.submission`` and ``runqueue.leases``: it drops whole
 day partitions of finished runs (``runqueue.partitions``), never a live run,
 so it needs no lease and bumps no epoch. ``maintain_partitions`` makes the
 days ahead; the worker's housekeeping calls it through ``schedule``.
+The mailbox (``runqueue_signal``) keeps a signal only for a wait of its
+run: the signals of runs no longer live are deleted by their own job, so a
+run that finished without waiting for what was sent to it leaves nothing
+behind for long.
 """
 
 from __future__ import annotations
@@ -16,18 +20,20 @@ import logging
 from collections.abc import Callable
 
 from django.db import DatabaseError
+from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
 from runqueue import partitions
 from runqueue.conf import get_settings
 from runqueue.errors import ActiveRunConflict
-from runqueue.models import IdempotencyKey, PriorityClass, Run
+from runqueue.models import ACTIVE_STATUSES, IdempotencyKey, PriorityClass, Run, Signal
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
 from runqueue.submission import submit
 
 PRUNE_KEYS = "runqueue.prune_idempotency_keys"
 PRUNE_RUNS = "runqueue.prune_terminal_runs"
+PRUNE_SIGNALS = "runqueue.prune_signals"
 TENANT = "runqueue"
 
 logger = logging.getLogger("runqueue.housekeeping")
@@ -49,7 +55,7 @@ def schedule() -> list[Run]:
     already active."""
     maintain_partitions()
     submitted = []
-    for kind in (PRUNE_KEYS, PRUNE_RUNS):
+    for kind in (PRUNE_KEYS, PRUNE_RUNS, PRUNE_SIGNALS):
         try:
             sub = submit(
                 kind=kind,
@@ -67,6 +73,12 @@ def schedule() -> list[Run]:
 def prune_idempotency_keys(ctx: RunContext) -> dict:
     """Delete expired Idempotency-Keys, in small batches."""
     return {"deleted": delete_expired_keys(batch=1000, heartbeat=ctx.heartbeat)}
+
+
+@handler(PRUNE_SIGNALS)
+def prune_signals(ctx: RunContext) -> dict:
+    """Delete the signals kept for runs no longer live, in small batches."""
+    return {"deleted": delete_finished_signals(batch=1000, heartbeat=ctx.heartbeat)}
 
 
 @handler(PRUNE_RUNS)
@@ -107,5 +119,24 @@ def delete_expired_keys(*, batch: int = 1000, heartbeat: Callable[[], bool] | No
         if not ids:
             return deleted
         deleted += IdempotencyKey.objects.filter(id__in=ids).delete()[0]
+        if heartbeat is not None and not heartbeat():
+            return deleted
+
+
+def delete_finished_signals(
+    *, batch: int = 1000, heartbeat: Callable[[], bool] | None = None
+) -> int:
+    """Delete the mailbox's signals of runs that are no longer live
+    (finished, or gone), in batches: a kept signal waits only for a wait of
+    its run, and a finished run never waits again. The delete reads the
+    runs again, so a run an operator requeued meanwhile keeps its own."""
+    live = Run.objects.filter(id=OuterRef("run_id"), status__in=ACTIVE_STATUSES)
+    orphaned = Signal.objects.filter(~Exists(live))
+    deleted = 0
+    while True:
+        ids = list(orphaned.values_list("id", flat=True)[:batch])
+        if not ids:
+            return deleted
+        deleted += orphaned.filter(id__in=ids).delete()[0]
         if heartbeat is not None and not heartbeat():
             return deleted

@@ -10,13 +10,17 @@ insert ever fails for want of a day.
 ``ensure`` makes the days ahead (moving any rows the default took for such
 a day into it); ``prune`` drops every day wholly older than the retention:
 a finished runs' day is detached (a short exclusive lock on
-``runqueue_run_finished``), their tool invocations, checkpoints, keys and
-schedule ticks deleted by a join on the detached table, and dropped; an
+``runqueue_run_finished``), the runs of it still kept copied back (they land
+in the default partition), the rows of every table keyed by the others
+(``DEPENDANTS``) deleted by a join on the detached table, and dropped; an
 events' day is detached, the few events of runs still kept (live, or
 finished later) copied back (they land in the default partition), and
 dropped. A run that is not terminal is in the live partition, so nothing of
-it is ever dropped. Retention is by whole days: a finished run is kept at
-least the retention and at most a day more.
+it is ever dropped; nor is a finished run while any of its ancestors is not
+terminal or not past the retention (``_kept``: a tree goes whole, so a
+parent never resumes with fewer children than it spawned). Retention is by
+whole days: a finished run is kept at least the retention and at most a day
+more.
 
 Partitions are found by name (``<parent>_pYYYYMMDD``, days in UTC); a day
 detached by a prune that died before dropping it is finished by the next.
@@ -69,13 +73,18 @@ class DayPartitioned:
 
 RUNS = DayPartitioned("runqueue_run_finished", "finished_at")
 EVENTS = DayPartitioned("runqueue_run_event", "created_at")
-#: Tables whose rows belong to a run (run_id) and go when its day is dropped.
+#: Tables whose rows belong to a run (run_id) and go when the run is
+#: dropped: every table keyed by a run but the events, which are dropped
+#: by day (a test holds this list to the models).
 DEPENDANTS = (
     "runqueue_tool_invocation",
     "runqueue_checkpoint",
     "runqueue_idempotency_key",
     "runqueue_schedule_tick",
+    "runqueue_signal",
+    "runqueue_stream_watch",
 )
+_LIVE = ("queued", "running", "waiting_for_user", "waiting")
 
 
 def _start(day: dt.date) -> dt.datetime:
@@ -161,6 +170,9 @@ class Pruned:
     """What one prune removed, and how long it held the parents' lock."""
 
     runs: int = 0
+    #: Finished runs past the retention kept for a tree still in use (they
+    #: wait in the default partition, looked at again by every prune).
+    kept_runs: int = 0
     events: int = 0
     kept_events: int = 0
     days: list[str] = field(default_factory=list)
@@ -177,14 +189,20 @@ def prune(*, older_than_seconds: float) -> Pruned:
     cutoff = _run(
         sql.SQL("SELECT now() - make_interval(secs => %(s)s)"), {"s": float(older_than_seconds)}
     )[0][0]
-    for table, drop in ((RUNS, _drop_runs), (EVENTS, _drop_events)):
+    for table in (RUNS, EVENTS):
         for day, name in sorted(_days(table, attached=True).items()):
             if _start(day + DAY) <= cutoff:
                 if not _detach(table, name, result):
                     break
-        for day, name in sorted(_days(table, attached=False).items()):
-            drop(name, _start(day + DAY), result)
-            result.days.append(name)
+    # Every detached runs day is read by the walk up each tree (_kept)
+    # until it is dropped: a parent may be in a later day than its child.
+    detached = [name for _day, name in sorted(_days(RUNS, attached=False).items())]
+    while detached:
+        _drop_runs(detached[0], cutoff, detached, result)
+        result.days.append(detached.pop(0))
+    for day, name in sorted(_days(EVENTS, attached=False).items()):
+        _drop_events(name, _start(day + DAY), result)
+        result.days.append(name)
     _prune_defaults(cutoff, result)
     result.seconds = time.monotonic() - began
     return result
@@ -214,10 +232,81 @@ def _detach(table: DayPartitioned, name: str, result: Pruned) -> bool:
     return True
 
 
-def _drop_runs(name: str, _end: dt.datetime, result: Pruned) -> None:
-    """Delete what belongs to the detached day's runs, then drop it."""
+def _in(values: tuple[str, ...]) -> sql.Composable:
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
+
+
+def _runs_read(detached: list[str]) -> sql.Composable:
+    """Every run still stored: the runs table and the detached days."""
+    columns = sql.SQL("id, parent_id, status, finished_at")
+    parts = [sql.SQL("SELECT {} FROM runqueue_run").format(columns)]
+    parts += [sql.SQL("SELECT {} FROM {}").format(columns, sql.Identifier(n)) for n in detached]
+    return sql.SQL(" UNION ALL ").join(parts)
+
+
+def _kept(
+    source: sql.Composable, cutoff: dt.datetime, detached: list[str], within: sql.Composable
+) -> list:
+    """The ids of runs in ``source`` (those matching ``within``) past the
+    retention but kept: a run goes only once every ancestor is terminal and
+    past the retention too, so a parent never resumes with fewer children
+    than it spawned, and a tree goes whole. The walk goes up each tree from
+    a run with a parent, one probe by id per level; an ancestor not found
+    (dropped already) ends it. Reads nothing for runs without a parent."""
+    runs = _runs_read(detached)
+    rows = _run(
+        sql.SQL(
+            "WITH RECURSIVE up(id, ancestor) AS ("
+            " SELECT d.id, d.parent_id FROM {source} d WHERE d.parent_id IS NOT NULL AND {within}"
+            " UNION ALL"
+            " SELECT up.id, a.parent_id FROM up JOIN ({runs}) a ON a.id = up.ancestor"
+            " WHERE a.status IN {terminal} AND a.finished_at < %(cutoff)s"
+            " AND a.parent_id IS NOT NULL)"
+            " SELECT DISTINCT up.id FROM up JOIN ({runs}) a ON a.id = up.ancestor"
+            " WHERE a.status IN {live} OR a.finished_at >= %(cutoff)s"
+        ).format(
+            source=source,
+            within=within,
+            runs=runs,
+            terminal=_in(_TERMINAL),
+            live=_in(_LIVE),
+        ),
+        {"cutoff": cutoff},
+    )
+    return [row[0] for row in rows]
+
+
+def _columns(table: str) -> sql.Composable:
+    names = _run(
+        sql.SQL(
+            "SELECT attname FROM pg_attribute WHERE attrelid = {}::regclass"
+            " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        ).format(sql.Literal(table))
+    )
+    return sql.SQL(", ").join(sql.Identifier(row[0]) for row in names)
+
+
+def _drop_runs(name: str, cutoff: dt.datetime, detached: list[str], result: Pruned) -> None:
+    """Copy back the day's runs still kept (``_kept``), delete what belongs
+    to the others, then drop the detached day."""
     day = sql.Identifier(name)
     with transaction.atomic():
+        kept = _kept(day, cutoff, detached, sql.SQL("true"))
+        if kept:
+            # Into the runs table: the day is detached, so they land in the
+            # default partition, where the next prunes look at them again.
+            columns = _columns(name)
+            _run(
+                sql.SQL(
+                    "INSERT INTO runqueue_run ({columns}) SELECT {columns} FROM {day}"
+                    " WHERE id = ANY(%(ids)s::uuid[])"
+                ).format(columns=columns, day=day),
+                {"ids": kept},
+            )
+            _run(
+                sql.SQL("DELETE FROM {} WHERE id = ANY(%(ids)s::uuid[])").format(day),
+                {"ids": kept},
+            )
         for dependant in DEPENDANTS:
             _run(
                 sql.SQL("DELETE FROM {} t USING {} d WHERE t.run_id = d.id").format(
@@ -231,9 +320,10 @@ def _drop_runs(name: str, _end: dt.datetime, result: Pruned) -> None:
 def _drop_events(name: str, end: dt.datetime, result: Pruned) -> None:
     """Copy back the events of runs still kept, then drop the detached day.
 
-    A run still kept created before the day's end is live, or finished
-    after every day dropped (those are detached by now): both read through
-    runqueue_run's created_at index, a handful of rows per partition.
+    A run still kept created before the day's end is live, finished after
+    every day dropped (those are detached by now), or kept for its tree
+    (``_kept``): all read through runqueue_run's created_at index, a
+    handful of rows per partition.
     """
     day = sql.Identifier(name)
     columns = sql.SQL("id, type, lease_epoch, data, created_at, run_id")
@@ -256,14 +346,18 @@ def _drop_events(name: str, end: dt.datetime, result: Pruned) -> None:
 def _prune_defaults(cutoff: dt.datetime, result: Pruned) -> None:
     """Rows past the retention in the default partitions (a day nobody made
     in time): deleted row by row, as few as the days the maintenance missed."""
+    default = sql.Identifier("runqueue_run_finished_default")
     with transaction.atomic():
+        past = sql.SQL("d.finished_at < %(cutoff)s")
+        kept = _kept(default, cutoff, [], past)
+        result.kept_runs += len(kept)
         gone = _run(
             sql.SQL(
-                "WITH gone AS (DELETE FROM runqueue_run_finished_default"
-                " WHERE finished_at < %(cutoff)s RETURNING id)"
+                "WITH gone AS (DELETE FROM {} WHERE finished_at < %(cutoff)s"
+                " AND NOT id = ANY(%(kept)s::uuid[]) RETURNING id)"
                 " SELECT coalesce(array_agg(id), ARRAY[]::uuid[]) FROM gone"
-            ),
-            {"cutoff": cutoff},
+            ).format(default),
+            {"cutoff": cutoff, "kept": kept},
         )[0][0]
         if gone:
             for dependant in DEPENDANTS:

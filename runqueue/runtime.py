@@ -37,6 +37,7 @@ from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
     PERMANENT,
+    ChildrenGone,
     PermanentError,
     RunCancelled,
     UncertainOutcome,
@@ -224,14 +225,19 @@ class RunContext:
         return child
 
     def children(self) -> list[Run]:
-        """The runs this run spawned, in spawn order, as they are now."""
+        """The runs this run spawned, in spawn order, as they are now: every
+        one of them, or ChildrenGone naming those that cannot be found
+        (retention keeps a run while an ancestor is live, so only a delete
+        does that): a fan-in never goes on with part of its children."""
         records = ToolInvocation.objects.filter(
             run_id=self.run.id, tool=submission.SPAWN_TOOL
         ).order_by("seq")
         results = records.values_list("result", flat=True)
         ids = [uuid.UUID(str(r["run_id"])) for r in results if isinstance(r, dict)]
         runs = Run.objects.in_bulk(ids)
-        return [runs[i] for i in ids if i in runs]
+        if missing := [i for i in ids if i not in runs]:
+            raise ChildrenGone(self.run.id, missing, len(ids))
+        return [runs[i] for i in ids]
 
     def wait_for_children(self, state: JSON = None) -> Wait:
         """Return this from the handler to end the turn until every child

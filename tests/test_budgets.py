@@ -235,3 +235,31 @@ def test_shares_weight_the_turns() -> None:
         _submit(100, tenant="big")
     tenants = [leases.claim("w", limit=1)[0].run.tenant for _ in range(16)]
     assert tenants.count("big") == 12, tenants
+
+
+def test_a_run_given_back_before_its_handler_started_refunds_its_call() -> None:
+    """One request a minute: a claimed run given back before its handler
+    started (``release(..., unstarted=True)``: a stopping worker, a lease
+    claimed ahead) gives its request and tokens back into the bucket they
+    were reserved in, so it is claimed again at once; given back after its
+    handler started, the call may have been made: it keeps them."""
+    _budget(tokens=1000, requests=1)
+    run = _submit(400)
+    (lease,) = _claim()
+    assert _window() == (400, 1)
+
+    assert leases.release(lease, "shutdown", unstarted=True)
+
+    assert _window() == (0, 0)
+    assert lease.reservations == []
+    stored = Run.objects.get(id=run.id)
+    assert (stored.status, stored.budget_reserved) == (RunStatus.QUEUED, 0)
+    refunded = RunEvent.objects.get(run_id=run.id, type="budget.refunded")
+    assert refunded.data == {"key": "openai:gpt-5", "tokens": 400}
+    assert refunded.lease_epoch == lease.epoch
+    (again,) = _claim()  # at once: the window has its request back
+    assert again.run_id == run.id and _window() == (400, 1)
+    assert leases.release(again, "shutdown")  # its handler ran
+    assert _window() == (400, 1)
+    assert _claim() == []
+    assert Run.objects.get(id=run.id).budget_reserved == 400

@@ -14,13 +14,15 @@ import time
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 import runqueue
 from chaos.verify import budget_charges, budget_overruns
-from runqueue import budgets, leases, runtime
+from runqueue import budgets, events, leases, runtime
 from runqueue.models import Budget, Run, RunStatus
 from runqueue.outcomes import Succeeded
-from tests.helpers import Worker
+from runqueue.sql import execute
+from tests.helpers import Worker, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,3 +99,93 @@ def test_racing_claimers_never_reserve_past_a_budget() -> None:
     # The race was real: the budget was the bottleneck, its windows filled.
     assert calls >= REQUESTS * 0.6 or tokens >= TOKENS * 0.6, (tokens, calls)
     assert len(budget_charges()[KEY]) > RUNS * 0.75
+
+
+LATE_KEY, LATE_TOKENS = "provider:late", 100
+
+
+def _bucket(cursor, at: object) -> int:
+    cursor.execute("SELECT runqueue_budget_bucket(1, %s)", [at])
+    return cursor.fetchone()[0]
+
+
+def _clock(cursor) -> object:
+    cursor.execute("SELECT clock_timestamp()")
+    return cursor.fetchone()[0]
+
+
+def _reserve_holding_the_row(
+    lease: leases.Lease, held: threading.Event, go: threading.Event, target: list[int]
+) -> list:
+    """Another worker's transaction: it holds the budget's row (FOR UPDATE)
+    while a settle queues behind it, and once the clock is in bucket
+    ``target[0]`` it reserves five calls of 20 (what ``ctx.reserve``
+    writes: the reservation and its event at its instant), then commits."""
+    reserved = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM runqueue_budget WHERE key = %s FOR UPDATE", [LATE_KEY])
+        held.set()
+        assert go.wait(DEADLINE)
+        deadline = time.monotonic() + DEADLINE
+        while _bucket(cursor, _clock(cursor)) < target[0]:
+            assert time.monotonic() < deadline, "the clock never reached the bucket"
+            time.sleep(0.005)  # polling the database clock, with a deadline
+        for _ in range(5):
+            params = {
+                "key": LATE_KEY,
+                "tenant": lease.run.tenant,
+                "tokens": 20,
+                "run_id": lease.run_id,
+            }
+            verdict, at = execute(cursor, "budget_reserve", params).fetchone()
+            assert verdict == "taken"
+            events.append(
+                lease.run_id,
+                events.BUDGET_RESERVED,
+                lease.epoch,
+                {"key": LATE_KEY, "tokens": 20},
+                at=at,
+            )
+            reserved.append(_bucket(cursor, at))
+    return reserved
+
+
+def test_a_settle_that_waited_over_a_window_for_the_row_erases_no_newer_bucket() -> None:
+    """A budget of 100 tokens a second. A call reserved 30 and used 60; its
+    settle waits for the budget's row behind another transaction for more
+    than 1.1 windows, while that one reserves 100 tokens in the bucket
+    that now occupies the ring slot of the settle's own start. The settle
+    must charge its 30 extra without resetting those 100: then no further
+    call fits, and the event log's replay finds no window above the budget
+    plus one reservation (before: the settle reset the slot, five more
+    calls of 20 were reserved, 200 tokens in one window)."""
+    Budget.objects.create(key=LATE_KEY, tokens=LATE_TOKENS, requests=None, per_seconds=1)
+    for _ in range(3):
+        runqueue.submit(kind="k")
+    settling, holder, late = leases.claim("w", limit=3)
+    assert leases.reserve(settling, LATE_KEY, 30)
+    held, go, target = threading.Event(), threading.Event(), [0]
+    other = Worker(lambda: _reserve_holding_the_row(holder, held, go, target), name="holder")
+    other.start()
+    assert held.wait(DEADLINE)
+    settle = Worker(lambda: leases.settle(settling, 60), name="settle")
+    settle.start()
+    assert settle.started_fn.wait(DEADLINE)
+    wait_until(lambda: is_blocked(settle.backend_pid), what="the settle to wait for the row")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xact_start FROM pg_stat_activity WHERE pid = %s", [settle.backend_pid]
+        )
+        started = _bucket(cursor, cursor.fetchone()[0])
+    # The bucket 1.1 windows later: the same slot of the ring of eleven.
+    target[0] = started + 11
+    go.set()
+    assert other.outcome() == [started + 11] * 5  # all in that one bucket
+    assert settle.outcome() == 30
+
+    taken = [leases.reserve(late, LATE_KEY, 20) for _ in range(5)]
+
+    assert taken == [False] * 5
+    overruns, worst = budget_overruns(lambda key: (LATE_TOKENS, None, 1))
+    assert worst[LATE_KEY][0] <= LATE_TOKENS + 30, worst
+    assert overruns == 0, worst

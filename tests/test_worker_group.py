@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import leases
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue import budgets, leases
+from runqueue.models import Budget, PriorityClass, Run, RunEvent, RunStatus
 from runqueue.outcomes import Reported, Succeeded
 from runqueue.testing import ready
 from runqueue.worker import group as group_module
@@ -297,6 +297,75 @@ def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) ->
         assert busy in group.held()
     finally:
         _stop(group)
+
+
+def _window(key: str) -> tuple[int, int]:
+    (window,) = [w for w in budgets.windows() if w.key == key]
+    return window.used_tokens, window.used_requests
+
+
+def _budgeted(tokens: int) -> object:
+    return runqueue.submit(kind="k", priority=ASYNC, budget=("b", tokens)).run.id
+
+
+def test_a_budgeted_lease_claimed_ahead_and_given_back_refunds_its_call(monkeypatch) -> None:
+    """One request a minute: the lease claimed ahead of a busy slot is given
+    back unstarted, with its request and tokens, so another worker claims
+    the run at once instead of a minute later."""
+    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 0.2)
+    Budget.objects.create(key="b", tokens=1000, requests=1, per_seconds=60)
+    _submit(2)
+    budgeted = _budgeted(100)
+    group = _group(1, ahead=1)
+    slot = _started(group)
+    try:
+        first = slot.got()
+        slot.exchange((first, Succeeded.of(None)))
+        busy = slot.got()
+        wait_until(lambda: len(ready(group)) == 1, what="a lease claimed ahead")
+        (ahead,) = ready(group)
+        assert ahead.run_id == budgeted
+        wait_until(lambda: ahead not in group.held(), what="the lease ahead to be given back")
+        assert event_types(budgeted, epoch=ahead.epoch) == [
+            "run.claimed",
+            "budget.refunded",
+        ]
+        assert _window("b") == (0, 0)
+        other = leases.claim_one("other", [ASYNC])
+        assert other is not None and other.run_id == budgeted
+        assert busy in group.held()
+    finally:
+        _stop(group)
+
+
+def test_a_stopping_group_refunds_the_calls_of_the_leases_it_never_started(
+    monkeypatch,
+) -> None:
+    """Shutdown gives back every lease still held: the one a slot is
+    running keeps its reservation (the call may have been made), the one
+    claimed ahead and never started gives its back."""
+    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 600)
+    Budget.objects.create(key="b", tokens=1000, requests=2, per_seconds=60)
+    _submit(1)
+    running, waiting = _budgeted(100), _budgeted(200)
+    group = _group(1, ahead=1)
+    slot = _started(group)
+    first = slot.got()
+    slot.exchange((first, Succeeded.of(None)))
+    busy = slot.got()
+    wait_until(lambda: len(ready(group)) == 1, what="a lease claimed ahead")
+    assert (busy.run_id, ready(group)[0].run_id) == (running, waiting)
+    assert _window("b") == (300, 2)
+
+    _stop(group)
+
+    given_back = RunEvent.objects.filter(type="run.requeued").order_by("run_id")
+    assert sorted((e.run_id, e.data["reason"]) for e in given_back) == sorted(
+        [(running, "shutdown"), (waiting, "shutdown")]
+    )
+    refunded = RunEvent.objects.filter(type="budget.refunded")
+    assert [(e.run_id, e.data["tokens"]) for e in refunded] == [(waiting, 200)]
+    assert _window("b") == (100, 1)
 
 
 def test_a_burst_pool_drains_every_run_exactly_once() -> None:

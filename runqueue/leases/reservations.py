@@ -1,6 +1,7 @@
 """A handler's model calls on budgets, each behind the fence: reserve a
-further call, and settle one to what it used (docs/decisions.md,
-"Budgets"). Giving the run back until a call fits is an outcome
+further call, settle one to what it used, and refund what a run given
+back unstarted had reserved (docs/decisions.md, "Budgets"). Giving the run
+back until a call fits is an outcome
 (``runqueue.leases.writes.wait_for_budget``)."""
 
 from __future__ import annotations
@@ -78,3 +79,27 @@ def settle(lease: Lease, used: int, key: str | None = None) -> int | None:
         return None
     lease.reservations.remove(reservation)
     return used - reservation.tokens
+
+
+def refund(lease: Lease) -> None:
+    """Give back every call the lease holds reserved, none of which was
+    made: inside the caller's fenced transaction (a release of a run whose
+    handler never started), each into the bucket it was reserved in, with
+    a ``budget.refunded`` event at the lease's epoch. The lease then holds
+    none."""
+    for reservation in lease.reservations:
+        params = {
+            "key": reservation.key,
+            "tenant": lease.run.tenant,
+            "at": reservation.at,
+            "tokens": reservation.tokens,
+            "run_id": lease.run_id,
+        }
+        with connection.cursor() as cursor:
+            execute(cursor, "budget_refund", params)
+        events.append(
+            lease.run_id,
+            events.BUDGET_REFUNDED,
+            lease.epoch,
+            {"key": reservation.key, "tokens": reservation.tokens},
+        )

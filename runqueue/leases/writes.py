@@ -23,6 +23,7 @@ from runqueue.leases.base import (
 )
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, record_fenced, renew_params
+from runqueue.leases.reservations import refund
 from runqueue.leases.waits import suspend
 from runqueue.models import (
     RunStatus,
@@ -323,17 +324,26 @@ def spawn_write(lease: Lease, write: Callable[[], None]) -> bool:
     )
 
 
-def release(lease: Lease, reason: str) -> bool:
-    """Give a run back unfinished (worker shutdown): queued at once, the
-    attempt returned, the epoch bumped so a handler still running is fenced."""
+def release(lease: Lease, reason: str, *, unstarted: bool = False) -> bool:
+    """Give a run back unfinished (worker shutdown, a lease claimed ahead
+    that waited too long): queued at once, the attempt returned, the epoch
+    bumped so a handler still running is fenced. ``unstarted``: no handler
+    ever ran on this lease, so the call its claim reserved on a budget was
+    never made: it is refunded in the same transaction. Once a handler
+    started, the call may have been made: the reservation stays counted."""
 
     def write(row: tuple) -> None:
+        if unstarted:
+            refund(lease)
         events.append(
             lease.run_id, events.REQUEUED, row[1], {"reason": reason, "attempt": lease.attempt}
         )
         notify(lease.run.priority)
 
-    return fenced(lease, "release", "fence_release", None, write, closes=True) is not None
+    released = fenced(lease, "release", "fence_release", None, write, closes=True) is not None
+    if released and unstarted:
+        lease.reservations.clear()
+    return released
 
 
 def wait_for_budget(lease: Lease, outcome: BudgetWait) -> bool:

@@ -922,6 +922,21 @@ WITH settled AS (
 )
 SELECT delta FROM settled;
 
+-- name: budget_refund --
+-- A run given back before its handler started, inside the release's fenced
+-- transaction: the call its claim reserved was never made, so its request
+-- and tokens go back into the bucket they were reserved in
+-- (runqueue_budget_refund) and come off the run's budget_reserved.
+-- Returns whether the budget's ring still held that bucket.
+WITH refunded AS (
+    SELECT runqueue_budget_refund(%(key)s, %(tenant)s, %(at)s, %(tokens)s) AS held
+), counted AS (
+    UPDATE runqueue_run r
+       SET budget_reserved = greatest(r.budget_reserved - %(tokens)s, 0)
+     WHERE r.id = %(run_id)s
+)
+SELECT held FROM refunded;
+
 -- name: fence_budget_wait --
 -- The handler waits for a budget (ctx.wait_for_budget): the run goes back
 -- to queued with its next call's budget declared, so the claim reserves it

@@ -485,7 +485,9 @@ class Group(threading.Thread):
             # (the release's NOTIFY must not make this group claim it back).
             self._run_seconds = max(self._run_seconds, AHEAD_WAIT_SECONDS)
         for lease in stale:
-            leases.release(lease, "claimed_ahead")  # queued at once, NOTIFY sent
+            # Queued at once, NOTIFY sent; never started, so its budget
+            # reservation goes back too.
+            leases.release(lease, "claimed_ahead", unstarted=True)
             self._report(lease, Reported.GIVEN_BACK)
 
     def _report(self, lease: leases.Lease, outcome: Reported) -> None:
@@ -513,8 +515,12 @@ class Group(threading.Thread):
                 logger.warning("%s: database error at shutdown (%s)", self.name, exc)
                 connection.close()
         for lease in self.held():
-            # Queued at once; the epoch bump fences a handler still running it.
-            if retrying(functools.partial(leases.release, lease, "shutdown")):
+            # Queued at once; the epoch bump fences a handler still running
+            # it. One no slot started (claimed ahead, or claimed while the
+            # group stopped: no slot starts a lease once _stopping is set)
+            # gives its budget reservation back too.
+            unstarted = not lease.started
+            if retrying(functools.partial(leases.release, lease, "shutdown", unstarted=unstarted)):
                 logger.info("Gave back run id=%s epoch=%s", lease.run_id, lease.epoch)
             with self._cond:
                 self._held.discard(lease)
