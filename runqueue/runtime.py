@@ -64,6 +64,7 @@ from runqueue.outcomes import (
     ToolOutcome,
     Waiting,
     positive_seconds,
+    wake_time,
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
@@ -263,11 +264,10 @@ class RunContext:
 
     def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
         """Return this from the handler to end the turn until ``when`` (an
-        aware datetime, compared with the database's clock)."""
+        aware datetime, compared with the database's clock, at most
+        9999-12-31 in UTC; ValueError if not)."""
         self.check()
-        if not isinstance(when, dt.datetime) or when.tzinfo is None:
-            raise ValueError(f"sleep_until needs an aware datetime, got {when!r}")
-        return Wait(reason=WaitReason.TIMER, state=self._state(state), until=when)
+        return Wait(reason=WaitReason.TIMER, state=self._state(state), until=wake_time(when))
 
     def _state(self, state: JSON) -> JSON:
         return self.state if state is None else state
@@ -697,8 +697,9 @@ def _returned(
             return Suspended(
                 reason=result.reason,
                 wait_name=result.name,
-                until=result.until,
-                timeout=result.timeout,
+                # Checked again: a Wait made directly skipped the ctx call.
+                until=wake_time(result.until),
+                timeout=positive_seconds(result.timeout),
                 state=result.state,
                 tool_seq=ctx._seq,
             )

@@ -324,3 +324,10 @@ async def async_fanout(ctx: Any) -> Any:
             "go", timeout=60, state={"children": [c.status for c in children]}
         )
     return {"children": ctx.state["children"], "input": ctx.input}
+
+
+@runqueue.handler("test.huge_timeout")
+def huge_timeout(ctx: RunContext) -> Any:
+    """Asks to wait for a signal 1e13 seconds at most: past any deadline
+    PostgreSQL can hold (refused at the call)."""
+    return ctx.wait_for_signal("go", timeout=1e13)

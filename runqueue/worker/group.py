@@ -49,10 +49,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, DataError, IntegrityError, connection
 
 from runqueue import leases
 from runqueue.db import connection_lost
+from runqueue.errors import PERMANENT
+from runqueue.failures import failure_record
 from runqueue.models import PriorityClass
 from runqueue.outcomes import Failed, Outcome, Reported, Succeeded
 from runqueue.worker.services import ConnectionCheck, reconnect_delay, retrying
@@ -439,10 +441,26 @@ class Group(threading.Thread):
                 elif isinstance(outcome, Succeeded | Failed):
                     finishes.append((lease, outcome))
                 else:
-                    report(lease, leases.label(lease, outcome, leases.write(lease, outcome)))
+                    report(lease, _write_alone(lease, outcome))
             if not finishes and not want:
                 return []
-            written, claimed = leases.finish_and_claim(finishes, self._spec(want))
+            try:
+                written, claimed = leases.finish_and_claim(finishes, self._spec(want))
+            except DatabaseError as exc:
+                if connection_lost(exc) or not finishes:
+                    raise
+                # One run's finish may be what the statement refused: each
+                # is written alone, so it costs no other run its outcome.
+                logger.warning(
+                    "%s: finishing %d runs together failed (%s); one at a time",
+                    self.name,
+                    len(finishes),
+                    exc,
+                )
+                for lease, outcome in finishes:
+                    report(lease, _write_alone(lease, outcome))
+                finishes = []
+                written, claimed = leases.finish_and_claim([], self._spec(want))
         except Exception:
             for lease, _outcome in outcomes:
                 if lease not in reported:
@@ -520,3 +538,55 @@ class Group(threading.Thread):
                 self._held.discard(lease)
         with self._cond:
             self._ready.clear()
+
+
+def _write_alone(lease: leases.Lease, outcome: Outcome) -> Reported:
+    """Write one run's outcome in a transaction of its own; what it became.
+
+    A lost connection is raised (the round's error: nothing more can be
+    written now). Any other error is this run's alone: an outcome the
+    database or the checks refuse (``_unwritable``: bad input, which no
+    attempt would write either) fails the run at once with a failure record
+    that says why; another (a lock or statement timeout) leaves this run
+    alone to lease expiry. The round's other outcomes are written either way.
+    """
+    try:
+        return leases.label(lease, outcome, leases.write(lease, outcome))
+    except Exception as exc:
+        if isinstance(exc, DatabaseError) and connection_lost(exc):
+            raise
+        if not _unwritable(exc):
+            logger.warning(
+                "Run id=%s: its %s outcome could not be written (%s); left to lease expiry",
+                lease.run_id,
+                outcome.name,
+                exc,
+            )
+            return Reported.ERROR
+        logger.warning(
+            "Run id=%s: its %s outcome could not be written (%s); failing the run",
+            lease.run_id,
+            outcome.name,
+            exc,
+        )
+        failed = Failed(
+            failure_record(
+                exc,
+                classification=PERMANENT,
+                attempt=lease.attempt,
+                message=f"the run's {outcome.name} outcome could not be written: {exc}",
+            )
+        )
+    try:
+        return leases.label(lease, failed, leases.write(lease, failed))
+    except Exception as exc:
+        if isinstance(exc, DatabaseError) and connection_lost(exc):
+            raise
+        logger.exception("Run id=%s: its failure could not be written either", lease.run_id)
+        return Reported.ERROR
+
+
+def _unwritable(exc: BaseException) -> bool:
+    """The outcome itself is at fault: a value the database refuses (a
+    data exception, a constraint) or one the checks refuse first."""
+    return isinstance(exc, DataError | IntegrityError | ValueError | TypeError)
