@@ -158,9 +158,9 @@ class RunContext:
     def checkpoint(self, state: JSON) -> bool:
         """Save ``state``; a later attempt resumes with it as ``ctx.state``."""
         self.check()
-        return self.checkpoint_at(state, self._seq)
+        return self._checkpoint_at(state, self._seq)
 
-    def checkpoint_at(self, state: JSON, tool_seq: int) -> bool:
+    def _checkpoint_at(self, state: JSON, tool_seq: int) -> bool:
         """``checkpoint`` after the first ``tool_seq`` calls (the number the
         async context read when the handler made the call)."""
         ok = leases.checkpoint(self.lease, state, tool_seq=tool_seq)
@@ -207,8 +207,8 @@ class RunContext:
         through the fence: a handler run again gets the same child back and
         never makes a second; a fenced handler makes none (RunCancelled)."""
         self.check()
-        seq, recorded = self.number()
-        return self.spawn_numbered(
+        seq, recorded = self._number()
+        return self._spawn_numbered(
             seq,
             recorded,
             kind,
@@ -218,7 +218,7 @@ class RunContext:
             session_id=session_id,
         )
 
-    def number(self) -> tuple[int, ToolInvocation | None]:
+    def _number(self) -> tuple[int, ToolInvocation | None]:
         """The next call's number, and its record from an earlier attempt if
         there is one. Taken when the handler makes the call (for an async
         handler: on the loop, before anything is awaited), so the numbers
@@ -227,7 +227,7 @@ class RunContext:
         self._seq += 1
         return seq, self._recorded.pop(seq, None)
 
-    def spawn_numbered(
+    def _spawn_numbered(
         self,
         seq: int,
         recorded: ToolInvocation | None,
@@ -325,9 +325,9 @@ class RunContext:
         request and ``tokens`` are reserved on ``key``; the handler then
         resumes from ``state`` (``ctx.state``) holding that reservation."""
         self.check()
-        return self.wait_for_budget_at(key, tokens, state, self._seq)
+        return self._wait_for_budget_at(key, tokens, state, self._seq)
 
-    def wait_for_budget_at(self, key: str, tokens: int, state: JSON, tool_seq: int) -> BudgetWait:
+    def _wait_for_budget_at(self, key: str, tokens: int, state: JSON, tool_seq: int) -> BudgetWait:
         """``wait_for_budget`` after the first ``tool_seq`` calls."""
         key, tokens = budgets.declared("wait_for_budget", key, tokens)
         state = self.state if state is None else state
@@ -348,7 +348,7 @@ class RunContext:
     ) -> ToolOutcome:
         """Run a side effect at most once per record; see the module docstring."""
         self.check()
-        seq, recorded = self.number()
+        seq, recorded = self._number()
         with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
             begun = self.tool_begin(seq, recorded, name, args, Idempotency(idempotency))
             if isinstance(begun, ToolOutcome):
@@ -375,7 +375,7 @@ class RunContext:
         args: dict[str, JSON] | None,
         idempotency: str,
     ) -> ToolOutcome | dict[str, JSON]:
-        """Call ``seq`` (``number``): its recorded outcome if an earlier
+        """Call ``seq`` (``_number``): its recorded outcome if an earlier
         attempt has one (or ``fenced``); else record it started and return
         the arguments to run it with. PermanentError if the record is of
         another call."""
@@ -496,7 +496,7 @@ class AsyncRunContext:
 
     async def _checkpoint(self, state: JSON, tool_seq: int) -> bool:
         self.check()
-        return await aio.db(self.sync.checkpoint_at, state, tool_seq)
+        return await aio.db(self.sync._checkpoint_at, state, tool_seq)
 
     async def emit(self, event_type: str, data: dict[str, JSON] | None = None) -> bool:
         self.check()
@@ -523,7 +523,7 @@ class AsyncRunContext:
         session_id: str | None = None,
     ) -> Coroutine[Any, Any, uuid.UUID]:
         """``RunContext.spawn``, awaited; numbered when called."""
-        seq, recorded = self.sync.number()
+        seq, recorded = self.sync._number()
         return self._spawn(
             seq,
             recorded,
@@ -543,7 +543,7 @@ class AsyncRunContext:
         **options: int | str | None,
     ) -> uuid.UUID:
         self.check()
-        return await aio.db(self.sync.spawn_numbered, seq, recorded, kind, payload, **options)
+        return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)
 
     async def children(self) -> list[Run]:
         return await aio.db(self.sync.children)
@@ -577,7 +577,7 @@ class AsyncRunContext:
         self, key: str, tokens: int, state: JSON, tool_seq: int
     ) -> BudgetWait:
         self.check()
-        return await aio.db(self.sync.wait_for_budget_at, key, tokens, state, tool_seq)
+        return await aio.db(self.sync._wait_for_budget_at, key, tokens, state, tool_seq)
 
     def idempotency_key(self, seq: int) -> str:
         return self.sync.idempotency_key(seq)
@@ -593,7 +593,7 @@ class AsyncRunContext:
         """``RunContext.invoke_tool``, awaited; ``fn`` may be ``async def``
         (awaited on the loop) or sync (run in a thread, the loop stays free).
         Numbered when called: calls gathered keep the order they were made in."""
-        seq, recorded = self.sync.number()
+        seq, recorded = self.sync._number()
         return self._invoke_tool(seq, recorded, name, fn, args, idempotency)
 
     async def _invoke_tool(

@@ -252,3 +252,21 @@ def test_a_tool_call_replayed_with_the_same_arguments_replays(fast_retry, kind) 
     assert run.status == RunStatus.SUCCEEDED
     assert run.result == ["completed", {"i": 1}, True]
     assert RAN == [("r", 1)]
+
+
+@runqueue.handler("order.checkpoint_among_calls")
+async def checkpoint_among_calls(ctx: runtime.AsyncRunContext) -> Any:
+    calls = [ctx.invoke_tool("echo", echo, args={"run": "c", "i": i}) for i in range(3)]
+    await ctx.checkpoint({"after": 3})  # made after the calls, awaited before them
+    await asyncio.gather(*calls)
+    return "done"
+
+
+def test_a_checkpoint_counts_the_calls_made_before_it_not_those_recorded() -> None:
+    """Resuming from it numbers the next call 3: the calls made before it
+    count, whenever they are awaited."""
+    from runqueue.models import Checkpoint
+
+    run = runqueue.submit(kind="order.checkpoint_among_calls").run
+    assert testing.execute(_claim()) == "succeeded"
+    assert Checkpoint.objects.get(run_id=run.id).tool_seq == 3
