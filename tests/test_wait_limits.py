@@ -242,10 +242,11 @@ def test_one_runs_refused_outcome_leaves_the_rest_of_the_round_written() -> None
 
 
 @pytest.mark.usefixtures("refusing_database")
-def test_a_finish_the_database_refuses_costs_the_finishes_beside_it_nothing() -> None:
+@pytest.mark.parametrize("want", [1, 0])
+def test_a_finish_the_database_refuses_costs_the_finishes_beside_it_nothing(want: int) -> None:
     """Successes are written together with the next claim, in one
     statement: one the database refuses makes the group write them one at a
-    time, and still claim."""
+    time, and still claim (if it was claiming)."""
     first, bad, last = _claimed(3)
     runqueue.submit(kind="test.echo", payload={"next": True})
     group = _group()
@@ -254,8 +255,8 @@ def test_a_finish_the_database_refuses_costs_the_finishes_beside_it_nothing() ->
         (bad, Succeeded.of({"refuse": "22003"})),
         (last, Succeeded.of({"ok": 3})),
     ]
-    claimed = group._round(outcomes, 1)
-    assert [lease.run.payload for lease in claimed] == [{"next": True}]
+    claimed = group._round(outcomes, want)
+    assert [lease.run.payload for lease in claimed] == [{"next": True}] * want
     assert _statuses(first, bad, last) == [
         RunStatus.SUCCEEDED,
         RunStatus.FAILED,

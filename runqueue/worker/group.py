@@ -511,8 +511,8 @@ class Group(threading.Thread):
                 )
                 for lease, outcome in finishes:
                     report(lease, _write_alone(lease, outcome))
-                finishes = []
-                written, claimed = leases.finish_and_claim([], self._spec(want))
+                finishes, written = [], []
+                claimed = leases.finish_and_claim([], self._spec(want))[1] if want else []
         except Exception:
             for lease, _outcome in outcomes:
                 if lease not in reported:
