@@ -58,7 +58,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from runqueue.limits import TENANT_MAX_LENGTH
+from runqueue.limits import MAX_WAIT_SECONDS, TENANT_MAX_LENGTH
 
 if TYPE_CHECKING:
     from runqueue.models import PriorityClass
@@ -416,6 +416,13 @@ def parse(raw: object) -> Settings:
             number = _number(name, value, integer=name in _INTEGERS)
             if number < 0 or (number == 0 and name in _POSITIVE):
                 raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] is out of range: {value!r}")
+            if name.endswith("_SECONDS") and number > MAX_WAIT_SECONDS:
+                # Added to the database's clock: past this a lease, a backoff
+                # or a retention would fail in the statement that uses it.
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE[{name!r}] must be at most {MAX_WAIT_SECONDS:.0f} seconds "
+                    f"(100 years), got {value!r}"
+                )
             values[name] = number
     settings = Settings(**values)
     if not 0 <= settings.BACKOFF_JITTER < 1:

@@ -14,3 +14,9 @@ REASON_MAX_LENGTH = 1000
 BUDGET_KEY_MAX_LENGTH = 255
 #: The most tokens one call may reserve (``Run.budget_tokens``: an integer).
 BUDGET_TOKENS_MAX = 2**31 - 1
+#: The longest wait or delay runqueue adds to the database's clock (a
+#: timeout, a backoff, a ``*_SECONDS`` setting): 100 years. PostgreSQL's
+#: interval stops near 292,000 years and its timestamps at 294276 AD, but
+#: Python reads times only up to 9999-12-31, so a longer wait would make
+#: its run unreadable; a limit in seconds keeps every deadline within that.
+MAX_WAIT_SECONDS = 100 * 365.25 * 86400

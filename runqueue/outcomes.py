@@ -18,8 +18,9 @@ from enum import StrEnum
 from typing import ClassVar, Literal
 
 from runqueue.failures import Failure
+from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.types import JSON
-from runqueue.validation import json_text
+from runqueue.validation import as_utc, json_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,8 @@ class Suspended:
 
 def positive_seconds(value: float | dt.timedelta | None) -> float | None:
     """Seconds as a float, from a number or a timedelta; ValueError unless
-    positive and finite."""
+    positive and at most ``MAX_WAIT_SECONDS`` (a longer one would fail in
+    the database, at the outcome's write, not here)."""
     if value is None:
         return None
     if isinstance(value, dt.timedelta):
@@ -104,7 +106,24 @@ def positive_seconds(value: float | dt.timedelta | None) -> float | None:
         raise ValueError(f"a timeout must be seconds or a timedelta, got {type(value).__name__}")
     if not 0 < value < float("inf"):
         raise ValueError(f"a timeout must be a positive number of seconds, got {value}")
+    if value > MAX_WAIT_SECONDS:
+        raise ValueError(
+            f"a timeout must be at most {MAX_WAIT_SECONDS:.0f} seconds (100 years), got {value}"
+        )
     return float(value)
+
+
+def wake_time(value: dt.datetime | None) -> dt.datetime | None:
+    """A wait's time (``sleep_until``) in UTC; ValueError unless aware and
+    within Python's years once in UTC (a later one could not be read back)."""
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValueError(f"sleep_until needs an aware datetime, got {value!r}")
+    try:
+        return as_utc(value)
+    except ValueError as exc:  # out of range (TIME_RANGE), or an unusable zone
+        raise ValueError(f"sleep_until's time {exc}, got {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,10 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
@@ -65,6 +66,7 @@ from runqueue.outcomes import (
     ToolOutcome,
     Waiting,
     positive_seconds,
+    wake_time,
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
@@ -157,7 +159,12 @@ class RunContext:
     def checkpoint(self, state: JSON) -> bool:
         """Save ``state``; a later attempt resumes with it as ``ctx.state``."""
         self.check()
-        ok = leases.checkpoint(self.lease, state, tool_seq=self._seq)
+        return self._checkpoint_at(state, self._seq)
+
+    def _checkpoint_at(self, state: JSON, tool_seq: int) -> bool:
+        """``checkpoint`` after the first ``tool_seq`` calls (the number the
+        async context read when the handler made the call)."""
+        ok = leases.checkpoint(self.lease, state, tool_seq=tool_seq)
         if ok:
             self.state = state
         return ok
@@ -201,16 +208,40 @@ class RunContext:
         through the fence: a handler run again gets the same child back and
         never makes a second; a fenced handler makes none (RunCancelled)."""
         self.check()
+        seq, recorded = self._number()
+        return self._spawn_numbered(
+            seq,
+            recorded,
+            kind,
+            payload,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            session_id=session_id,
+        )
+
+    def _number(self) -> tuple[int, ToolInvocation | None]:
+        """The next call's number, and its record from an earlier attempt if
+        there is one. Taken when the handler makes the call (for an async
+        handler: on the loop, before anything is awaited), so the numbers
+        follow the order of the calls whatever order they are run in."""
         seq = self._seq
         self._seq += 1
-        recorded = self._recorded.pop(seq, None)
+        return seq, self._recorded.pop(seq, None)
+
+    def _spawn_numbered(
+        self,
+        seq: int,
+        recorded: ToolInvocation | None,
+        kind: str,
+        payload: JSON = None,
+        *,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        session_id: str | None = None,
+    ) -> uuid.UUID:
+        """``spawn`` as call ``seq``: the recorded child, or a new one."""
         if recorded is not None:
-            if recorded.tool != submission.SPAWN_TOOL or not isinstance(recorded.result, dict):
-                raise PermanentError(
-                    f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is a "
-                    f"spawn of {kind!r} now: a handler must make its calls in the same order"
-                )
-            return uuid.UUID(str(recorded.result["run_id"]))
+            return _respawned(recorded, kind, payload)
         child = submission.spawn(
             self.lease,
             seq,
@@ -269,11 +300,10 @@ class RunContext:
 
     def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
         """Return this from the handler to end the turn until ``when`` (an
-        aware datetime, compared with the database's clock)."""
+        aware datetime, compared with the database's clock, at most
+        9999-12-31 in UTC; ValueError if not)."""
         self.check()
-        if not isinstance(when, dt.datetime) or when.tzinfo is None:
-            raise ValueError(f"sleep_until needs an aware datetime, got {when!r}")
-        return Wait(reason=WaitReason.TIMER, state=self._state(state), until=when)
+        return Wait(reason=WaitReason.TIMER, state=self._state(state), until=wake_time(when))
 
     def _state(self, state: JSON) -> JSON:
         return self.state if state is None else state
@@ -301,10 +331,14 @@ class RunContext:
         request and ``tokens`` are reserved on ``key``; the handler then
         resumes from ``state`` (``ctx.state``) holding that reservation."""
         self.check()
+        return self._wait_for_budget_at(key, tokens, state, self._seq)
+
+    def _wait_for_budget_at(self, key: str, tokens: int, state: JSON, tool_seq: int) -> BudgetWait:
+        """``wait_for_budget`` after the first ``tool_seq`` calls."""
         key, tokens = budgets.declared("wait_for_budget", key, tokens)
         state = self.state if state is None else state
         json_text(state, "checkpoint state")
-        return BudgetWait(key, tokens, state, self._seq)
+        return BudgetWait(key, tokens, state, tool_seq)
 
     def idempotency_key(self, seq: int) -> str:
         """A key for tool call ``seq`` that stays the same on every attempt."""
@@ -320,12 +354,13 @@ class RunContext:
     ) -> ToolOutcome:
         """Run a side effect at most once per record; see the module docstring."""
         self.check()
+        seq, recorded = self._number()
         with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
-            begun = self.tool_begin(name, args, Idempotency(idempotency))
+            begun = self.tool_begin(seq, recorded, name, args, Idempotency(idempotency))
             if isinstance(begun, ToolOutcome):
                 outcome = begun
             else:
-                seq, call_args = begun
+                call_args = begun
                 try:
                     value = _call(fn, call_args, self.idempotency_key(seq))
                 except Exception as exc:  # noqa: BLE001 - a tool's failure is the handler's
@@ -339,21 +374,21 @@ class RunContext:
     # tool itself between them, on the loop).
 
     def tool_begin(
-        self, name: str, args: dict[str, JSON] | None, idempotency: str
-    ) -> ToolOutcome | tuple[int, dict[str, JSON]]:
-        """Number the call; its recorded outcome if an earlier attempt has one
-        (or ``fenced``); else record it started: (seq, args) to run it with."""
-        seq = self._seq
-        self._seq += 1
+        self,
+        seq: int,
+        recorded: ToolInvocation | None,
+        name: str,
+        args: dict[str, JSON] | None,
+        idempotency: str,
+    ) -> ToolOutcome | dict[str, JSON]:
+        """Call ``seq`` (``_number``): its recorded outcome if an earlier
+        attempt has one (or ``fenced``); else record it started and return
+        the arguments to run it with. PermanentError if the record is of
+        another call."""
         if self.fenced:
             return ToolOutcome(status="fenced", seq=seq)
-        recorded = self._recorded.pop(seq, None)
         if recorded is not None:
-            if recorded.tool != name:
-                raise PermanentError(
-                    f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is "
-                    f"{name!r} now: a handler must make its tool calls in the same order"
-                )
+            _same_tool_call(recorded, name, args)
             replay = self._replay(recorded)
             if replay is not None:
                 return replay
@@ -362,7 +397,7 @@ class RunContext:
             self.lease, seq=seq, tool=name, idempotency=idempotency, arguments=args
         ):
             return ToolOutcome(status="fenced", seq=seq)
-        return seq, args
+        return args
 
     def tool_failed(self, seq: int, exc: BaseException) -> ToolOutcome:
         error = {"type": type(exc).__name__, "message": str(exc)}
@@ -430,6 +465,13 @@ class AsyncRunContext:
     an async tool is awaited on the loop between its start and outcome
     records. ``ctx.cancelled`` and ``RunCancelled`` behave as in a sync
     handler, and the handler's task is cancelled at its current ``await``.
+
+    ``spawn`` and ``invoke_tool`` (and ``checkpoint`` and
+    ``wait_for_budget``, which record how many calls came before) are plain
+    methods that return a coroutine: the call's number is taken when the
+    handler makes the call, on the loop, not when a database thread gets to
+    it. So calls made together (``asyncio.gather``) are numbered, recorded
+    and replayed in the order they were made.
     """
 
     def __init__(self, sync: RunContext) -> None:
@@ -454,9 +496,13 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync.heartbeat)
 
-    async def checkpoint(self, state: JSON) -> bool:
+    def checkpoint(self, state: JSON) -> Coroutine[Any, Any, bool]:
+        """``RunContext.checkpoint``, awaited; it counts the calls made before it."""
+        return self._checkpoint(state, self.sync._seq)
+
+    async def _checkpoint(self, state: JSON, tool_seq: int) -> bool:
         self.check()
-        return await aio.db(self.sync.checkpoint, state)
+        return await aio.db(self.sync._checkpoint_at, state, tool_seq)
 
     async def emit(self, event_type: str, data: dict[str, JSON] | None = None) -> bool:
         self.check()
@@ -473,7 +519,7 @@ class AsyncRunContext:
     ) -> AskUser:
         return self.sync.ask_user(question, state, timeout)
 
-    async def spawn(
+    def spawn(
         self,
         kind: str,
         payload: JSON = None,
@@ -481,17 +527,29 @@ class AsyncRunContext:
         priority: int | None = None,
         concurrency_key: str | None = None,
         session_id: str | None = None,
-    ) -> uuid.UUID:
-        """``RunContext.spawn``, awaited."""
-        self.check()
-        return await aio.db(
-            self.sync.spawn,
+    ) -> Coroutine[Any, Any, uuid.UUID]:
+        """``RunContext.spawn``, awaited; numbered when called."""
+        seq, recorded = self.sync._number()
+        return self._spawn(
+            seq,
+            recorded,
             kind,
             payload,
             priority=priority,
             concurrency_key=concurrency_key,
             session_id=session_id,
         )
+
+    async def _spawn(
+        self,
+        seq: int,
+        recorded: ToolInvocation | None,
+        kind: str,
+        payload: JSON,
+        **options: int | str | None,
+    ) -> uuid.UUID:
+        self.check()
+        return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)
 
     async def children(self) -> list[Run]:
         return await aio.db(self.sync.children)
@@ -515,31 +573,54 @@ class AsyncRunContext:
         self.check()
         return await aio.db(lambda: self.sync.settle(tokens=tokens, key=key))
 
-    async def wait_for_budget(self, key: str, tokens: int, state: JSON = None) -> BudgetWait:
+    def wait_for_budget(
+        self, key: str, tokens: int, state: JSON = None
+    ) -> Coroutine[Any, Any, BudgetWait]:
+        """``RunContext.wait_for_budget``, awaited; it counts the calls made before it."""
+        return self._wait_for_budget(key, tokens, state, self.sync._seq)
+
+    async def _wait_for_budget(
+        self, key: str, tokens: int, state: JSON, tool_seq: int
+    ) -> BudgetWait:
         self.check()
-        return await aio.db(self.sync.wait_for_budget, key, tokens, state)
+        return await aio.db(self.sync._wait_for_budget_at, key, tokens, state, tool_seq)
 
     def idempotency_key(self, seq: int) -> str:
         return self.sync.idempotency_key(seq)
 
-    async def invoke_tool(
+    def invoke_tool(
         self,
         name: str,
         fn: Callable[..., JSON] | Callable[..., Awaitable[JSON]],
         *,
         args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
-    ) -> ToolOutcome:
+    ) -> Coroutine[Any, Any, ToolOutcome]:
         """``RunContext.invoke_tool``, awaited; ``fn`` may be ``async def``
-        (awaited on the loop) or sync (run in a thread, the loop stays free)."""
+        (awaited on the loop) or sync (run in a thread, the loop stays free).
+        Numbered when called: calls gathered keep the order they were made in."""
+        seq, recorded = self.sync._number()
+        return self._invoke_tool(seq, recorded, name, fn, args, idempotency)
+
+    async def _invoke_tool(
+        self,
+        seq: int,
+        recorded: ToolInvocation | None,
+        name: str,
+        fn: Callable[..., JSON] | Callable[..., Awaitable[JSON]],
+        args: dict[str, JSON] | None,
+        idempotency: str,
+    ) -> ToolOutcome:
         self.check()
         sync = self.sync
         with observe.tool(sync.lease, name, idempotency) as traced:
-            begun = await aio.db(sync.tool_begin, name, args, Idempotency(idempotency))
+            begun = await aio.db(
+                sync.tool_begin, seq, recorded, name, args, Idempotency(idempotency)
+            )
             if isinstance(begun, ToolOutcome):
                 outcome = begun
             else:
-                seq, call_args = begun
+                call_args = begun
                 key = sync.idempotency_key(seq)
                 try:
                     if aio.is_async(fn):
@@ -579,6 +660,59 @@ def _accepts_key(fn: Callable[..., object]) -> bool:
 def _jsonable(value: JSON) -> JSON:
     """A tool's value as it will be replayed: JSON, with str() for the rest."""
     return json.loads(json.dumps(value, default=str))
+
+
+#: Why a replay that does not match its record is refused.
+_SAME_ORDER = "a handler must make its calls in the same order"
+_SAME_ARGUMENTS = f"{_SAME_ORDER}, with the same arguments"
+
+
+def _same_tool_call(recorded: ToolInvocation, name: str, args: dict[str, JSON] | None) -> None:
+    """PermanentError unless ``recorded`` is this call: the same tool with
+    the same arguments (as JSON: key order, tuples and 1 against 1.0 are no
+    difference). Every tool record stores its arguments, so records made
+    before this check was added are checked the same way."""
+    seq = recorded.seq
+    if recorded.tool != name:
+        raise PermanentError(
+            f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is "
+            f"{name!r} now: {_SAME_ORDER}"
+        )
+    try:
+        same = recorded.arguments == json.loads(json.dumps(args or {}, allow_nan=False))
+    except (TypeError, ValueError):
+        same = False  # not JSON: never what was recorded
+    if not same:
+        raise PermanentError(
+            f"tool call #{seq} was {name!r} with other arguments on an earlier attempt: "
+            f"{_SAME_ARGUMENTS}"
+        )
+
+
+def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
+    """The child an earlier attempt's spawn made as this call; PermanentError
+    if that call was not this spawn: another tool, another kind, or (when
+    the record has its hash: records made before it have the kind only)
+    another payload."""
+    seq, arguments = recorded.seq, recorded.arguments
+    if recorded.tool != submission.SPAWN_TOOL or not isinstance(recorded.result, dict):
+        raise PermanentError(
+            f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is a "
+            f"spawn of {kind!r} now: {_SAME_ORDER}"
+        )
+    recorded_kind = arguments.get("kind", kind) if isinstance(arguments, dict) else kind
+    if recorded_kind != kind:
+        raise PermanentError(
+            f"tool call #{seq} was a spawn of {recorded_kind!r} on an earlier attempt and is a "
+            f"spawn of {kind!r} now: {_SAME_ORDER}"
+        )
+    digest = arguments.get(submission.PAYLOAD_DIGEST) if isinstance(arguments, dict) else None
+    if digest is not None and digest != submission.payload_digest(payload):
+        raise PermanentError(
+            f"tool call #{seq} was a spawn of {kind!r} with another payload on an earlier "
+            f"attempt: {_SAME_ARGUMENTS}"
+        )
+    return uuid.UUID(str(recorded.result["run_id"]))
 
 
 def build_context(lease: leases.Lease) -> RunContext:
@@ -703,8 +837,9 @@ def _returned(
             return Suspended(
                 reason=result.reason,
                 wait_name=result.name,
-                until=result.until,
-                timeout=result.timeout,
+                # Checked again: a Wait made directly skipped the ctx call.
+                until=wake_time(result.until),
+                timeout=positive_seconds(result.timeout),
                 state=result.state,
                 tool_seq=ctx._seq,
             )

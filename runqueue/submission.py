@@ -516,6 +516,28 @@ def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outco
 
 #: The tool name a spawn is recorded under, in the parent's tool-call order.
 SPAWN_TOOL = "runqueue.spawn"
+#: The spawn record's argument that holds ``payload_digest(payload)``.
+PAYLOAD_DIGEST = "payload_sha256"
+
+
+def payload_digest(payload: JSON) -> str:
+    """SHA-256 of a payload as canonical JSON (None is ``{}``, keys sorted,
+    an integral float as its integer: payloads equal as JSON hash equal).
+    A spawn's record keeps it, so a replay can tell another payload."""
+    try:
+        value = json.loads(
+            json.dumps({} if payload is None else payload, allow_nan=False),
+            parse_float=_canonical_float,
+        )
+    except (TypeError, ValueError):
+        return ""  # not JSON: no spawn recorded it
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical_float(text: str) -> int | float:
+    number = float(text)
+    return int(number) if number.is_integer() else number
 
 
 def spawn(
@@ -570,7 +592,11 @@ def spawn(
             tool=SPAWN_TOOL,
             idempotency=Idempotency.IDEMPOTENT,
             status=ToolStatus.COMPLETED,
-            arguments={"kind": request.kind, "session_id": request.session_id},
+            arguments={
+                "kind": request.kind,
+                "session_id": request.session_id,
+                PAYLOAD_DIGEST: payload_digest(request.payload),
+            },
             result={"run_id": str(child.id)},
             lease_epoch=lease.epoch,
             lease_token=lease.token,

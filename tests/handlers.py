@@ -324,3 +324,34 @@ async def async_fanout(ctx: Any) -> Any:
             "go", timeout=60, state={"children": [c.status for c in children]}
         )
     return {"children": ctx.state["children"], "input": ctx.input}
+
+
+@runqueue.handler("test.huge_timeout")
+def huge_timeout(ctx: RunContext) -> Any:
+    """Asks to wait for a signal 1e13 seconds at most: past any deadline
+    PostgreSQL can hold (refused at the call)."""
+    return ctx.wait_for_signal("go", timeout=1e13)
+
+
+#: ``test.async_rendezvous``: per payload["group"], how many handlers have
+#: arrived, and the event set once payload["n"] have (on the worker's loop).
+_RENDEZVOUS: dict[str, list] = {}
+
+
+@runqueue.handler("test.async_rendezvous")
+async def async_rendezvous(ctx: Any) -> dict:
+    """Waits, on the event loop, until payload["n"] handlers of its group
+    are waiting at once (a barrier): they all get there only if the worker
+    runs them all concurrently. Gives up after payload["timeout"] seconds."""
+    import asyncio
+
+    group, n = ctx.payload["group"], ctx.payload["n"]
+    arrived = _RENDEZVOUS.setdefault(group, [0, asyncio.Event()])
+    arrived[0] += 1
+    if arrived[0] >= n:
+        arrived[1].set()
+    try:
+        await asyncio.wait_for(arrived[1].wait(), ctx.payload.get("timeout", 60))
+    except TimeoutError:
+        return {"met": False, "arrived": arrived[0]}
+    return {"met": True}

@@ -84,7 +84,11 @@ def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fa
         testing.execute(first)
     # Then, pretend the charge had been recorded as started when it died.
     leases.record_tool_started(
-        first, seq=1, tool="charge", idempotency=Idempotency.NON_IDEMPOTENT, arguments={}
+        first,
+        seq=1,
+        tool="charge",
+        idempotency=Idempotency.NON_IDEMPOTENT,
+        arguments={"name": "charge"},
     )
     expire_lease(sub.run.id)
     leases.sweep()
@@ -105,7 +109,11 @@ def test_idempotent_tool_left_started_runs_again_with_the_same_key(fast_retry) -
     sub = runqueue.submit(kind="rt.tools")
     first = _claim()
     leases.record_tool_started(
-        first, seq=0, tool="lookup", idempotency=Idempotency.IDEMPOTENT, arguments={}
+        first,
+        seq=0,
+        tool="lookup",
+        idempotency=Idempotency.IDEMPOTENT,
+        arguments={"name": "lookup"},
     )
     expire_lease(sub.run.id)
     leases.sweep()

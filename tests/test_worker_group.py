@@ -397,3 +397,54 @@ def test_a_burst_pool_drains_every_run_exactly_once() -> None:
         assert per_run.count() == len(runs)
         assert set(per_run.values_list("run_id", flat=True)) == set(runs)
     assert not RunEvent.objects.filter(run_id__in=everything, type="run.fenced").exists()
+
+
+def test_a_run_handed_to_the_loop_keeps_its_room_until_its_outcome_comes() -> None:
+    """A slot thread hands its (async) run to the loop and asks for the
+    next lease: with the group's one run running, neither the group thread
+    nor a wake-up claims for the idle slot. The handed-over outcome makes
+    room: the next run goes to that slot, and the outcome is written."""
+    first, second = _submit(2, INTERACTIVE)
+    group = _group(1, classes=(INTERACTIVE,))
+    slot = _started(group)
+    try:
+        lease = slot.got()
+        assert lease.run_id == first
+        slot.exchange()  # handed to the loop: the thread is idle, the room is not
+        wait_until(lambda: len(group._idle) == 1, what="the slot to idle")
+        _wake(group)  # a NOTIFY: the waking thread finds no room
+        group.wake()  # and the group thread, woken, neither
+        rounds = group.rounds
+        assert not slot._got.wait(0.5)
+        assert group.rounds == rounds
+        assert _running() == 1
+        group.hand_over((lease, Succeeded.of({"on": "loop"})))
+        nxt = slot.got()
+        assert nxt.run_id == second
+        wait_until(
+            lambda: (first, Reported.SUCCEEDED) in group.reported, what="the outcome written"
+        )
+        assert Run.objects.get(id=first).result == {"on": "loop"}
+        assert group.held() == [nxt]
+    finally:
+        _stop(group)
+
+
+def test_a_lease_claimed_ahead_starts_when_a_run_on_the_loop_hands_over() -> None:
+    """Room freed by a handed-over outcome goes to a lease held ahead, on
+    an idle slot, at once."""
+    ids = _submit(3)
+    group = _group(1, ahead=1)
+    group._run_seconds = 0.0  # runs known to be short: the group claims ahead
+    slot = _started(group)
+    try:
+        lease = slot.got()
+        slot.exchange()  # handed to the loop
+        wait_until(lambda: len(ready(group)) == 1, what="a lease claimed ahead")
+        (ahead,) = ready(group)
+        assert not slot._got.is_set()  # no room for it yet
+        group.hand_over((lease, Succeeded.of(None)))
+        assert slot.got() is ahead
+        assert {lease.run_id, ahead.run_id} <= set(ids)
+    finally:
+        _stop(group)

@@ -24,6 +24,14 @@ def test_slot_specs_parse(text: str, classes: tuple, count: int) -> None:
     assert (spec.classes, spec.count, spec.loop) == (classes, count, False)
 
 
+def test_thread_slots_may_be_many_on_at_most_256_threads() -> None:
+    """The count is runs at once; async handlers hold no thread, so a
+    group may have more slots than threads."""
+    assert (SlotSpec.parse("async=300").count, SlotSpec.parse("async=300").slots) == (300, 256)
+    assert SlotSpec.parse("async=3").slots == 3
+    assert SlotSpec.parse("async=300:loop").slots == 300
+
+
 def test_slots_on_the_loop_parse_and_may_be_many() -> None:
     spec = SlotSpec.parse("async=500:loop")
     assert (spec.classes, spec.count, spec.loop) == ((PriorityClass.ASYNC,), 500, True)
@@ -43,8 +51,8 @@ def test_slots_on_the_loop_parse_and_may_be_many() -> None:
         ),
         ("async,async=2", "class 'async' is named twice"),
         ("async=two", "slot count must be a whole number, got 'two'"),
-        ("async=0", "slot count must be between 1 and 256, got 0"),
-        ("async=500", "slot count must be between 1 and 256, got 500"),
+        ("async=0", "slot count must be between 1 and 10000, got 0"),
+        ("async=10001", "slot count must be between 1 and 10000, got 10001"),
         ("async=10001:loop", "slot count must be between 1 and 10000, got 10001"),
         ("async=5:threads", "unknown slot mode 'threads' in 'async=5:threads'; the one mode"),
     ],

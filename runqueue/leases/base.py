@@ -203,7 +203,11 @@ def backoff(attempts: int, *, rng: random.Random | None = None) -> float:
     each multiplied by a random factor in [0.8, 1.2).
     """
     conf = get_settings()
-    delay = min(conf.BACKOFF_BASE_SECONDS * 2 ** max(attempts - 1, 0), conf.BACKOFF_MAX_SECONDS)
+    # A float exponent at most 1023: 2.0**1024 would raise OverflowError (a
+    # run with thousands of attempts would stop the sweep for every run);
+    # a product past the float range is inf, and the cap takes it.
+    growth = 2.0 ** min(max(attempts - 1, 0), 1023)
+    delay = min(conf.BACKOFF_BASE_SECONDS * growth, conf.BACKOFF_MAX_SECONDS)
     jitter = conf.BACKOFF_JITTER * (2 * (rng or random).random() - 1)
     return max(delay * (1 + jitter), 0.0)
 

@@ -25,6 +25,7 @@ from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import TERMINAL_STATUSES, Run, RunStatus, Signal, WaitReason
+from runqueue.outcomes import positive_seconds, wake_time
 from runqueue.sql import execute, prepared
 from runqueue.types import JSON
 from runqueue.validation import text_problem
@@ -65,6 +66,10 @@ def suspend(
     once (``run.resumed``)."""
     if reason not in (WaitReason.CHILDREN, WaitReason.SIGNAL, WaitReason.TIMER):
         raise ValueError(f"not a wait reason a handler returns: {reason!r}")
+    # ValueError before anything is written, never a DataError in the write.
+    until, timeout = wake_time(until), positive_seconds(timeout)
+    if reason == WaitReason.SIGNAL and (problem := signal_name_problem(name)) is not None:
+        raise ValueError(f"a signal's name {problem}")
     check_json(state, "checkpoint state")
 
     def write(_row: tuple) -> None:

@@ -25,6 +25,12 @@ interactive class never claims ahead.
 A run is never claimed for a slot that is not idle or about to be: what is
 claimed starts at once or as soon as a run of the group ends.
 
+Room: the group runs at most ``size`` runs at once. A slot thread that
+hands an async run to the event loop (``runqueue.worker.slot.LoopRuns``) is
+idle again while the run still counts: the run hands its outcome over
+itself (``hand_over``), and every claim is for the room left, not for the
+idle slots.
+
 Pickup: a group that never claims ahead (the interactive class's) claims
 for its idle slots in the thread that learns runs are due (the LISTEN
 thread, ``wake``) and hands each lease straight to its slot: a wake-up
@@ -49,10 +55,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, DataError, IntegrityError, connection
 
 from runqueue import leases
 from runqueue.db import connection_lost
+from runqueue.errors import PERMANENT
+from runqueue.failures import failure_record
 from runqueue.models import PriorityClass
 from runqueue.outcomes import Failed, Outcome, Reported, Succeeded
 from runqueue.worker.services import ConnectionCheck, reconnect_delay, retrying
@@ -135,7 +143,12 @@ class GroupConfig:
 
     label: str
     classes: tuple[PriorityClass, ...]
+    #: Runs at once, at most.
     size: int
+    #: The slots (threads or coroutines) that take its leases; 0: ``size``.
+    #: Fewer than ``size`` when a large group's threads hand their async
+    #: runs to the event loop (``hand_over``).
+    slots: int = 0
     #: The owner its leases carry: ``<worker id>/<label>``.
     owner: str
     lease_seconds: float
@@ -164,6 +177,7 @@ class Group(threading.Thread):
         self.classes = config.classes
         self.class_names = frozenset(c.slug for c in config.classes)
         self.size = config.size
+        self.boxes = config.slots or config.size
         self.claim_batch = max(1, config.claim_batch)
         self.ahead = config.claims_ahead
         #: Wake-ups claim for idle slots in the waking thread (``wake``).
@@ -174,7 +188,10 @@ class Group(threading.Thread):
         self._idle: deque[Box] = deque()
         self._ready: deque[leases.Lease] = deque()
         self._held: set[leases.Lease] = set()
+        #: Runs started and not handed back (on a slot, or on the loop).
         self._busy = 0
+        #: Idle slots a claim on wake-up took (``wake``): room kept for them.
+        self._reserved = 0
         #: Runs may be due: the last claim was full, or a NOTIFY or poll said so.
         self._due = True
         #: Bumped by every wake-up, so one that lands during a claim is kept.
@@ -219,23 +236,49 @@ class Group(threading.Thread):
         """A lease ready now, None to stop, or ``_WAIT`` (the box is idle)."""
         with self._cond:
             if done is not None:
-                done[0].returned = True
-                self._busy -= 1
-                self._outcomes.append(done)
-                self._cond.notify()
+                self._returned(done)
             if self._stopping:
                 return None
-            while self._ready:
-                lease = self._ready.popleft()
-                if lease.fenced or lease.cancelled.is_set():
-                    # Lost or cancelled while held ahead: never started.
-                    self._held.discard(lease)
-                    continue
-                return self._start(lease)
+            if (lease := self._next_ready()) is not None:
+                return lease
             box.arm()
             self._idle.append(box)
             self._cond.notify()
         return _WAIT
+
+    def hand_over(self, done: Done) -> None:
+        """How a run a slot thread handed to the event loop ended (the
+        thread took other leases meanwhile): written like any outcome."""
+        with self._cond:
+            self._returned(done)
+            # Room again: a lease claimed ahead starts on an idle slot.
+            while self._idle and not self._stopping:
+                lease = self._next_ready()
+                if lease is None:
+                    break
+                self._idle.popleft().deliver(lease)
+
+    def _returned(self, done: Done) -> None:
+        """Under the lock: a run ended; its outcome is the group thread's to write."""
+        done[0].returned = True
+        self._busy -= 1
+        self._outcomes.append(done)
+        self._cond.notify()
+
+    def _next_ready(self) -> leases.Lease | None:
+        """Under the lock: a lease claimed ahead, started, if there is room."""
+        while self._ready and self._room() > 0:
+            lease = self._ready.popleft()
+            if lease.fenced or lease.cancelled.is_set():
+                # Lost or cancelled while held ahead: never started.
+                self._held.discard(lease)
+                continue
+            return self._start(lease)
+        return None
+
+    def _room(self) -> int:
+        """Under the lock: runs the group may start now (``size`` at once)."""
+        return self.size - self._busy - self._reserved
 
     def _start(self, lease: leases.Lease) -> leases.Lease:
         self._busy += 1
@@ -254,13 +297,15 @@ class Group(threading.Thread):
             self._wakes += 1
             boxes: list[Box] = []
             if self.claims_on_wake and not (self._claiming or self._stopping):
-                while self._idle and len(boxes) < self.claim_batch:
+                room = min(self.claim_batch, self._room())
+                while self._idle and len(boxes) < room:
                     boxes.append(self._idle.popleft())
             if not boxes:
                 self._cond.notify()
                 return
             wakes = self._wakes
             self._inflight += 1
+            self._reserved += len(boxes)
         self._claim_for(boxes, wakes)
 
     def _claim_for(self, boxes: list[Box], wakes: int) -> None:
@@ -268,6 +313,7 @@ class Group(threading.Thread):
         lease to its slot; the boxes left over go back. On an error the
         group thread claims instead, with its backoff."""
         self._wake_check()
+        reserved = len(boxes)
         try:
             _written, claimed = leases.finish_and_claim([], self._spec(len(boxes)))
         except Exception as exc:
@@ -281,6 +327,7 @@ class Group(threading.Thread):
             failed = False
         with self._cond:
             self._inflight -= 1
+            self._reserved -= reserved
             self._held.update(claimed)
             self.claims_on_wakes += 1
             for lease in claimed:
@@ -397,8 +444,13 @@ class Group(threading.Thread):
                 return want
             if self._stopping and self._busy == 0:
                 return None
-            if self.config.burst and len(self._idle) == self.size and not self._ready:
-                # Burst: the last claim found nothing and every slot is idle.
+            if (
+                self.config.burst
+                and len(self._idle) == self.boxes
+                and not (self._busy or self._ready)
+            ):
+                # Burst: the last claim found nothing, every slot is idle
+                # and no run is on the loop.
                 self._stopping = True
                 self._release_idle()
                 return None
@@ -416,7 +468,9 @@ class Group(threading.Thread):
         if self._stopping:
             return 0
         ahead = self.ahead if self._run_seconds < AHEAD_BELOW_SECONDS else 0
-        return max(0, min(self.claim_batch, len(self._idle) + ahead - len(self._ready)))
+        # An idle slot may have no room: its last run is still on the loop.
+        free = min(len(self._idle), self._room())
+        return max(0, min(self.claim_batch, free + ahead - len(self._ready)))
 
     def _round(self, outcomes: list[Done], want: int) -> list[leases.Lease]:
         """Write the outcomes and claim ``want`` runs; the new leases, held.
@@ -439,10 +493,26 @@ class Group(threading.Thread):
                 elif isinstance(outcome, Succeeded | Failed):
                     finishes.append((lease, outcome))
                 else:
-                    report(lease, leases.label(lease, outcome, leases.write(lease, outcome)))
+                    report(lease, _write_alone(lease, outcome))
             if not finishes and not want:
                 return []
-            written, claimed = leases.finish_and_claim(finishes, self._spec(want))
+            try:
+                written, claimed = leases.finish_and_claim(finishes, self._spec(want))
+            except DatabaseError as exc:
+                if connection_lost(exc) or not finishes:
+                    raise
+                # One run's finish may be what the statement refused: each
+                # is written alone, so it costs no other run its outcome.
+                logger.warning(
+                    "%s: finishing %d runs together failed (%s); one at a time",
+                    self.name,
+                    len(finishes),
+                    exc,
+                )
+                for lease, outcome in finishes:
+                    report(lease, _write_alone(lease, outcome))
+                finishes, written = [], []
+                claimed = leases.finish_and_claim([], self._spec(want))[1] if want else []
         except Exception:
             for lease, _outcome in outcomes:
                 if lease not in reported:
@@ -467,7 +537,7 @@ class Group(threading.Thread):
                     # landed meanwhile (a run committed after its snapshot).
                     self._due = len(claimed) >= want or self._wakes != wakes
             for lease in claimed:
-                if self._idle and not self._stopping:
+                if self._idle and self._room() > 0 and not self._stopping:
                     self._idle.popleft().deliver(self._start(lease))
                 else:
                     self._ready.append(lease)
@@ -526,3 +596,55 @@ class Group(threading.Thread):
                 self._held.discard(lease)
         with self._cond:
             self._ready.clear()
+
+
+def _write_alone(lease: leases.Lease, outcome: Outcome) -> Reported:
+    """Write one run's outcome in a transaction of its own; what it became.
+
+    A lost connection is raised (the round's error: nothing more can be
+    written now). Any other error is this run's alone: an outcome the
+    database or the checks refuse (``_unwritable``: bad input, which no
+    attempt would write either) fails the run at once with a failure record
+    that says why; another (a lock or statement timeout) leaves this run
+    alone to lease expiry. The round's other outcomes are written either way.
+    """
+    try:
+        return leases.label(lease, outcome, leases.write(lease, outcome))
+    except Exception as exc:
+        if isinstance(exc, DatabaseError) and connection_lost(exc):
+            raise
+        if not _unwritable(exc):
+            logger.warning(
+                "Run id=%s: its %s outcome could not be written (%s); left to lease expiry",
+                lease.run_id,
+                outcome.name,
+                exc,
+            )
+            return Reported.ERROR
+        logger.warning(
+            "Run id=%s: its %s outcome could not be written (%s); failing the run",
+            lease.run_id,
+            outcome.name,
+            exc,
+        )
+        failed = Failed(
+            failure_record(
+                exc,
+                classification=PERMANENT,
+                attempt=lease.attempt,
+                message=f"the run's {outcome.name} outcome could not be written: {exc}",
+            )
+        )
+    try:
+        return leases.label(lease, failed, leases.write(lease, failed))
+    except Exception as exc:
+        if isinstance(exc, DatabaseError) and connection_lost(exc):
+            raise
+        logger.exception("Run id=%s: its failure could not be written either", lease.run_id)
+        return Reported.ERROR
+
+
+def _unwritable(exc: BaseException) -> bool:
+    """The outcome itself is at fault: a value the database refuses (a
+    data exception, a constraint) or one the checks refuse first."""
+    return isinstance(exc, DataError | IntegrityError | ValueError | TypeError)

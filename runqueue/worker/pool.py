@@ -26,7 +26,7 @@ from runqueue.worker.deadlines import Deadlines
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, Service, reconnect_delay, retrying
-from runqueue.worker.slot import LoopSlots, Slot
+from runqueue.worker.slot import LoopRuns, LoopSlots, Slot
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
 
 logger = logging.getLogger("runqueue.worker")
@@ -42,7 +42,7 @@ IGNORED_AFTER_SECONDS = 2.0
 CLAIM_AHEAD = 16
 
 
-def _join(threads: Sequence[threading.Thread | LoopSlots], deadline: float) -> None:
+def _join(threads: Sequence[threading.Thread | LoopSlots | LoopRuns], deadline: float) -> None:
     """Wait for ``threads`` until ``deadline``, waking every 0.2 s: a signal
     the kernel gives another thread runs its Python handler (a second
     SIGTERM: exit now) only when the main thread wakes up."""
@@ -103,6 +103,7 @@ class Pool:
                     label=spec.label,
                     classes=spec.classes,
                     size=spec.count,
+                    slots=spec.slots,
                     owner=f"{config.worker_id}/{spec.label}",
                     lease_seconds=config.lease_seconds,
                     claim_batch=config.claim_batch,
@@ -129,12 +130,17 @@ class Pool:
             Service("worker-row", config.sweep_seconds, self._seen),
             Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
         )
-        self.slots: list[Slot | LoopSlots] = []
+        self.slots: list[Slot | LoopSlots | LoopRuns] = []
         for spec, group in zip(config.slots, self.groups, strict=True):
             if spec.loop:
                 self.slots.append(LoopSlots(f"{spec.label}-loop", group, spec.count))
-            else:
-                self.slots.extend(Slot(f"{spec.label}-{i}", group) for i in range(spec.count))
+                continue
+            # Thread slots hand their async runs to the loop (LoopRuns).
+            loop_runs = LoopRuns(f"{spec.label}-on-loop", group)
+            self.slots.extend(
+                Slot(f"{spec.label}-{i}", group, loop_runs) for i in range(spec.slots)
+            )
+            self.slots.append(loop_runs)
 
     # --- leases held by this process ---------------------------------------------
 
@@ -277,6 +283,16 @@ class Pool:
             self.deadlines.start()
         for slot in self.slots:
             slot.start()
+        for spec in self.config.slots:
+            if spec.slots < spec.count:
+                logger.info(
+                    "Slots %s: %d runs at once on %d threads: at most %d sync handlers at once "
+                    "(async ones hold no thread)",
+                    spec.label,
+                    spec.count,
+                    spec.slots,
+                    spec.slots,
+                )
         logger.info(
             "Worker %s started: slots %s, lease %ss, heartbeat %ss%s",
             self.config.worker_id,

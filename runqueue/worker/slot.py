@@ -3,6 +3,11 @@ outcome back and take the next lease, until the group says stop. A slot is
 a thread (``Slot``), or a coroutine on the process's event loop
 (``LoopSlots``, ``--slots async=500:loop``).
 
+A slot thread that takes a run whose handler is ``async def`` hands it to
+the event loop (``LoopRuns``) and takes the next lease at once: the run
+holds no thread while it awaits, and hands its outcome to the group when it
+ends. The group starts no more than its size at once either way.
+
 A slot writes no outcome and ends no lease: its group does both
 (``runqueue.worker.group``). What the handler writes while it runs
 (checkpoints, tool records, events) goes through the fence on the slot's
@@ -18,7 +23,8 @@ import threading
 
 from django.db import DatabaseError, connection
 
-from runqueue import aio, leases, runtime
+from runqueue import aio, leases, registry, runtime
+from runqueue.errors import UnknownKind
 from runqueue.observability import observe
 from runqueue.outcomes import Outcome
 from runqueue.worker.group import Box, Dispatch, Done, Group, LoopBox
@@ -28,9 +34,11 @@ logger = logging.getLogger("runqueue.worker")
 
 
 class Slot(threading.Thread):
-    def __init__(self, name: str, group: Dispatch) -> None:
+    def __init__(self, name: str, group: Dispatch, loop_runs: LoopRuns | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.group = group
+        #: Where this slot's async runs go (None: they run here, the thread waiting).
+        self.loop_runs = loop_runs
 
     def run(self) -> None:
         check = ConnectionCheck()
@@ -38,6 +46,10 @@ class Slot(threading.Thread):
         done: Done | None = None
         try:
             while (lease := self.group.exchange(box, done)) is not None:
+                if self.loop_runs is not None and _async_handler(lease):
+                    self.loop_runs.start(lease)  # its outcome goes to the group from there
+                    done = None
+                    continue
                 check()
                 done = (lease, self._decide(lease))
         finally:
@@ -59,6 +71,74 @@ class Slot(threading.Thread):
         except Exception:
             logger.exception("Run id=%s: the runtime failed", run.id)
         return None
+
+
+def _async_handler(lease: leases.Lease) -> bool:
+    try:
+        return aio.is_async(registry.lookup(lease.run.kind))
+    except UnknownKind:
+        return False  # the runtime fails the run, in the slot
+
+
+async def decide_on_loop(lease: leases.Lease) -> Outcome | None:
+    """``runtime.decide_async`` for a slot on the loop, or a run a slot
+    thread handed over: None when the runtime failed or lost the database
+    (the lease is left to expire)."""
+    observe.claimed(lease)
+    try:
+        with observe.run_span(lease):
+            return await runtime.decide_async(lease)
+    except DatabaseError as exc:
+        logger.warning(
+            "Run id=%s: database error (%s); leaving it to the sweeper", lease.run_id, exc
+        )
+    except Exception:
+        logger.exception("Run id=%s: the runtime failed", lease.run_id)
+    return None
+
+
+class LoopRuns:
+    """The async runs a thread slot group's slots handed to the event loop.
+
+    Each runs as a task on the loop and hands its outcome to the group
+    (``Group.hand_over``) when it ends. Quacks like a slot thread for the
+    pool (``start``, ``is_alive``, ``join``): the pool's shutdown waits for
+    these runs as it waits for its threads."""
+
+    def __init__(self, name: str, group: Group) -> None:
+        self.name = name
+        self.group = group
+        self._lock = threading.Lock()
+        self._running: set[concurrent.futures.Future[None]] = set()
+
+    def start(self, lease: leases.Lease | None = None) -> None:
+        """Run ``lease`` on the loop (the pool's ``start()``: nothing yet)."""
+        if lease is None:
+            return
+        future = aio.run(self._run(lease))
+        with self._lock:
+            self._running.add(future)
+        future.add_done_callback(self._ended)
+
+    def _ended(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._running.discard(future)
+
+    async def _run(self, lease: leases.Lease) -> None:
+        outcome: Outcome | None = None
+        try:
+            outcome = await decide_on_loop(lease)
+        finally:
+            self.group.hand_over((lease, outcome))
+
+    def is_alive(self) -> bool:
+        with self._lock:
+            return bool(self._running)
+
+    def join(self, timeout: float | None = None) -> None:
+        with self._lock:
+            running = list(self._running)
+        concurrent.futures.wait(running, timeout)
 
 
 class LoopSlots:
@@ -93,17 +173,4 @@ class LoopSlots:
         box = LoopBox(asyncio.get_running_loop())
         done: Done | None = None
         while (lease := await self.group.exchange_async(box, done)) is not None:
-            done = (lease, await self._decide(lease))
-
-    async def _decide(self, lease: leases.Lease) -> Outcome | None:
-        observe.claimed(lease)
-        try:
-            with observe.run_span(lease):
-                return await runtime.decide_async(lease)
-        except DatabaseError as exc:
-            logger.warning(
-                "Run id=%s: database error (%s); leaving it to the sweeper", lease.run_id, exc
-            )
-        except Exception:
-            logger.exception("Run id=%s: the runtime failed", lease.run_id)
-        return None
+            done = (lease, await decide_on_loop(lease))

@@ -1,5 +1,11 @@
 """Slot specs: ``interactive=2``, ``async=2``, ``interactive,async=1``, and
-``async=500:loop`` (slots on the event loop: coroutines, not threads)."""
+``async=500:loop`` (slots on the event loop: coroutines, not threads).
+
+A spec's count is how many runs its group runs at once, whatever their
+handlers. Without ``:loop`` a sync handler runs on one of the group's
+threads (one per slot, at most ``THREAD_SLOTS_MAX``) and an ``async def``
+one on the event loop, holding no thread; with ``:loop`` every slot is a
+coroutine and a sync handler gets a thread of its own for its run."""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ from dataclasses import dataclass
 from runqueue.models import PriorityClass
 
 DEFAULT_SLOTS = ("interactive=2", "async=2", "maintenance=1")
-#: Slots per spec: a thread each, or a coroutine each (``:loop``).
+#: Threads per spec without ``:loop``: a larger group runs at most this
+#: many sync handlers at once (each holds a thread and a connection).
 THREAD_SLOTS_MAX = 256
-LOOP_SLOTS_MAX = 10_000
+#: Slots per spec: runs at once.
+SLOTS_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +35,11 @@ class SlotSpec:
     @property
     def label(self) -> str:
         return ",".join(c.slug for c in self.classes)
+
+    @property
+    def slots(self) -> int:
+        """The group's slot threads (or coroutines, ``:loop``)."""
+        return self.count if self.loop else min(self.count, THREAD_SLOTS_MAX)
 
     @classmethod
     def parse(cls, text: str) -> SlotSpec:
@@ -53,9 +66,8 @@ class SlotSpec:
             n = int(count)
         except ValueError:
             raise ValueError(f"slot count must be a whole number, got {count!r}") from None
-        most = LOOP_SLOTS_MAX if colon else THREAD_SLOTS_MAX
-        if not 1 <= n <= most:
-            raise ValueError(f"slot count must be between 1 and {most}, got {n}")
+        if not 1 <= n <= SLOTS_MAX:
+            raise ValueError(f"slot count must be between 1 and {SLOTS_MAX}, got {n}")
         return cls(classes=tuple(sorted(classes)), count=n, loop=bool(colon))
 
 

@@ -81,10 +81,11 @@ class Command(BaseCommand):
             action="append",
             type=slot_spec,
             metavar="CLASSES=N[:loop]",
-            help=f"N slots that claim only from CLASSES ({', '.join(PriorityClass.slugs())}, or a "
-            "comma list); ':loop' makes them coroutines on the event loop (async handlers by "
-            "the hundred, a thread only for a sync handler); repeatable. Default: "
-            + " ".join(DEFAULT_SLOTS),
+            help=f"N slots (N runs at once, up to 10000) that claim only from CLASSES "
+            f"({', '.join(PriorityClass.slugs())}, or a comma list). An async def handler runs "
+            "on the event loop and holds no thread; a sync one runs on one of the group's "
+            "threads (one per slot, at most 256), or with ':loop' in a thread of its own "
+            "(the slots are then coroutines); repeatable. Default: " + " ".join(DEFAULT_SLOTS),
         )
         parser.add_argument(
             "--lease-seconds",
