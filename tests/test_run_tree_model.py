@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.db import connection
+from django.db.models import F
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -247,13 +248,16 @@ def _nodes(depth: int) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def _root_programs() -> st.SearchStrategy[list[dict[str, Any]]]:
-    """A root's program: a spawn and its wait come often, an ask may end it."""
+    """A root's program: a spawn and its wait early (so crashes, dead
+    letters and cancels land on parents with children open), then any
+    program, and an ask may end it."""
     fan = st.builds(
         lambda c: [{"op": "spawn", "children": c}, {"op": "wait_children"}],
         st.lists(_nodes(1), min_size=1, max_size=3),
     )
+    before = st.lists(st.sampled_from([{"op": "fail"}, {"op": "transient"}]), max_size=1)
     ask = st.sampled_from([[], [{"op": "ask"}]])
-    return st.builds(lambda a, b, c: a + b + c, _programs(2), fan, ask)
+    return st.builds(lambda a, b, c, d: a + b + c + d, before, fan, _programs(2), ask)
 
 
 # --- the machine ----------------------------------------------------------------
@@ -311,7 +315,7 @@ class RunTree(RuleBasedStateMachine):
         except ActiveRunConflict:
             pass  # the session's run is busy: refused, nothing written
 
-    @rule(crash=st.one_of(st.none(), st.integers(0, 4)))
+    @rule(crash=st.one_of(st.none(), st.integers(0, 3)))
     def step(self, crash: int | None) -> None:
         """A worker claims the next due run and runs its handler; with
         ``crash`` the worker dies after that many steps (outcome lost)."""
@@ -338,6 +342,20 @@ class RunTree(RuleBasedStateMachine):
         )
         leases.sweep()
         Run.objects.filter(status=RunStatus.QUEUED).update(scheduled_for=None)
+
+    @rule(index=st.integers(0, 50))
+    def last_attempt_lost(self, index: int) -> None:
+        """A run whose worker died was on its last attempt: its lease
+        expires and the sweeper dead-letters it (its children may still
+        run; an operator may requeue it later)."""
+        run_id = self._pick(index, RunStatus.RUNNING)
+        if run_id is None:
+            return
+        Run.objects.filter(id=run_id).update(
+            attempts=F("max_attempts"),
+            lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1),
+        )
+        leases.sweep()
 
     @rule()
     def deadlines_pass(self) -> None:
