@@ -1,6 +1,7 @@
 """A run's place in its tree and its wait, as the run page shows them:
-the parent and the children as links both ways, and what a waiting run
-waits for, since and until when."""
+the parent and the children as links both ways, what a waiting run waits
+for, since and until when, and what holds a queued one back
+(``runqueue.waiting.why``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue.models import WAIT_STATUSES, Run, WaitReason
+from runqueue import waiting
+from runqueue.models import WAIT_STATUSES, Run, RunStatus, WaitReason
 
 #: The run page lists at most this many children.
 CHILDREN_LIMIT = 100
@@ -61,8 +63,14 @@ def children_html(run: Run) -> SafeString:
 
 
 def wait_html(run: Run) -> SafeString:
+    if run.status == RunStatus.QUEUED:
+        return format_html_join(
+            "", '<p class="rq-why">{}</p>', ((line,) for line in waiting.why(run))
+        )
+    if run.status == RunStatus.RUNNING:
+        return format_html("<span>Running, on {}.</span>", run.lease_owner or "a worker")
     if run.status not in WAIT_STATUSES:
-        return format_html("<span>{}</span>", "Not waiting.")
+        return format_html("<span>Not waiting: it is {}.</span>", run.status)
     what = WaitReason(run.wait_reason).label if run.wait_reason else "the user"
     if run.wait_reason == WaitReason.SIGNAL:
         what = f"signal {run.wait_name!r}"
