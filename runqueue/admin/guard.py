@@ -16,6 +16,8 @@ Its forms refuse what a column cannot hold with a form error, never a 500
 refuses (a NUL, a lone surrogate, a number past a float such as ``1e400``,
 ``NaN``) or nests too deeply to parse; and a choice of a row by a key of
 the wrong type (``user=abc``), whose redisplay would look the key up again.
+A permission refusal is the site's 403 page with one line in the log, not a
+traceback (``refusal``).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.forms.fields import InvalidJSONInput
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern
+from django.urls import URLPattern, get_resolver
 
 from runqueue.validation import json_problem
 
@@ -63,7 +66,10 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
                 raise Http404("No such object.")
         refused = problems(request)
         if not refused:
-            return view(request, *args, **kwargs)
+            try:
+                return view(request, *args, **kwargs)
+            except PermissionDenied as exc:
+                return refusal(request, exc)
         query = request.GET.copy()
         for name, why in refused:
             query.pop(name, None)
@@ -72,6 +78,15 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         return HttpResponseRedirect(request.path + (f"?{encoded}" if encoded else ""))
 
     return wrapper
+
+
+def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    """The site's 403 page for a permission refusal, answered here rather
+    than raised: raised, Django logs it with its traceback (thirty-odd lines
+    for an expected answer); answered, its request log has the one line
+    "Forbidden: <path>"."""
+    handler = get_resolver(getattr(request, "urlconf", None)).resolve_error_handler(403)
+    return handler(request, exception=exc)
 
 
 class StorableJSONField(forms.JSONField):
