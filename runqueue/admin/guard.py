@@ -85,7 +85,7 @@ def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
     than raised: raised, Django logs it with its traceback (thirty-odd lines
     for an expected answer); answered, its request log has the one line
     "Forbidden: <path>"."""
-    handler = get_resolver(getattr(request, "urlconf", None)).resolve_error_handler(403)
+    handler: Any = get_resolver(getattr(request, "urlconf", None)).resolve_error_handler(403)
     return handler(request, exception=exc)
 
 

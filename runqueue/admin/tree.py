@@ -5,6 +5,8 @@ for, since and until when, and what holds a queued one back
 
 from __future__ import annotations
 
+import uuid
+
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -19,7 +21,7 @@ DESCENDANTS_LIMIT = 1000
 
 
 def active_descendants(
-    run_ids: list[object], limit: int = DESCENDANTS_LIMIT
+    run_ids: list[uuid.UUID], limit: int = DESCENDANTS_LIMIT
 ) -> tuple[list[Run], bool]:
     """The runs a cascading cancel of ``run_ids`` would cancel besides them:
     every non-terminal run below them, level by level as the cancel walks
