@@ -15,6 +15,7 @@ from runqueue.errors import (
     InvalidArgument,
     InvalidSubmission,
     InvalidTransition,
+    MailboxFull,
     PermanentError,
     RunCancelled,
     RunNotFound,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
     from runqueue.budgets import pause_budget as pause_budget
     from runqueue.leases import cancel as cancel
+    from runqueue.leases import deliver_input as deliver_input
     from runqueue.leases import signal as signal
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
@@ -46,6 +48,7 @@ _LAZY = {
     "SubmitRequest": "runqueue.submission",
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
+    "deliver_input": "runqueue.leases",
     "pause_budget": "runqueue.budgets",
     "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
@@ -64,6 +67,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidSubmission",
     "InvalidTransition",
+    "MailboxFull",
     "PermanentError",
     "RunCancelled",
     "RunNotFound",

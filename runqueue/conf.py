@@ -31,6 +31,8 @@ Defaults (every key optional)::
         "STREAM_POLL_SECONDS": 5,     # re-read a stream's events this often without a NOTIFY
         "STREAM_MAX_SECONDS": 3600,   # close a stream after this long (clients resume)
         "EMIT_MAX_BYTES": 16384,      # ctx.emit's data size limit, as JSON
+        "SIGNAL_MAX_BYTES": 65536,    # a signal's data size limit, as JSON (API: 413)
+        "SIGNALS_KEPT_MAX": 100,      # signals a run's mailbox keeps at most (API: 429)
         "STREAM_TEXT_FLUSH_MS": 1000,  # ctx.stream: buffered text made durable at most this often
         "STREAM_TEXT_FLUSH_BYTES": 8192,  # ... or once this many bytes are buffered
         "METRICS_TOKEN": None,        # bearer token the metrics view requires (None: open)
@@ -117,6 +119,10 @@ class Settings:
     STREAM_POLL_SECONDS: float = 5
     STREAM_MAX_SECONDS: float = 3600
     EMIT_MAX_BYTES: int = 16384
+    #: A signal's data, as JSON, at most this many bytes; a run's mailbox
+    #: keeps at most SIGNALS_KEPT_MAX signals (runqueue.leases.waits).
+    SIGNAL_MAX_BYTES: int = 65536
+    SIGNALS_KEPT_MAX: int = 100
     #: ``ctx.stream``'s text is live at once (NOTIFY) and durable in
     #: ``run.text`` events, one per this many ms or bytes (runqueue.stream.text).
     STREAM_TEXT_FLUSH_MS: int = 1000
@@ -234,6 +240,8 @@ _INTEGERS = {
     "STREAM_MAX_PER_TOKEN",
     "STREAM_MAX_PER_TENANT",
     "EMIT_MAX_BYTES",
+    "SIGNAL_MAX_BYTES",
+    "SIGNALS_KEPT_MAX",
     "STREAM_TEXT_FLUSH_MS",
     "STREAM_TEXT_FLUSH_BYTES",
 }

@@ -26,6 +26,25 @@ class InvalidArgument(RunqueueError, ValueError):
         super().__init__(f"{operation}: {name} {message}")
 
 
+class SignalTooLarge(InvalidArgument):
+    """A signal's data is larger than ``RUNQUEUE["SIGNAL_MAX_BYTES"]``; nothing was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__("signal", "data", f"must be at most {limit} bytes as JSON, got {size}")
+
+
+class MailboxFull(RunqueueError):
+    """The run's mailbox already keeps ``RUNQUEUE["SIGNALS_KEPT_MAX"]``
+    signals no wait has taken; nothing was written."""
+
+    def __init__(self, run_id: object, limit: int) -> None:
+        self.run_id = run_id
+        self.limit = limit
+        super().__init__(f"run {run_id} already keeps {limit} signals no wait has taken")
+
+
 class ActiveRunConflict(RunqueueError):
     """The session already has a queued or running run."""
 

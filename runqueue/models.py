@@ -712,15 +712,29 @@ class Budget(models.Model):
             raise ValidationError("A budget limits requests, tokens or both.")
 
 
+#: A tenant's share of a budget is within these: a pass grows by what it
+#: reserves divided by its share (runqueue_budget_take), and a share near 0
+#: (1e-320) overflows float8 there, failing every claim of the key.
+SHARE_MIN = 0.001
+SHARE_MAX = 1_000_000
+
+
 def shares_problem(shares: object) -> str | None:
-    """Why ``shares`` is not {tenant: positive number}, or None."""
+    """Why ``shares`` is not {tenant: number from SHARE_MIN to SHARE_MAX}, or None."""
     if not isinstance(shares, dict):
         return f"must be an object of tenant: share, got {type(shares).__name__}"
     for tenant, share in shares.items():
         if not isinstance(tenant, str) or not tenant:
             return f"tenants must be non-empty strings, got {tenant!r}"
-        if isinstance(share, bool) or not isinstance(share, int | float) or not share > 0:
-            return f"the share of {tenant!r} must be a positive number, got {share!r}"
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, int | float)
+            or not SHARE_MIN <= share <= SHARE_MAX
+        ):
+            return (
+                f"the share of {tenant!r} must be a number from {SHARE_MIN} to "
+                f"{SHARE_MAX:,}, got {share!r}"
+            )
     return None
 
 

@@ -25,7 +25,6 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from runqueue import budgets, events, leases
 from runqueue.conf import get_settings
@@ -37,7 +36,7 @@ from runqueue.errors import (
     InvalidSubmission,
     RunqueueError,
 )
-from runqueue.leases import notify, notify_payload
+from runqueue.leases import notify_payload
 from runqueue.leases.base import moved_by_another
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -51,7 +50,7 @@ from runqueue.models import (
     ToolStatus,
 )
 from runqueue.observability import tracing
-from runqueue.sql import execute, prepared, set_config
+from runqueue.sql import prepared, set_config
 from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
 from runqueue.types import JSON
 
@@ -304,12 +303,7 @@ def _deliver_to_waiting_run(request: CheckedSubmission) -> Run | None:
         return None
     if active.status != RunStatus.WAITING_FOR_USER:
         raise ActiveRunConflict(request.session_id or "", active.id, active.status)
-    with connection.cursor() as cursor:
-        row = execute(
-            cursor, "deliver_input", {"run_id": active.id, "input": Jsonb(request.payload)}
-        ).fetchone()
-    events.append(active.id, events.INPUT_DELIVERED, row[1], {"input": request.payload})
-    notify(active.priority)
+    leases.deliver_locked(active.id, active.priority, request.payload)
     active.refresh_from_db()
     return active
 

@@ -1,11 +1,14 @@
 """Why runs wait: due runs held back by paused kinds, keys at their cap,
-classes no worker claims; and runs that wait by their own choice (their
-children, a signal, a time, the user), counted by reason.
+budgets whose window has no room for their call, classes no worker claims;
+and runs that wait by their own choice (their children, a signal, a time,
+the user), counted by reason.
 
 The dashboard and ``/metrics`` read this so that "oldest due run waiting
-111 s" comes with its cause. Every count is capped (``CAP``) and every list
-bounded: the causes are few (paused kinds, capped keys, three classes) and
-the runs they hold back are counted up to the cap, never all.
+111 s" comes with its cause, and the run page (``why``) names what holds
+one queued run back, in the same words. Every count is capped (``CAP``) and
+every list bounded: the causes are few (paused kinds, capped keys, budgets,
+three classes) and the runs they hold back are counted up to the cap, never
+all.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from runqueue import db
+from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.models import (
     ConcurrencyLimit,
@@ -37,7 +42,10 @@ MOST = 100
 
 PAUSED_KIND = "paused_kind"
 KEY_AT_CAP = "key_at_cap"
+BUDGET = "budget"
 NO_WORKER = "no_worker"
+#: Every cause's reason, as /metrics labels them.
+REASONS = (PAUSED_KIND, KEY_AT_CAP, BUDGET, NO_WORKER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +96,7 @@ def paused_kinds() -> list[Cause]:
                         PAUSED_KIND,
                         paused.kind,
                         n,
-                        f"kind {paused.kind} is paused ({paused.reason}, by {paused.paused_by}):"
-                        f" {_many(n)} due run(s) wait",
+                        f"{_paused_words(paused)}: {_many(n)} due run(s) wait",
                     )
                 )
     return causes
@@ -124,11 +131,122 @@ def keys_at_cap() -> list[Cause]:
             continue
         n = _count(due_queued(cls).filter(concurrency_key=key))
         if n:
-            what = "is paused (limit 0)" if cap == 0 else f"has {held} running, its cap is {cap}"
-            causes.append(
-                Cause(cls, KEY_AT_CAP, key, n, f"key {key} {what}: {_many(n)} due run(s) wait")
-            )
+            words = _cap_words(key, held, cap)
+            causes.append(Cause(cls, KEY_AT_CAP, key, n, f"{words}: {_many(n)} due run(s) wait"))
     return causes
+
+
+def budgets_held() -> list[Cause]:
+    """Budgets (the first MOST by key) whose window has no room for the
+    call of due runs of theirs, per class: paused, no request left, or the
+    runs' tokens do not fit (one statement; ``budget_held``)."""
+    params = {"cap": CAP + 1, "most": MOST}
+    with connection.cursor() as cursor:
+        rows = execute(cursor, "budget_held", params).fetchall()
+    causes = []
+    for (
+        key,
+        idx,
+        n,
+        sampled,
+        paused_until,
+        requests,
+        used_requests,
+        tokens,
+        used_tokens,
+        per,
+    ) in rows:
+        window = BudgetWindow(
+            key=key,
+            paused_until=paused_until,
+            requests=requests,
+            used_requests=used_requests,
+            tokens=tokens,
+            used_tokens=used_tokens,
+            per_seconds=per,
+        )
+        words = window.words() or window.tokens_words()
+        cls = PriorityClass.by_index(idx)
+        # The budget's first CAP + 1 due runs were read: past that, a floor.
+        many = f"at least {n:,}" if sampled > CAP else _many(n)
+        causes.append(Cause(cls, BUDGET, key, n, f"{words}: {many} due run(s) wait"))
+    return causes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetWindow:
+    """A budget's pause and use in its window now, as the causes word them."""
+
+    key: str
+    paused_until: dt.datetime | None
+    requests: int | None
+    used_requests: int
+    tokens: int | None
+    used_tokens: int
+    per_seconds: int
+
+    def words(self) -> str | None:
+        """Why no call of the budget is reserved now, or None."""
+        if self.paused_until is not None:
+            until = timezone.localtime(self.paused_until)
+            return f"budget {self.key} is paused until {until:%Y-%m-%d %H:%M:%S}"
+        if self.requests is not None and self.used_requests + 1 > self.requests:
+            return (
+                f"budget {self.key} has used {self.used_requests} of {self.requests} "
+                f"request(s) in its {self.per_seconds} s window"
+            )
+        return None
+
+    def tokens_words(self) -> str:
+        return (
+            f"budget {self.key} has used {self.used_tokens} of {self.tokens} "
+            f"token(s) in its {self.per_seconds} s window"
+        )
+
+    def holds(self, tokens: int) -> str | None:
+        """Why a call of ``tokens`` is not reserved now, or None (as
+        ``runqueue_budget_take`` decides, but a tenant's turn)."""
+        if (words := self.words()) is not None:
+            return words
+        if (
+            self.tokens is not None
+            and self.used_tokens > 0
+            and self.used_tokens + tokens > self.tokens
+        ):
+            return f"{self.tokens_words()}; its call of {tokens} tokens does not fit"
+        return None
+
+
+def budget_window(key: str) -> BudgetWindow | None:
+    """One budget's window now; None without such a budget (its runs are
+    claimed without accounting)."""
+    with connection.cursor() as cursor:
+        row = execute(cursor, "budget_window", {"key": key}).fetchone()
+    if row is None:
+        return None
+    paused_until, requests, used_requests, tokens, used_tokens, per = row
+    return BudgetWindow(
+        key=key,
+        paused_until=paused_until,
+        requests=requests,
+        used_requests=used_requests,
+        tokens=tokens,
+        used_tokens=used_tokens,
+        per_seconds=per,
+    )
+
+
+def _paused_words(paused: PausedKind) -> str:
+    return f"kind {paused.kind} is paused ({paused.reason}, by {paused.paused_by})"
+
+
+def _cap_words(key: str, held: int, cap: int) -> str:
+    what = "is paused (limit 0)" if cap == 0 else f"has {held} running, its cap is {cap}"
+    return f"key {key} {what}"
+
+
+def _no_worker_words(cls: PriorityClass) -> str:
+    return f"no live worker has a slot for {cls.slug}"
 
 
 def live_workers() -> QuerySet[Worker]:
@@ -137,12 +255,24 @@ def live_workers() -> QuerySet[Worker]:
     return Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
 
 
+def slots_per_class() -> dict[str, int]:
+    """Slots the live workers (the first MOST) have per class slug: a
+    group that claims several classes counts for each, a group of
+    coroutines (``async:loop``) as its classes."""
+    per: dict[str, int] = {}
+    for slots in live_workers().values_list("slots", flat=True)[:MOST]:
+        if not isinstance(slots, dict):
+            continue
+        for label, count in slots.items():
+            for slug in str(label).partition(":")[0].split(","):
+                n = count if isinstance(count, int) and not isinstance(count, bool) else 0
+                per[slug] = per.get(slug, 0) + n
+    return per
+
+
 def unclaimed_classes() -> list[Cause]:
     """Classes with due runs that no live worker has a slot for."""
-    served: set[str] = set()
-    for slots in live_workers().values_list("slots", flat=True)[:MOST]:
-        for label in slots or {}:
-            served.update(label.split(","))
+    served = {slug for slug, n in slots_per_class().items() if n > 0}
     causes = []
     for cls in PriorityClass:
         if cls.slug in served:
@@ -155,7 +285,7 @@ def unclaimed_classes() -> list[Cause]:
                     NO_WORKER,
                     "",
                     n,
-                    f"no live worker has a slot for {cls.slug}: {_many(n)} due run(s) wait",
+                    f"{_no_worker_words(cls)}: {_many(n)} due run(s) wait",
                 )
             )
     return causes
@@ -163,7 +293,7 @@ def unclaimed_classes() -> list[Cause]:
 
 def causes() -> list[Cause]:
     """Every cause found, in class order."""
-    found = [*unclaimed_classes(), *paused_kinds(), *keys_at_cap()]
+    found = [*unclaimed_classes(), *paused_kinds(), *keys_at_cap(), *budgets_held()]
     return sorted(found, key=lambda c: c.cls.index)
 
 
@@ -185,3 +315,66 @@ def slot_holders(limit: int = 50) -> list[Run]:
             :limit
         ]
     )
+
+
+def why(run: Run) -> list[str]:
+    """Why a queued run has not started, in the dashboard's words: not due
+    yet, each cause that holds it back, or (nothing does) that it waits for
+    a slot of its class. A few bounded reads of its own kind, key, budget
+    and class."""
+    if run.status != RunStatus.QUEUED:
+        return []
+    cls = PriorityClass.of(run.priority)
+    found = []
+    if run.scheduled_for is not None and run.scheduled_for > db_now():
+        found.append(f"Not due before {timezone.localtime(run.scheduled_for):%Y-%m-%d %H:%M:%S}.")
+    if run.attempts >= run.max_attempts:
+        found.append(f"It has used its {run.max_attempts} attempt(s): no claim takes it.")
+    paused = (
+        PausedKind.objects.filter(kind=run.kind)
+        .filter(Q(priority_class__isnull=True) | Q(priority_class=cls.value))
+        .first()
+    )
+    if paused is not None:
+        found.append(_paused_words(paused) + ".")
+    found.extend(_capped(run, cls))
+    if run.budget_key:
+        window = budget_window(run.budget_key)
+        held = window.holds(run.budget_tokens or 0) if window is not None else None
+        if held is not None:
+            found.append(held + ".")
+    slots = slots_per_class().get(cls.slug, 0)
+    if not slots:
+        found.append(_no_worker_words(cls) + ".")
+    if found:
+        return found
+    running = _running(cls)
+    return [
+        "Due, and nothing holds it back: a worker's next claim of its class takes it, in "
+        f"priority then age order. {_many(running)} {cls.slug} run(s) running; live workers "
+        f"have {slots} slot(s) for {cls.slug}."
+    ]
+
+
+def _capped(run: Run, cls: PriorityClass) -> list[str]:
+    """The run's key at its cap in its class, in words (or nothing)."""
+    key = run.concurrency_key
+    limit = (
+        ConcurrencyLimit.objects.filter(key=key, priority_class=cls.value)
+        .values_list("max_running", flat=True)
+        .first()
+    )
+    cap = limit if limit is not None else get_settings().default_cap(cls)
+    if cap is None:
+        return []
+    held = _running(cls, concurrency_key=key) if cap else 0
+    return [_cap_words(key, held, cap) + "."] if held >= cap else []
+
+
+def _running(cls: PriorityClass, **filters: str) -> int:
+    """Running runs of a class (and filters), counted up to CAP + 1."""
+    low, high = cls.bounds
+    queryset = Run.objects.filter(
+        status=RunStatus.RUNNING, priority__gte=low, priority__lte=high, **filters
+    )
+    return db.capped_count(queryset, CAP)

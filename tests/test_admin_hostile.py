@@ -159,3 +159,177 @@ def test_a_nul_in_a_filter_is_dropped_with_a_message(superuser_client, rows, url
 
 def test_run_now_of_a_schedule_id_that_is_not_a_number_is_404(superuser_client) -> None:
     assert superuser_client.get("/admin/runqueue/schedule/abc/run-now/").status_code == 404
+
+
+# --- hostile POSTs to every add and change form (issue 37 item 3) -----------
+
+#: What staff (or a crafted request) may type into a form field: NUL, raw
+#: bytes of a lone surrogate, escapes of both inside JSON, numbers too large
+#: for any column or for a float, non-numbers where numbers go, overlong text.
+HOSTILE_POST = [
+    "\x00",
+    "a\x00b",
+    "x" * 10_000,
+    "abc",
+    "-1",
+    "1.5",
+    "99999999999999999999999",
+    "1e400",
+    "-1e400",
+    "NaN",
+    '{"acme": 1e400}',
+    '{"acme": -1e400}',
+    '{"acme": 99999999999999999999999}',
+    '{"\\u0000": 1}',
+    '{"a\\u0000b": 1}',
+    '{"\\ud800": 1}',
+    '{"acme": "\\udfff"}',
+    '["\\u0000"]',
+    "[1e400]",
+    '"\\ud800"',
+    "{" * 5000,
+    "[" * 100_000,
+]
+#: A lone surrogate as the bytes a client may send (not valid UTF-8).
+RAW_SURROGATE = b"\xed\xa0\x80"
+
+
+def _valid_forms(owner_pk: int) -> dict[str, dict[str, str]]:
+    """Valid data for every runqueue admin form: one entry per model whose
+    admin adds or changes rows (the walk checks none is missing)."""
+    return {
+        "budget": {
+            "key": "walk:gpt",
+            "requests": "10",
+            "tokens": "1000",
+            "per_seconds": "60",
+            "shares": '{"acme": 2}',
+            "note": "walk",
+        },
+        "concurrencylimit": {
+            "key": "walk",
+            "priority_class": str(PriorityClass.ASYNC.value),
+            "max_running": "2",
+            "note": "walk",
+        },
+        "pausedkind": {"kind": "test.record", "priority_class": "", "reason": "walk"},
+        "schedule": {
+            "name": "walk",
+            "cron": "0 * * * *",
+            "timezone": "UTC",
+            "kind": "test.echo",
+            "payload": "{}",
+            "priority": "20",
+            "tenant": "acme",
+            "max_attempts": "3",
+            "catch_up": "latest",
+            "catch_up_limit": "10",
+            "overlap": "skip",
+        },
+        "apitoken": {
+            "name": "walk",
+            "user": str(owner_pk),
+            "tenant": "acme",
+            "max_priority_class": "10",
+            "submit_quota": "60",
+            "submit_window_seconds": "60",
+            "issue_nonce": "",
+        },
+    }
+
+
+def _encode(data: dict[str, str | bytes]) -> bytes:
+    from urllib.parse import quote_from_bytes
+
+    def one(value: str | bytes) -> str:
+        raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
+        return quote_from_bytes(raw, safe="")
+
+    return "&".join(f"{quote(k, safe='')}={one(v)}" for k, v in data.items()).encode()
+
+
+def _snapshot(model: type) -> list[tuple]:
+    return sorted(map(repr, model.objects.values_list()))
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _post(client: Client, url: str, data: dict[str, str | bytes]) -> tuple[int, str]:
+    response = client.generic(
+        "POST", url, _encode(data), content_type="application/x-www-form-urlencoded"
+    )
+    return response.status_code, response.content.decode(errors="replace")
+
+
+def test_every_admin_form_refuses_hostile_values_without_a_500(superuser_client, rows) -> None:
+    """Issue 37: the budget form's shares {"acme": 1e400}, a NUL or a lone
+    surrogate in a share name, and a token form posted with user=abc each
+    answered 500. Every field of every add and change form, each hostile
+    value in turn: a form error (or a clean save), never a 500 and never a
+    row half written."""
+    from django.db import transaction
+
+    from runqueue.models import Budget, Schedule
+
+    user = User.objects.get(username="root")
+    owner = User.objects.get(username="owner")
+    Budget.objects.create(key="walk:existing", requests=5, per_seconds=60)
+    existing = {
+        "budget": Budget.objects.get(key="walk:existing").pk,
+        "concurrencylimit": ConcurrencyLimit.objects.get(key="acme").pk,
+        "schedule": Schedule.objects.get(name="hourly").pk,
+        "apitoken": __import__("runqueue.models", fromlist=["ApiToken"]).ApiToken.objects.get().pk,
+    }
+    valid = _valid_forms(owner.pk)
+    request = RequestFactory().get("/")
+    request.user = user
+    walked: set[tuple[str, str]] = set()
+    failures = []
+    for model, model_admin in runqueue_admins():
+        name = model._meta.model_name
+        targets = []
+        if model_admin.has_add_permission(request):
+            targets.append(("add", f"/admin/runqueue/{name}/add/"))
+        pk = existing.get(name)
+        if pk is not None and model_admin.has_change_permission(request, model.objects.get(pk=pk)):
+            targets.append(("change", f"/admin/runqueue/{name}/{pk}/change/"))
+        for verb, url in targets:
+            assert name in valid, f"{name}'s {verb} form has no valid data in _valid_forms"
+            walked.add((name, verb))
+            obj = model.objects.get(pk=pk) if verb == "change" else None
+            form = model_admin.get_form(request, obj)
+            for field in form.base_fields:
+                for value in [*HOSTILE_POST, RAW_SURROGATE]:
+                    data = {**valid[name], field: value}
+                    before = _snapshot(model)
+                    try:
+                        with transaction.atomic():
+                            status, body = _post(superuser_client, url, data)
+                            after = _snapshot(model)
+                            raise _Rollback
+                    except _Rollback:
+                        pass
+                    label = (name, verb, field, value if isinstance(value, bytes) else value[:30])
+                    if status >= 500:
+                        failures.append((*label, status))
+                    elif status == 200 and "errornote" in body and after != before:
+                        failures.append((*label, "half written"))
+    assert {("budget", "add"), ("budget", "change"), ("apitoken", "add")} <= walked, walked
+    assert {("schedule", "add"), ("concurrencylimit", "add"), ("pausedkind", "add")} <= walked
+    assert failures == [], "\n".join(map(repr, failures))
+
+
+@pytest.mark.parametrize("share", ["1e-320", "0", "1e400", "2e6"])
+def test_a_budget_share_that_would_overflow_a_claim_is_a_form_error(superuser_client, share):
+    """A share divides each reservation (runqueue_budget_take): 1e-320 made
+    every claim of the key fail with a float8 overflow."""
+    from runqueue.models import Budget
+
+    data = {"key": "k", "requests": "1", "tokens": "", "per_seconds": "60", "note": ""}
+    status, body = _post(
+        superuser_client, "/admin/runqueue/budget/add/", data | {"shares": f'{{"acme": {share}}}'}
+    )
+    assert status == 200 and "errornote" in body
+    assert not Budget.objects.exists()

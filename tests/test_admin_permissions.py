@@ -58,3 +58,23 @@ def test_the_dashboard_asks_the_permissions_module(perms: tuple[str, ...], statu
     client = Client()
     assert client.login(username="dee", password=PASSWORD)
     assert client.get(DASHBOARD).status_code == status
+
+
+@pytest.mark.parametrize("url", ["/admin/runqueue/run/", DASHBOARD, "/admin/runqueue/budget/add/"])
+def test_a_refused_admin_page_logs_one_line(caplog, url) -> None:
+    """Issue 37: an admin 403 wrote a 35-line traceback to the log; a
+    permission refusal is one line, no traceback."""
+    import logging
+
+    staff("nobody")
+    client = Client()
+    assert client.login(username="nobody", password=PASSWORD)
+    with caplog.at_level(logging.INFO):
+        response = client.get(url)
+    assert response.status_code == 403
+    lines = [r for r in caplog.records if r.name.startswith(("django", "runqueue"))]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    [line] = lines
+    assert line.exc_info is None
+    assert "\n" not in caplog.text.strip()
+    assert url in line.getMessage()

@@ -17,6 +17,13 @@ from tests.api_helpers import ApiCaller, make_caller, problem
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _writable_kinds(settings) -> None:
+    """The API writes to runs of the kinds it may submit (test_api_writes.py)."""
+    kinds = [*settings.RUNQUEUE["API_KINDS"], "test.wait_signal", "test.fanout"]
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "API_KINDS": kinds}
+
+
 @pytest.fixture
 def alice() -> ApiCaller:
     return make_caller("alice", "acme")

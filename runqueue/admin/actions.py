@@ -21,6 +21,7 @@ from django.template.response import TemplateResponse
 
 import runqueue
 from runqueue import leases
+from runqueue.admin import tree
 from runqueue.errors import (
     LEASE_EXPIRED,
     PERMANENT,
@@ -170,9 +171,17 @@ def _confirm_page(
     opts = modeladmin.model._meta
     runs = Run.objects.filter(pk__in=run_ids).order_by("-created_at")
     rows = [confirm_row(run) for run in runs]
+    # A cancel cascades (runqueue.cancel): the page names every run below
+    # the selected ones that it would cancel too.
+    below, more_below = tree.active_descendants(list(run_ids)) if verb == "cancel" else ([], False)
     context = {
         **modeladmin.admin_site.each_context(request),
-        "title": f"{verb.capitalize()} {len(run_ids)} run(s)?",
+        "title": f"{verb.capitalize()} {len(run_ids) + len(below)}{'+' if more_below else ''} "
+        "run(s)?",
+        "descendants": below,
+        "more_descendants": more_below,
+        "descendants_limit": tree.DESCENDANTS_LIMIT,
+        "running_descendants": sum(r.status == RunStatus.RUNNING for r in below),
         "opts": opts,
         "verb": verb,
         "action": request.POST.get("action", ""),

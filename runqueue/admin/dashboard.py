@@ -248,6 +248,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
         "workers": live_workers(),
         "causes": waiting.causes(),
+        "any_due": any(s.oldest_due != "-" for s in stats),
         "budgets": budgets.windows(),
         "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
         "holders": waiting.slot_holders(),

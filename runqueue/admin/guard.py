@@ -10,17 +10,32 @@ NUL or is longer than ``MAX_PARAMETER`` is dropped, staff are told which
 one and why, and the same page is asked for again without it. A path value
 holding a NUL answers 404. Values of the right shape but the wrong content
 (a non-number for a number, an id of nothing) are each view's to refuse.
+
+Its forms refuse what a column cannot hold with a form error, never a 500
+(``hostile_form``): a JSON field's text that parses to something jsonb
+refuses (a NUL, a lone surrogate, a number past a float such as ``1e400``,
+``NaN``) or nests too deeply to parse; and a choice of a row by a key of
+the wrong type (``user=abc``), whose redisplay would look the key up again.
+A permission refusal is the site's 403 page with one line in the log, not a
+traceback (``refusal``).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.forms.fields import InvalidJSONInput
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern
+from django.urls import URLPattern, get_resolver
+
+from runqueue.validation import json_problem
 
 #: The longest query parameter (name or value) an admin page reads: longer
 #: than any tenant, kind, search term or date the lists filter on.
@@ -51,7 +66,10 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
                 raise Http404("No such object.")
         refused = problems(request)
         if not refused:
-            return view(request, *args, **kwargs)
+            try:
+                return view(request, *args, **kwargs)
+            except PermissionDenied as exc:
+                return refusal(request, exc)
         query = request.GET.copy()
         for name, why in refused:
             query.pop(name, None)
@@ -62,8 +80,73 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return wrapper
 
 
+def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    """The site's 403 page for a permission refusal, answered here rather
+    than raised: raised, Django logs it with its traceback (thirty-odd lines
+    for an expected answer); answered, its request log has the one line
+    "Forbidden: <path>"."""
+    handler: Any = get_resolver(getattr(request, "urlconf", None)).resolve_error_handler(403)
+    return handler(request, exception=exc)
+
+
+class StorableJSONField(forms.JSONField):
+    """A form's JSON field that takes only what jsonb stores: a form error
+    for a NUL or a lone surrogate in any string, a number past a float
+    (``1e400`` parses to infinity), NaN, or text nested too deeply to parse.
+    Redisplayed as the text staff typed, never as the parsed value."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError("Enter JSON nested less deeply.", code="invalid") from None
+        if converted is not None and not self.disabled:
+            _text, problem = json_problem(converted)
+            if problem is not None:
+                raise forms.ValidationError(f"This JSON {problem}.", code="invalid")
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        try:
+            parsed = json.loads(data, cls=self.decoder)
+        except (json.JSONDecodeError, RecursionError):
+            return InvalidJSONInput(data)
+        if json_problem(parsed)[1] is not None:
+            return InvalidJSONInput(data)
+        return parsed
+
+
+class _BlankRefusedChoices(forms.BaseForm):
+    """After validating, blank the posted key of each row choice refused."""
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        refused = [
+            name
+            for name, field in self.fields.items()
+            if name in self.errors and isinstance(field, forms.ModelChoiceField)
+        ]
+        if refused and self.is_bound:
+            posted = self.data.copy()  # type: ignore[attr-defined]  # a QueryDict
+            for name in refused:
+                posted[self.add_prefix(name)] = ""
+            self.data = posted
+
+
+def hostile_form[F: type[forms.BaseForm]](form: F) -> F:
+    """``form``, which after validating blanks the posted key of each row
+    choice it refused: redisplaying a choice looks its key up (an
+    autocomplete widget filters by it), and a key of the wrong type
+    (``user=abc``) would fail there, after the form error was found."""
+    guarded = type(form.__name__, (_BlankRefusedChoices, form), {"__module__": form.__module__})
+    return cast(F, guarded)
+
+
 class GuardedAdmin(admin.ModelAdmin):
-    """A ModelAdmin whose every URL (its own and those subclasses add) is guarded."""
+    """A ModelAdmin whose every URL (its own and those subclasses add) is
+    guarded, and whose forms refuse unstorable values with a form error."""
 
     @property
     def urls(self) -> list[URLPattern]:
@@ -71,3 +154,15 @@ class GuardedAdmin(admin.ModelAdmin):
             URLPattern(p.pattern, guarded(p.callback), p.default_args, p.name)
             for p in self.get_urls()
         ]
+
+    def formfield_for_dbfield(
+        self, db_field: models.Field, request: HttpRequest, **kwargs: Any
+    ) -> forms.Field | None:
+        if isinstance(db_field, models.JSONField):
+            kwargs.setdefault("form_class", StorableJSONField)
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        return hostile_form(super().get_form(request, obj, change=change, **kwargs))

@@ -354,7 +354,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     def children_display(self, run: Run) -> SafeString:
         return tree.children_html(run)
 
-    @admin.display(description="wait")
+    @admin.display(description="wait, or why it waits")
     def wait_display(self, run: Run) -> SafeString:
         return tree.wait_html(run)
 

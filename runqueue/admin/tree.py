@@ -1,17 +1,58 @@
 """A run's place in its tree and its wait, as the run page shows them:
-the parent and the children as links both ways, and what a waiting run
-waits for, since and until when."""
+the parent and the children as links both ways, what a waiting run waits
+for, since and until when, and what holds a queued one back
+(``runqueue.waiting.why``)."""
 
 from __future__ import annotations
+
+import uuid
 
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue.models import WAIT_STATUSES, Run, WaitReason
+from runqueue import waiting
+from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, Run, RunStatus, WaitReason
 
 #: The run page lists at most this many children.
 CHILDREN_LIMIT = 100
+#: A cancel's confirmation walks at most this many runs below the selected.
+DESCENDANTS_LIMIT = 1000
+
+
+def active_descendants(
+    run_ids: list[uuid.UUID], limit: int = DESCENDANTS_LIMIT
+) -> tuple[list[Run], bool]:
+    """The runs a cascading cancel of ``run_ids`` would cancel besides them:
+    every non-terminal run below them, level by level as the cancel walks
+    (through finished children too: theirs may still run), oldest first per
+    level. At most ``limit`` runs are read; True when more are below."""
+    seen = {str(i) for i in run_ids}
+    found: list[Run] = []
+    level = list(run_ids)
+    read = 0
+    while level and read < limit:
+        children = list(
+            Run.objects.filter(parent_id__in=level)
+            .order_by("created_at", "id")
+            .only("id", "kind", "status", "parent_id", "session_id", "tenant", "lease_owner")[
+                : limit - read + 1
+            ]
+        )
+        more = len(children) > limit - read
+        children = children[: limit - read]
+        read += len(children)
+        level = []
+        for child in children:
+            if str(child.id) in seen:
+                continue
+            seen.add(str(child.id))
+            level.append(child.id)
+            if child.status in ACTIVE_STATUSES:
+                found.append(child)
+        if more:
+            return found, True
+    return found, bool(level) and read >= limit
 
 
 def run_link(run_id: object, text: str) -> SafeString:
@@ -61,8 +102,14 @@ def children_html(run: Run) -> SafeString:
 
 
 def wait_html(run: Run) -> SafeString:
+    if run.status == RunStatus.QUEUED:
+        return format_html_join(
+            "", '<p class="rq-why">{}</p>', ((line,) for line in waiting.why(run))
+        )
+    if run.status == RunStatus.RUNNING:
+        return format_html("<span>Running, on {}.</span>", run.lease_owner or "a worker")
     if run.status not in WAIT_STATUSES:
-        return format_html("<span>{}</span>", "Not waiting.")
+        return format_html("<span>Not waiting: it is {}.</span>", run.status)
     what = WaitReason(run.wait_reason).label if run.wait_reason else "the user"
     if run.wait_reason == WaitReason.SIGNAL:
         what = f"signal {run.wait_name!r}"

@@ -1,5 +1,6 @@
 """Admin for API tokens: create one for a user and tenant, see it once, revoke;
-set what it may submit (its highest priority class, its submit quota).
+set what it may submit (its highest priority class) and how often it may
+write (its quota: submits, cancels, signals and answers).
 
 The raw token is rendered once, on the page that answers the add form, and
 never stored (not even in a message, which would sit in a cookie or the
@@ -48,6 +49,10 @@ class ApiTokenForm(forms.ModelForm):
         model = ApiToken
         # The admin passes the fields of each page (get_fields).
         fields = ("name", "user", "tenant")
+        help_texts = {
+            "submit_quota": "Writes allowed per window: submits, cancels, signals and answers "
+            "each count. Empty for no quota; 0 stops every write (reads stay allowed).",
+        }
 
 
 @admin.register(ApiToken)

@@ -1,5 +1,7 @@
-"""What a caller may submit over the API: the kinds the project lists
-(``RUNQUEUE["API_KINDS"]``), up to its priority ceiling, within its quota.
+"""What a caller may write over the API: submit the kinds the project lists
+(``RUNQUEUE["API_KINDS"]``), up to its priority ceiling; cancel, signal and
+answer runs of those kinds (and the children they spawned); every write
+within its token's quota.
 
 Checked after authentication, never by the service layer: Python callers
 submit any registered kind at any priority. A token's ceiling and quota are
@@ -16,8 +18,8 @@ from django.db import connection
 from runqueue.api.auth import Caller
 from runqueue.api.errors import ApiError
 from runqueue.api.parsing import SubmitArgs
-from runqueue.conf import get_settings
-from runqueue.models import ApiToken, PriorityClass
+from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
+from runqueue.models import ApiToken, PriorityClass, Run
 from runqueue.sql import execute
 from runqueue.types import JSON
 
@@ -54,10 +56,32 @@ def admit(caller: Caller, body: dict[str, JSON], args: SubmitArgs) -> SubmitArgs
     return args
 
 
+def may_write(run: Run) -> None:
+    """403 ``run-not-writable`` unless the API may act on ``run``: a kind it
+    may submit (``API_KINDS``), or a child a run spawned (its kind chosen by
+    a handler), never a reserved kind (runqueue's own jobs, django.tasks).
+    A run the project submitted from Python of another kind stays
+    read-only over the API: the caller's tenant alone does not make it the
+    caller's to cancel or resume."""
+    kind = run.kind
+    if kind.startswith(RESERVED_KIND_PREFIXES):
+        allowed = False
+    else:
+        allowed = kind in get_settings().API_KINDS or run.parent_id is not None
+    if not allowed:
+        raise ApiError(
+            "run-not-writable",
+            f"Runs of kind {kind!r} are read-only over the API: only runs of the kinds it "
+            "may submit (and the children they spawn) can be cancelled, signalled or answered.",
+            extensions={"kind": kind},
+        )
+
+
 def take_quota(caller: Caller) -> None:
-    """Count one submit against the token's quota; 429 ``rate-limited`` with
-    ``Retry-After`` once it is used up (kept in PostgreSQL: every web process
-    shares it)."""
+    """Count one write (a submit, cancel, signal or answer) against the
+    token's quota; 429 ``rate-limited`` with ``Retry-After`` once it is used
+    up (kept in PostgreSQL: every web process shares it). A quota of 0
+    refuses every write."""
     token = caller.token
     if token is None or token.submit_quota is None:
         return
@@ -75,8 +99,8 @@ def _limited(token: ApiToken, retry_after: float) -> ApiError:
     seconds = max(1, math.ceil(retry_after))
     return ApiError(
         "rate-limited",
-        f"This token may submit {token.submit_quota} runs per "
-        f"{token.submit_window_seconds} s; retry in {seconds} s.",
+        f"This token may make {token.submit_quota} writes (submits, cancels, signals, "
+        f"answers) per {token.submit_window_seconds} s; retry in {seconds} s.",
         headers={"Retry-After": str(seconds)},
         extensions={
             "quota": token.submit_quota,

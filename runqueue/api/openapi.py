@@ -152,6 +152,10 @@ def _schemas() -> dict[str, JSON]:
                 "name": {"type": "string"},
                 "since": nullable_time,
                 "until": nullable_time,
+                "question": {
+                    "description": "what the run asked the user (ctx.ask_user) while it waits "
+                    "for the user (reason user); null otherwise. Answer it at links.input"
+                },
             },
         },
         "Failure": {
@@ -203,6 +207,11 @@ def _schemas() -> dict[str, JSON]:
                         "events": {"type": "string"},
                         "stream": {"type": "string"},
                         "cancel": {"type": "string"},
+                        "input": {
+                            "type": "string",
+                            "description": "where to answer the run's question: present "
+                            "only while it waits for the user",
+                        },
                     },
                 },
             },
@@ -372,7 +381,7 @@ def document() -> dict[str, JSON]:
                     "requestBody": {"required": False, "content": _json("CancelRun")},
                     "responses": {
                         "200": {"description": "the cancelled run", "content": _json("Run")},
-                        **_problems(401, 403, 404, 405, 409, 413, 415, 422, 500, 503),
+                        **_problems(401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },
@@ -396,7 +405,30 @@ def document() -> dict[str, JSON]:
                     },
                     "responses": {
                         "202": {"description": "delivered or kept", "content": _json("Signalled")},
-                        **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 500, 503),
+                        **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                    },
+                }
+            },
+            _path("run-input"): {
+                "post": {
+                    "operationId": "answerRun",
+                    "summary": "Answer a run waiting for the user, whatever its session",
+                    "description": "The body (any JSON, or none for null) is the run's input, "
+                    "as the payload of a submit to its session would be: the run is queued "
+                    "again and its handler resumes with it as ctx.input. Its question is "
+                    "wait.question in the run. 409 run-not-waiting-for-user once answered.",
+                    "parameters": [_RUN_ID],
+                    "requestBody": {
+                        "required": False,
+                        "content": {"application/json": {"schema": {}}},
+                    },
+                    "responses": {
+                        "202": {
+                            "description": "the answer is the run's input; the run is queued",
+                            "headers": _LOCATION,
+                            "content": _json("Run"),
+                        },
+                        **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },

@@ -8,12 +8,13 @@ stays in the database and the admin. An event's body is
 from __future__ import annotations
 
 import uuid
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from django.urls import reverse
 
+from runqueue import events
 from runqueue.events import public_time
-from runqueue.models import WAIT_STATUSES, PriorityClass, Run
+from runqueue.models import WAIT_STATUSES, PriorityClass, Run, RunEvent, RunStatus
 from runqueue.types import JSON
 
 
@@ -29,6 +30,8 @@ class RunLinks(TypedDict):
     events: str
     stream: str
     cancel: str
+    #: Where to answer, while the run waits for the user.
+    input: NotRequired[str]
 
 
 class WaitBody(TypedDict):
@@ -36,6 +39,8 @@ class WaitBody(TypedDict):
     name: str
     since: str | None
     until: str | None
+    #: What ``ctx.ask_user`` asked, while the run waits for the user; else None.
+    question: JSON
 
 
 class RunBody(TypedDict):
@@ -71,8 +76,28 @@ def events_url(run_id: uuid.UUID) -> str:
     return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
 
 
+def input_url(run_id: uuid.UUID) -> str:
+    return reverse("runqueue-api:run-input", kwargs={"run_id": str(run_id)})
+
+
+def question(run: Run) -> JSON:
+    """What the run asked the user, if it waits for the user: its latest
+    ``run.waiting`` event's (the question is kept in the event log only),
+    read backwards through the run's events index."""
+    if run.status != RunStatus.WAITING_FOR_USER:
+        return None
+    data = (
+        RunEvent.objects.filter(run_id=run.id, type=events.WAITING)
+        .order_by("-id")
+        .values_list("data", flat=True)
+        .first()
+    )
+    return data.get("question") if isinstance(data, dict) else None
+
+
 def wait_body(run: Run) -> WaitBody | None:
-    """What a waiting run waits for, since and until when; None if it does not wait."""
+    """What a waiting run waits for, since and until when (and the question
+    a run waiting for the user asked); None if it does not wait."""
     if run.status not in WAIT_STATUSES:
         return None
     return {
@@ -80,6 +105,7 @@ def wait_body(run: Run) -> WaitBody | None:
         "name": run.wait_name,
         "since": public_time(run.waiting_since),
         "until": public_time(run.wait_until),
+        "question": question(run),
     }
 
 
@@ -92,6 +118,14 @@ def run_body(run: Run) -> RunBody:
             message=run.failure.get("message"),
             attempt=run.failure.get("attempt"),
         )
+    links: RunLinks = {
+        "self": run_url(run.id),
+        "events": events_url(run.id),
+        "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
+        "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
+    }
+    if run.status == RunStatus.WAITING_FOR_USER:
+        links["input"] = input_url(run.id)
     return {
         "id": str(run.id),
         "kind": run.kind,
@@ -114,10 +148,5 @@ def run_body(run: Run) -> RunBody:
         "created_at": public_time(run.created_at),
         "started_at": public_time(run.started_at),
         "finished_at": public_time(run.finished_at),
-        "links": {
-            "self": run_url(run.id),
-            "events": events_url(run.id),
-            "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
-            "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
-        },
+        "links": links,
     }

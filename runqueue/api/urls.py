@@ -13,5 +13,6 @@ urlpatterns = [
     path("runs/<str:run_id>/stream/", views.run_stream, name="run-stream"),
     path("runs/<str:run_id>/cancel/", views.cancel_run, name="run-cancel"),
     path("runs/<str:run_id>/signals/<str:name>/", views.signal_run, name="run-signal"),
+    path("runs/<str:run_id>/input/", views.answer_run, name="run-input"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

@@ -1,9 +1,11 @@
 """The API's views: parse, validate, call the service layer, render.
 
-No queue logic lives here: runs are created by ``runqueue.submit`` and
-cancelled by ``runqueue.cancel``; everything else is a read scoped to the
-caller's tenant. A run of another tenant is answered exactly like a missing
-one.
+No queue logic lives here: runs are created by ``runqueue.submit``,
+cancelled by ``runqueue.cancel``, signalled by ``runqueue.signal`` and
+answered by ``runqueue.deliver_input``; everything else is a read scoped to
+the caller's tenant. A run of another tenant is answered exactly like a
+missing one. Every write counts against the token's quota first, and acts
+only on runs the API may write (``admission``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from runqueue.api.errors import (
 from runqueue.api.openapi import document
 from runqueue.api.render import events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
-from runqueue.errors import InvalidArgument, InvalidTransition, RunqueueError
+from runqueue.errors import (
+    InvalidArgument,
+    InvalidTransition,
+    MailboxFull,
+    RunqueueError,
+    SignalTooLarge,
+)
 from runqueue.models import Run, RunEvent, RunStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
@@ -194,10 +202,18 @@ def _stream_owners(caller: Caller) -> list[tuple[str, int | None]]:
     ]
 
 
+def _writable(caller: Caller, run_id: str) -> Run:
+    """A write's run: the quota counted, the run found, the write allowed."""
+    admission.take_quota(caller)
+    run = _run_or_404(caller, run_id)
+    admission.may_write(run)
+    return run
+
+
 @api_view("POST")
 def cancel_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
     """Cancel a run; cancelling a cancelled run again answers 200 (a retry)."""
-    run = _run_or_404(caller, run_id)
+    run = _writable(caller, run_id)
     body = parsing.parse_json(request, parsing.read_body(request), optional=True)
     reason = parsing.cancel_reason(body)
     cascade = parsing.cancel_cascade(body)
@@ -217,7 +233,7 @@ def signal_run(request: HttpRequest, caller: Caller, run_id: str, name: str) -> 
     """Send signal ``name`` to a run of the caller's tenant, the body (any
     JSON, or empty) its data: 202 with ``delivered`` (the run was waiting
     for it and is queued again) or ``kept`` (in its mailbox for the wait)."""
-    run = _run_or_404(caller, run_id)
+    run = _writable(caller, run_id)
     data = parsing.parse_json(request, parsing.read_body(request), optional=True)
     if (problem := leases.signal_name_problem(name)) is not None:
         raise validation_failed([{"pointer": "", "detail": f"the signal's name {problem}"}])
@@ -229,12 +245,51 @@ def signal_run(request: HttpRequest, caller: Caller, run_id: str, name: str) -> 
             f"The run is {exc.status}; only a run that is not finished takes a signal.",
             extensions={"run_status": exc.status},
         ) from exc
+    except SignalTooLarge as exc:
+        raise ApiError(
+            "signal-too-large",
+            f"A signal's data is at most {exc.limit} bytes as JSON; this is {exc.size}.",
+            extensions={"max_bytes": exc.limit},
+        ) from exc
+    except MailboxFull as exc:
+        raise ApiError(
+            "mailbox-full",
+            f"The run already keeps {exc.limit} signals no wait has taken; it takes more once "
+            "a wait takes one, or the run finishes.",
+            extensions={"max_kept": exc.limit},
+        ) from exc
     except InvalidArgument as exc:
         raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
     except RunqueueError as exc:
         raise _mapped(exc) from exc
     run.refresh_from_db()
     return JsonResponse({"delivery": delivery, "run": run_body(run)}, status=202)
+
+
+@api_view("POST")
+def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """Answer a run waiting for the user (``ctx.ask_user``), whatever its
+    session: the body (any JSON, or empty for null) is its input, as the
+    payload of a submit to its session would be. 202 with the run, queued
+    again; 409 when it does not wait for the user."""
+    run = _writable(caller, run_id)
+    data = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    try:
+        run = runqueue.deliver_input(run.id, data)
+    except InvalidTransition as exc:
+        raise ApiError(
+            "run-not-waiting-for-user",
+            f"The run is {exc.status}; only a run waiting for the user takes an answer "
+            "(one answer per question).",
+            extensions={"run_status": exc.status},
+        ) from exc
+    except InvalidArgument as exc:
+        raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    response = JsonResponse(run_body(run), status=202)
+    response["Location"] = run_url(run.id)
+    return response
 
 
 @csrf_exempt

@@ -39,6 +39,8 @@ from runqueue.leases.transitions import (
     sweep,
 )
 from runqueue.leases.waits import (
+    deliver_input,
+    deliver_locked,
     next_deadline,
     resume_due,
     signal,
@@ -74,6 +76,8 @@ __all__ = [
     "claim",
     "claim_one",
     "claim_spec",
+    "deliver_input",
+    "deliver_locked",
     "finish_and_claim",
     "failure_record",
     "give_up",

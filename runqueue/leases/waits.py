@@ -19,7 +19,13 @@ from psycopg.types.json import Jsonb
 
 from runqueue import events
 from runqueue.conf import get_settings
-from runqueue.errors import InvalidArgument, InvalidTransition, RunNotFound
+from runqueue.errors import (
+    InvalidArgument,
+    InvalidTransition,
+    MailboxFull,
+    RunNotFound,
+    SignalTooLarge,
+)
 from runqueue.leases.base import Lease, check_json, notify, retry_moved
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
@@ -28,7 +34,7 @@ from runqueue.models import TERMINAL_STATUSES, Run, RunStatus, Signal, WaitReaso
 from runqueue.outcomes import positive_seconds, wake_time
 from runqueue.sql import execute, prepared
 from runqueue.types import JSON
-from runqueue.validation import text_problem
+from runqueue.validation import json_text, text_problem
 
 #: The longest signal name: its column's length.
 SIGNAL_NAME_MAX_LENGTH = Signal._meta.get_field("name").max_length or 255
@@ -105,18 +111,26 @@ def signal(run_id: uuid.UUID | str, name: str, data: JSON = None) -> Delivery:
     was waiting for it (it is queued again, ``data`` its ``ctx.input``),
     ``kept`` if not (its mailbox keeps it for the wait that names it, even
     before the run is first claimed). Raises InvalidArgument (nothing
-    written), RunNotFound, or InvalidTransition for a finished run."""
+    written; SignalTooLarge past ``SIGNAL_MAX_BYTES``), MailboxFull (the
+    mailbox keeps ``SIGNALS_KEPT_MAX`` already), RunNotFound, or
+    InvalidTransition for a finished run."""
     parsed = checked_operation("signal", run_id)
     if (problem := signal_name_problem(name)) is not None:
         raise InvalidArgument("signal", "name", problem)
     try:
-        check_json(data, "signal data")
+        text = json_text(data, "signal data")
     except ValueError as exc:
         raise InvalidArgument("signal", "data", str(exc)) from None
+    limit = get_settings().SIGNAL_MAX_BYTES
+    if (size := len(text.encode())) > limit:
+        raise SignalTooLarge(size, limit)
     return retry_moved(lambda: _signal(parsed, name, data))
 
 
 def _signal(run_id: uuid.UUID, name: str, data: JSON) -> Delivery:
+    """Deliver or keep, under the run's row lock: concurrent signals to one
+    run count its mailbox one after the other, so it never holds more than
+    SIGNALS_KEPT_MAX."""
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
             row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
@@ -131,10 +145,56 @@ def _signal(run_id: uuid.UUID, name: str, data: JSON) -> Delivery:
                 events.append(run_id, events.RESUMED, epoch, {"reason": "signal", "name": name})
                 notify(priority)
                 return "delivered"
+        most = get_settings().SIGNALS_KEPT_MAX
+        if Signal.objects.filter(run_id=run_id).values("pk")[:most].count() >= most:
+            raise MailboxFull(run_id, most)
         Signal.objects.create(run_id=run_id, name=name, data=data)
         epoch = Run.objects.values_list("lease_epoch", flat=True).get(id=run_id)
         events.append(run_id, events.SIGNAL_KEPT, epoch, {"name": name})
     return "kept"
+
+
+def deliver_input(run_id: uuid.UUID | str, data: JSON = None) -> Run:
+    """Answer a run waiting for the user (``ctx.ask_user``) with ``data``,
+    whatever its session, as a submit to its session does: it is queued
+    again in place, ``data`` its ``ctx.input``. The run as it is now.
+    Raises InvalidArgument (nothing written), RunNotFound, or
+    InvalidTransition when it does not wait for the user (answered already,
+    timed out, finished)."""
+    parsed = checked_operation("deliver_input", run_id)
+    try:
+        text = json_text(data, "input")
+    except ValueError as exc:
+        raise InvalidArgument("deliver_input", "input", str(exc)) from None
+    limit = get_settings().MAX_PAYLOAD_BYTES
+    if (size := len(text.encode())) > limit:
+        raise InvalidArgument(
+            "deliver_input", "input", f"must be at most {limit} bytes as JSON, got {size}"
+        )
+    return retry_moved(lambda: _deliver_input(parsed, data))
+
+
+def _deliver_input(run_id: uuid.UUID, data: JSON) -> Run:
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        status, _reason, _name, priority = row
+        if status != RunStatus.WAITING_FOR_USER:
+            raise InvalidTransition(run_id, status, "deliver input to")
+        deliver_locked(run_id, priority, data)
+    return Run.objects.get(id=run_id)
+
+
+def deliver_locked(run_id: uuid.UUID, priority: int, data: JSON) -> None:
+    """Input delivery to a run waiting for the user whose row lock the
+    caller's transaction holds: queued again, its event, a NOTIFY."""
+    with connection.cursor() as cursor:
+        params = {"run_id": run_id, "input": Jsonb(data)}
+        (_id, epoch) = execute(cursor, "deliver_input", params).fetchone()
+    events.append(run_id, events.INPUT_DELIVERED, epoch, {"input": data})
+    notify(priority)
 
 
 def resume_due(limit: int = RESUME_BATCH) -> int:

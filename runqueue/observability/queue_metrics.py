@@ -8,7 +8,7 @@ statistics); the oldest due run per class among the first ``HEAD`` due runs
 in claim order; dead letters and unresolved uncertain tool invocations
 through their partial indexes, capped. Three statements per scrape, and
 ``runqueue.waiting``'s bounded reads of why due runs wait (paused kinds,
-keys at their cap, classes without a worker).
+keys at their cap, budgets without room, classes without a worker).
 """
 
 from __future__ import annotations
@@ -211,14 +211,13 @@ def why_waiting() -> Iterator[Metric]:
     held = GaugeMetricFamily(
         "runqueue_due_runs_held",
         f"Due queued runs held back, per class and cause: paused_kind, key_at_cap "
-        f"(a concurrency key at its cap), no_worker (no live worker has a slot for the "
-        f"class); counted up to {waiting.CAP:,} per paused kind or key.",
+        f"(a concurrency key at its cap), budget (a budget paused or without room in its "
+        f"window for their call), no_worker (no live worker has a slot for the class); "
+        f"counted up to {waiting.CAP:,} per paused kind, key or budget.",
         labels=["class", "reason"],
     )
     totals: dict[tuple[str, str], int] = {
-        (cls.slug, reason): 0
-        for cls in PriorityClass
-        for reason in (waiting.PAUSED_KIND, waiting.KEY_AT_CAP, waiting.NO_WORKER)
+        (cls.slug, reason): 0 for cls in PriorityClass for reason in waiting.REASONS
     }
     capped_keys = dict.fromkeys((cls.slug for cls in PriorityClass), 0)
     for cause in waiting.causes():

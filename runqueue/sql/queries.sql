@@ -990,3 +990,52 @@ SELECT b.key, b.requests, b.tokens, b.per_seconds,
  CROSS JOIN LATERAL runqueue_budget_window(b, now()) AS w
  ORDER BY b.key
  LIMIT %(limit)s;
+
+-- name: budget_held --
+-- Why due runs wait, budgets (runqueue.waiting): per budget (the first
+-- %(most)s by key) and class, the due queued runs whose call cannot be
+-- reserved now: the key paused, no request left in its window, or their
+-- tokens do not fit (as runqueue_budget_take decides, but a tenant's turn).
+-- Each budget reads at most its first %(cap)s due runs, through
+-- runqueue_run_budget_idx in its order (the key is fixed: a walk that
+-- stops at the LIMIT), and none while its window has room for any call
+-- (the one-time filter before the scan); they are split by class after
+-- (sampled: how many it read, above %(cap)s - 1 a class's count is a floor).
+-- The window is a function of the ring: the ORM cannot read it.
+SELECT b.key, h.idx, h.n, h.sampled,
+       CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
+       b.requests, w.requests AS used_requests, b.tokens, w.tokens AS used_tokens,
+       b.per_seconds
+  FROM runqueue_budget b
+ CROSS JOIN LATERAL runqueue_budget_window(b, now()) AS w
+ CROSS JOIN LATERAL (
+     SELECT runqueue_priority_class(q.priority) AS idx, count(*) FILTER (WHERE q.held) AS n,
+            sum(count(*)) OVER () AS sampled
+       FROM (
+         SELECT r.priority,
+                (b.paused_until > now()
+                 OR (b.requests IS NOT NULL AND w.requests + 1 > b.requests)
+                 OR (b.tokens IS NOT NULL AND w.tokens > 0
+                     AND w.tokens + r.budget_tokens > b.tokens)) AS held
+           FROM runqueue_run r
+          WHERE r.budget_key = b.key AND r.status = 'queued' AND r.budget_key IS NOT NULL
+            AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
+            AND (b.paused_until > now()
+                 OR (b.requests IS NOT NULL AND w.requests + 1 > b.requests)
+                 OR (b.tokens IS NOT NULL AND w.tokens > 0))
+          ORDER BY r.tenant
+          LIMIT %(cap)s) AS q
+      GROUP BY 1) AS h
+ WHERE b.key IN (SELECT key FROM runqueue_budget ORDER BY key LIMIT %(most)s)
+   AND h.n > 0
+ ORDER BY h.idx, b.key;
+
+-- name: budget_window --
+-- One budget's pause and use in its window now: the run page says why a
+-- run waits on it. The window is a function of the ring.
+SELECT CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
+       b.requests, w.requests AS used_requests, b.tokens, w.tokens AS used_tokens,
+       b.per_seconds
+  FROM runqueue_budget b
+ CROSS JOIN LATERAL runqueue_budget_window(b, now()) AS w
+ WHERE b.key = %(key)s;
