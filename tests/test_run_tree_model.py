@@ -34,13 +34,14 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.db import connection
-from django.db.models import F
+from django.db.models import Count, F
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -291,6 +292,12 @@ class RunTree(RuleBasedStateMachine):
         _truncate()
         MISMATCHES.clear()
         CRASH_AT.clear()
+        #: How many runs are in each status after the last step: rules that
+        #: need a run of some status are enabled only when there is one.
+        self.statuses: dict[str, int] = {}
+
+    def _has(self, *statuses: str) -> bool:
+        return any(self.statuses.get(s) for s in statuses)
 
     # -- choosing runs ----------------------------------------------------------
 
@@ -305,8 +312,6 @@ class RunTree(RuleBasedStateMachine):
 
     @rule(program=_root_programs(), session=st.sampled_from([None, *SESSIONS]), sync=st.booleans())
     def submit(self, program: list[dict[str, Any]], session: str | None, sync: bool) -> None:
-        if session is None:
-            program = [op for op in program if op["op"] != "ask"]
         kind = "model.sync" if sync else "model.async"
         try:
             runqueue.submit(
@@ -315,6 +320,7 @@ class RunTree(RuleBasedStateMachine):
         except ActiveRunConflict:
             pass  # the session's run is busy: refused, nothing written
 
+    @precondition(lambda self: self._has(RunStatus.QUEUED))
     @rule(crash=st.one_of(st.none(), st.integers(0, 3)))
     def step(self, crash: int | None) -> None:
         """A worker claims the next due run and runs its handler; with
@@ -333,6 +339,7 @@ class RunTree(RuleBasedStateMachine):
             CRASH_AT.pop(str(lease.run_id), None)
         del outcome
 
+    @precondition(lambda self: self._has(RunStatus.RUNNING, RunStatus.QUEUED))
     @rule()
     def leases_expire(self) -> None:
         """Time passes: every lease expires, the sweeper takes the runs,
@@ -343,6 +350,7 @@ class RunTree(RuleBasedStateMachine):
         leases.sweep()
         Run.objects.filter(status=RunStatus.QUEUED).update(scheduled_for=None)
 
+    @precondition(lambda self: self._has(RunStatus.RUNNING))
     @rule(index=st.integers(0, 50))
     def last_attempt_lost(self, index: int) -> None:
         """A run whose worker died was on its last attempt: its lease
@@ -357,6 +365,7 @@ class RunTree(RuleBasedStateMachine):
         )
         leases.sweep()
 
+    @precondition(lambda self: self._has(RunStatus.WAITING, RunStatus.WAITING_FOR_USER))
     @rule()
     def deadlines_pass(self) -> None:
         Run.objects.filter(status__in=["waiting", "waiting_for_user"]).exclude(
@@ -376,8 +385,22 @@ class RunTree(RuleBasedStateMachine):
         except (InvalidTransition, RunNotFound):
             assert not Run.objects.filter(id=run_id, status__in=LIVE).exists()
 
+    @rule(index=st.integers(0, 50))
+    def answer_by_id(self, index: int) -> None:
+        """The user answers a question by the run's id, whatever its session
+        (early or late: refused unless it waits for the user)."""
+        run_id = self._pick(index)
+        if run_id is None:
+            return
+        try:
+            runqueue.deliver_input(run_id, {"answer": "by id"})
+        except (InvalidTransition, RunNotFound):
+            assert not Run.objects.filter(id=run_id, status="waiting_for_user").exists()
+
     @rule(session=st.sampled_from(SESSIONS))
     def answer(self, session: str) -> None:
+        """The user writes to a session: an answer if its run asks, a new
+        turn if it has none, refused while its run is busy."""
         try:
             runqueue.submit(
                 kind="model.sync",
@@ -388,12 +411,14 @@ class RunTree(RuleBasedStateMachine):
         except ActiveRunConflict:
             pass
 
+    @precondition(lambda self: self._has(*LIVE))
     @rule(index=st.integers(0, 50), cascade=st.booleans())
     def cancel(self, index: int, cascade: bool) -> None:
         run_id = self._pick(index, *LIVE)
         if run_id is not None:
             runqueue.cancel(run_id, reason="model", actor="model", cascade=cascade)
 
+    @precondition(lambda self: self._has(RunStatus.FAILED))
     @rule(index=st.integers(0, 50))
     def operator_requeue(self, index: int) -> None:
         run_id = self._pick(index, RunStatus.FAILED)
@@ -414,6 +439,12 @@ class RunTree(RuleBasedStateMachine):
     # -- invariants -------------------------------------------------------------
 
     @invariant()
+    def count_statuses(self) -> None:
+        """Not a rule of the tree: what the preconditions read."""
+        rows = Run.objects.values_list("status").annotate(n=Count("id"))
+        self.statuses = dict(rows)
+
+    @invariant()
     def replays_map_each_call_to_its_own_record(self) -> None:
         assert not MISMATCHES, MISMATCHES
 
@@ -424,8 +455,6 @@ class RunTree(RuleBasedStateMachine):
     @invariant()
     def a_waiting_run_can_be_woken(self) -> None:
         assert not (stuck := testing.stuck_waits()), stuck
-        unanswerable = Run.objects.filter(status="waiting_for_user", session_id=None)
-        assert not unanswerable.exists(), list(unanswerable.values_list("id", flat=True))
 
     @invariant()
     def a_wait_for_children_resumes_at_most_once(self) -> None:
@@ -455,10 +484,10 @@ class RunTree(RuleBasedStateMachine):
                 "id", flat=True
             ):
                 leases.signal(run_id, "go", {"from": "drain"})
-            for session in Run.objects.filter(status="waiting_for_user").values_list(
-                "session_id", flat=True
+            for run_id in Run.objects.filter(status="waiting_for_user").values_list(
+                "id", flat=True
             ):
-                self.answer(session)
+                runqueue.deliver_input(run_id, {"answer": "drain"})
             lease = leases.claim_one("drain", leases.ALL_CLASSES)
             if lease is not None:
                 leases.write(lease, runtime.decide(lease))
