@@ -185,3 +185,41 @@ def test_a_requeue_waits_for_a_childs_uncommitted_finish() -> None:
     assert Run.objects.get(id=parent).children_open == 0
     run = _replay_and_wait(parent, 1)
     assert (run.status, _resumes(parent)) == ("queued", 1)
+
+
+def test_a_childs_finish_waits_for_an_uncommitted_requeue_and_counts_after_it() -> None:
+    """The other order, forced: the requeue's statements have run (the
+    parent moved back to the live partition, its count read with the child
+    open) and not committed when the child finishes. The child's join waits
+    for the parent's row, finds it moved (40001, nothing written), and its
+    finish runs again: it counts in the requeued parent."""
+    parent, _children = _dead_parent(1)
+    (child,) = leases.claim("c", [ASYNC], limit=1)
+    requeued, commit = threading.Event(), threading.Event()
+
+    def requeue_held_open() -> None:
+        with transaction.atomic(durable=True):
+            with connection.cursor() as cursor:
+                row = execute(cursor, "operator_requeue", {"run_id": parent}).fetchone()
+                params = {"run_id": parent, "parent_id": row[3], "channel": "runqueue"}
+                execute(cursor, "requeue_recount", params)
+            assert Run.objects.get(id=parent).children_open == 1  # the child is open
+            requeued.set()
+            assert commit.wait(30)
+
+    holder = Worker(requeue_held_open, name="requeue")
+    holder.start()
+    assert requeued.wait(30)
+    finish = Worker(lambda: testing.succeed(child, {"ok": 1}), name="child-finish")
+    finish.start()
+    assert finish.started_fn.wait(30)
+    wait_until(
+        lambda: not finish.is_alive() or is_blocked(finish.backend_pid),
+        what="the child's finish to wait for the requeue",
+    )
+    commit.set()
+    holder.outcome()
+    assert finish.outcome() is True
+    assert Run.objects.get(id=parent).children_open == 0
+    run = _replay_and_wait(parent, 1)
+    assert (run.status, _resumes(parent)) == ("queued", 1)

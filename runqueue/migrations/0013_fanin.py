@@ -37,18 +37,33 @@ LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
     resumed integer;
+    held uuid[];
 BEGIN
     IF p_parents IS NULL OR cardinality(p_parents) = 0 THEN
         RETURN 0;
     END IF;
     -- Every run of p_parents locked, in id order, live or dead-lettered (a dead
-    -- letter may be requeued; succeeded and cancelled runs stay as they are).
-    PERFORM 1
-       FROM runqueue_run r
-      WHERE r.id = ANY(p_parents)
-        AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'failed')
-      ORDER BY r.id
-        FOR NO KEY UPDATE;
+    -- letter may be requeued; succeeded and cancelled runs never change): the
+    -- live ones first, from the live partition alone, then, only if some were
+    -- not there, the dead letters among the others (a probe of every finished
+    -- day). A dead letter requeued between the two is live and unlocked here;
+    -- the count's UPDATE locks it.
+    SELECT array_agg(l.id) INTO held
+      FROM (SELECT r.id
+              FROM runqueue_run r
+             WHERE r.id = ANY(p_parents)
+               AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+             ORDER BY r.id
+               FOR NO KEY UPDATE) AS l;
+    IF coalesce(cardinality(held), 0)
+       < (SELECT count(DISTINCT p.id) FROM unnest(p_parents) AS p(id) WHERE p.id IS NOT NULL) THEN
+        PERFORM 1
+           FROM runqueue_run r
+          WHERE r.id = ANY(p_parents) AND r.id <> ALL(coalesce(held, '{}'))
+            AND r.status = 'failed'
+          ORDER BY r.id
+            FOR NO KEY UPDATE;
+    END IF;
     UPDATE runqueue_run r
        SET children_open = greatest(r.children_open - c.n, 0)
       FROM (SELECT p.id, count(*)::integer AS n
@@ -99,19 +114,34 @@ LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
     resumed integer;
+    held uuid[];
 BEGIN
     p_parents := array_remove(p_parents, NULL);
     IF cardinality(p_parents) = 0 THEN
         RETURN 0;
     END IF;
     -- Every run of p_parents locked, in id order, live or dead-lettered (a dead
-    -- letter may be requeued; succeeded and cancelled runs stay as they are).
-    PERFORM 1
-       FROM runqueue_run r
-      WHERE r.id = ANY(p_parents)
-        AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'failed')
-      ORDER BY r.id
-        FOR NO KEY UPDATE;
+    -- letter may be requeued; succeeded and cancelled runs never change): the
+    -- live ones first, from the live partition alone, then, only if some were
+    -- not there, the dead letters among the others (a probe of every finished
+    -- day). A dead letter requeued between the two is live and unlocked here;
+    -- the count's UPDATE locks it.
+    SELECT array_agg(l.id) INTO held
+      FROM (SELECT r.id
+              FROM runqueue_run r
+             WHERE r.id = ANY(p_parents)
+               AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+             ORDER BY r.id
+               FOR NO KEY UPDATE) AS l;
+    IF coalesce(cardinality(held), 0)
+       < (SELECT count(DISTINCT p.id) FROM unnest(p_parents) AS p(id) WHERE p.id IS NOT NULL) THEN
+        PERFORM 1
+           FROM runqueue_run r
+          WHERE r.id = ANY(p_parents) AND r.id <> ALL(coalesce(held, '{}'))
+            AND r.status = 'failed'
+          ORDER BY r.id
+            FOR NO KEY UPDATE;
+    END IF;
     UPDATE runqueue_run r
        SET children_open =
            -- How many children of run r are open: the live partition's parent index.
