@@ -95,6 +95,25 @@ def test_a_requeued_parent_whose_children_all_ended_resumes_at_once() -> None:
     assert (run.status, run.children_open, _resumes(parent)) == ("queued", 0, 1)
 
 
+def test_a_wait_for_children_counts_them_from_their_statuses() -> None:
+    """A count left wrong (a parent requeued by an older version kept the
+    count it died with) does not hold the wait: it counts the children."""
+    runqueue.submit(kind="test.fanout", payload={})
+    lease = leases.claim_one("w1", [INTER])
+    ctx = runtime.build_context(lease)
+    ctx.spawn("test.echo", {"i": 0}, priority=ASYNC)
+    open_child = ctx.spawn("test.echo", {"i": 1}, priority=ASYNC)
+    (first,) = leases.claim("c", [ASYNC], limit=1)
+    assert testing.succeed(first, {"ok": 1})
+    Run.objects.filter(id=lease.run_id).update(children_open=7)
+    assert leases.write(lease, Suspended(reason="children", state={"joined": True}))
+    waiting = Run.objects.get(id=lease.run_id)
+    assert (waiting.status, waiting.children_open) == ("waiting", 1)
+    runqueue.cancel(open_child, reason="t", actor="t", cascade=False)
+    resumed = Run.objects.get(id=lease.run_id)
+    assert (resumed.status, resumed.children_open, _resumes(lease.run_id)) == ("queued", 0, 1)
+
+
 def _finish_one_way(i: int):
     """The ways a child ends (a finish alone, with a claim, a dead letter, a
     cancel), one per iteration in turn."""
