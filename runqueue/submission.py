@@ -534,6 +534,16 @@ def _canonical_float(text: str) -> int | float:
     return int(number) if number.is_integer() else number
 
 
+def child_priority(parent_priority: int) -> int:
+    """A child's default priority: its parent's, but never more urgent than
+    the async class. An interactive run's sub-agents are background work of
+    its turn: on the async slots, under the async cap of the parent's key,
+    they neither run one by one under the interactive cap their waiting
+    parent gave up nor hold the tenant's next turn behind them
+    (docs/decisions.md, "Children run as async work")."""
+    return max(parent_priority, PriorityClass.ASYNC.value)
+
+
 def spawn(
     lease: leases.Lease,
     seq: int,
@@ -549,10 +559,11 @@ def spawn(
 
     The child follows ``submit``'s rules (its kind registered, its payload
     checked; InvalidSubmission or UnknownKind before anything is written)
-    and is the parent's tenant and principal; its priority and concurrency
-    key are the parent's unless given. With a ``session_id`` it is that
-    session's active run (ActiveRunConflict if the session has one); without
-    one it holds no session slot, so its parent keeps its own.
+    and is the parent's tenant and principal; its concurrency key is the
+    parent's and its priority ``child_priority(parent)`` unless given. With
+    a ``session_id`` it is that session's active run (ActiveRunConflict if
+    the session has one); without one it holds no session slot, so its
+    parent keeps its own.
     """
     parent = lease.run
     request = _checked(
@@ -562,7 +573,7 @@ def spawn(
             session_id=session_id,
             tenant=parent.tenant,
             principal=parent.principal,
-            priority=parent.priority if priority is None else priority,
+            priority=child_priority(parent.priority) if priority is None else priority,
             concurrency_key=parent.concurrency_key if concurrency_key is None else concurrency_key,
         )
     )

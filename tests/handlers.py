@@ -260,15 +260,22 @@ async def async_stream_tokens(ctx: Any) -> dict:
 def fanout(ctx: RunContext) -> Any:
     """Spawns payload["n"] children of payload["child"] (payload["child_payload"]),
     waits for them all, and on resume records the resume and returns their
-    statuses in spawn order."""
+    statuses in spawn order. payload["pause"]: seconds between spawns (a
+    "spawned" ledger line after each), payload["linger"]: seconds the resumed
+    turn works before it returns (so a test can kill a worker there)."""
     if ctx.state is None:
         for i in range(ctx.payload.get("n", 3)):
-            ctx.spawn(
+            child = ctx.spawn(
                 ctx.payload.get("child", "test.echo"),
                 {"i": i, **ctx.payload.get("child_payload", {})},
             )
+            if ctx.payload.get("pause"):
+                ledger(ctx.run.id, "spawned", str(child))
+                ctx.cancelled.wait(ctx.payload["pause"])
         return ctx.wait_for_children(state={"joined": True})
     ledger(ctx.run.id, "resumed", str(ctx.lease.epoch))
+    if ctx.payload.get("linger"):
+        ctx.cancelled.wait(ctx.payload["linger"])
     return {"children": [[str(c.id), c.status, c.result] for c in ctx.children()]}
 
 
@@ -355,3 +362,14 @@ async def async_rendezvous(ctx: Any) -> dict:
     except TimeoutError:
         return {"met": False, "arrived": arrived[0]}
     return {"met": True}
+
+
+@runqueue.handler("test.nap")
+def nap(ctx: RunContext) -> dict:
+    """A sub-agent that works payload["seconds"] (heartbeating through the
+    worker), recording when it started and ended, and by whom."""
+    ledger(ctx.run.id, "started", ctx.lease.owner)
+    if ctx.cancelled.wait(ctx.payload.get("seconds", 1.0)):
+        ctx.check()
+    ledger(ctx.run.id, "ended", ctx.lease.owner)
+    return {"napped": ctx.payload.get("seconds", 1.0)}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import runqueue
 from runqueue.errors import InvalidSubmission, UnknownKind
-from runqueue.management.commands.runworker import seconds, slot_spec
+from runqueue.management.commands.runworker import heartbeat_for, seconds, slot_spec
 from runqueue.models import IdempotencyKey, Run, RunEvent
 
 pytestmark = pytest.mark.django_db
@@ -137,6 +137,16 @@ def test_seconds_option_is_valid_or_says_why(text: str) -> None:
 def test_runworker_refuses_bad_arguments(args: list[str]) -> None:
     with pytest.raises(CommandError):
         call_command("runworker", *args)
+
+
+def test_a_short_lease_alone_gets_a_heartbeat_that_fits_it() -> None:
+    """Issue 32: ``runworker --lease-seconds 5`` refused to start (the 10 s
+    default heartbeat). Without ``--heartbeat-seconds`` the heartbeat is at
+    most a third of the lease; one given is kept (and refused if too long:
+    tests/test_worker_spec.py)."""
+    assert heartbeat_for(5, None) == pytest.approx(5 / 3)
+    assert heartbeat_for(30, None) == 10
+    assert heartbeat_for(5, 1) == 1
 
 
 @pytest.mark.parametrize(

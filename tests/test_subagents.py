@@ -126,6 +126,40 @@ def test_a_child_does_not_take_its_parents_session_slot() -> None:
     assert Run.objects.filter(parent_id=lease.run_id).count() == 1
 
 
+def test_an_interactive_runs_children_are_async_under_its_key_unless_told() -> None:
+    # Below interactive a child keeps its parent's priority.
+    runqueue.submit(kind="test.fanout", priority=PriorityClass.MAINTENANCE + 2)
+    maintenance = runtime.build_context(leases.claim_one("w1", [PriorityClass.MAINTENANCE]))
+    assert Run.objects.get(id=maintenance.spawn("test.echo")).priority == 22
+    runqueue.submit(kind="test.fanout", priority=15)
+    async_ctx = runtime.build_context(leases.claim_one("w1", [ASYNC]))
+    assert Run.objects.get(id=async_ctx.spawn("test.echo")).priority == 15
+    runqueue.submit(kind="test.fanout", tenant="acme", concurrency_key="acme:eu")
+    ctx = runtime.build_context(leases.claim_one("w1", [INTER]))
+    default = Run.objects.get(id=ctx.spawn("test.echo"))
+    assert (default.priority, default.concurrency_key) == (ASYNC, "acme:eu")
+    told = Run.objects.get(id=ctx.spawn("test.echo", priority=3, concurrency_key="k"))
+    assert (told.priority, told.concurrency_key) == (3, "k")
+
+
+def test_with_a_tenant_cap_children_run_together_and_the_tenants_turn_is_claimed(
+    settings,
+) -> None:
+    """The project's default cap (one interactive run per tenant): the
+    waiting parent's children are claimed together, and the tenant's next
+    turn is claimed while they run."""
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "CONCURRENCY": {"interactive": 1}}
+    runqueue.submit(kind="test.fanout", tenant="acme")
+    lease = leases.claim_one("w1", [INTER])
+    ctx = runtime.build_context(lease)
+    [ctx.spawn("test.echo", {"i": i}) for i in range(2)]
+    assert leases.write(lease, Suspended(reason="children", state={"joined": True}))
+    assert len(leases.claim("w2", [INTER, ASYNC], limit=5)) == 2  # both children
+    turn = runqueue.submit(kind="chat.turn", tenant="acme").run
+    claimed = leases.claim_one("w3", [INTER])
+    assert claimed is not None and claimed.run_id == turn.id
+
+
 def test_a_child_follows_submits_rules() -> None:
     ctx = runtime.build_context(_parent())
     with pytest.raises(runqueue.UnknownKind):
@@ -222,10 +256,10 @@ def test_the_wait_racing_the_last_child_resumes_exactly_once(iteration: int) -> 
 def test_on_resume_the_handler_gets_its_children_in_spawn_order() -> None:
     runqueue.submit(kind="test.fanout", payload={"n": 3, "child_payload": {}})
     parent = leases.claim_one("w1", [INTER])
-    # The handler's children are interactive too: run everything in order.
+    # The handler's children are async (child_priority): run everything in order.
     assert testing.execute(parent) == "waiting"
     ids = list(Run.objects.filter(parent_id=parent.run_id).values_list("id", flat=True))
-    while (lease := leases.claim_one("w", [INTER])) is not None:
+    while (lease := leases.claim_one("w", [INTER, ASYNC])) is not None:
         testing.execute(lease)
     resumed = Run.objects.get(id=parent.run_id)
     assert resumed.status == "succeeded"
@@ -425,7 +459,7 @@ def test_a_cascade_reaches_grandchildren_below_a_finished_child() -> None:
 def test_an_async_handler_spawns_waits_and_reads_its_children() -> None:
     run = runqueue.submit(kind="test.async_fanout").run
     assert testing.execute(leases.claim_one("w", [INTER])) == "waiting"
-    while (lease := leases.claim_one("w", [INTER])) is not None and lease.run_id != run.id:
+    while (lease := leases.claim_one("w", [INTER, ASYNC])) is not None and lease.run_id != run.id:
         testing.execute(lease)
     # The children ran; the parent resumed, and now waits for a signal.
     assert lease is not None and testing.execute(lease) == "waiting"

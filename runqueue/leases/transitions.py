@@ -205,9 +205,20 @@ def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
         with transaction.atomic(durable=True):
             with connection.cursor() as cursor:
                 row = execute(cursor, "operator_requeue", {"run_id": run_id}).fetchone()
-            if row is None:
-                current = Run.objects.values_list("status", flat=True).get(id=run_id)
-                raise InvalidTransition(run_id, current, "requeue")
+                if row is None:
+                    current = Run.objects.values_list("status", flat=True).get(id=run_id)
+                    raise InvalidTransition(run_id, current, "requeue")
+                # A later statement than the requeue's: it counts with the
+                # run's row lock held (docs/decisions.md, "Fan-in").
+                execute(
+                    cursor,
+                    "requeue_recount",
+                    {
+                        "run_id": run_id,
+                        "parent_id": row[3],
+                        "channel": get_settings().NOTIFY_CHANNEL,
+                    },
+                )
             events.append(
                 run_id,
                 events.OPERATOR_REQUEUED,

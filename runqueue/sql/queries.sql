@@ -411,7 +411,12 @@ RETURNING id;
 -- is kept. What it waits for may be there already: no child open, a signal
 -- of that name in the mailbox (taken from it: deleted, its data the input),
 -- a time already past. Then the run is queued again at once (resumed: a new
--- epoch, a fresh attempt budget), else it waits (status waiting).
+-- epoch, a fresh attempt budget), else it waits (status waiting). A wait
+-- for children counts them from their statuses (children_open set to it),
+-- not from the counter alone: whatever happened to the counter before
+-- (a dead letter requeued, a count from an older version), the wait starts
+-- from the truth, and every child's transition after it counts in it under
+-- this row lock.
 WITH mail AS (
     DELETE FROM runqueue_signal
      WHERE id = (SELECT s.id FROM runqueue_signal s
@@ -421,15 +426,21 @@ WITH mail AS (
 ), decided AS (
     SELECT r.id,
            CASE %(reason)s
-               WHEN 'children' THEN r.children_open = 0
+               WHEN 'children' THEN o.n_open = 0
                WHEN 'signal' THEN EXISTS (SELECT 1 FROM mail)
                ELSE coalesce(%(until)s::timestamptz <= now(), false)
-           END AS ready
+           END AS ready,
+           o.n_open
       FROM runqueue_run r
+     CROSS JOIN LATERAL (
+         SELECT CASE WHEN %(reason)s = 'children' THEN
+                -- include: open_children --
+                END AS n_open) AS o
      WHERE r.id = %(run_id)s AND r.status = 'running'
 )
 UPDATE runqueue_run r
    SET status = CASE WHEN d.ready THEN 'queued' ELSE 'waiting' END,
+       children_open = coalesce(d.n_open, r.children_open),
        lease_epoch = CASE WHEN d.ready THEN r.lease_epoch + 1 ELSE r.lease_epoch END,
        attempts = CASE WHEN d.ready THEN 0 ELSE r.attempts END,
        scheduled_for = CASE WHEN d.ready THEN now() ELSE r.scheduled_for END,
@@ -633,27 +644,25 @@ SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id;
 -- An operator sends a dead-lettered run back to the queue: a fresh attempt
 -- budget, due at once (scheduled_for = now(): the claim's wait counts from
 -- here, not from creation), a new epoch. The failure moves to the event.
--- A child is open again in its parent (if that is not finished): its next
--- terminal transition counts in it once more (runqueue_join).
-WITH requeued AS (
-    UPDATE runqueue_run
-       SET status = 'queued',
-           lease_epoch = lease_epoch + 1,
-           attempts = 0,
-           scheduled_for = now(),
-           finished_at = NULL,
-           failure = NULL,
-           lease_token = NULL
-     WHERE id = %(run_id)s AND status = 'failed'
-    RETURNING id, lease_epoch, priority, parent_id
-), reopened AS (
-    UPDATE runqueue_run p
-       SET children_open = p.children_open + 1
-      FROM requeued q
-     WHERE p.id = q.parent_id
-       AND p.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
-)
-SELECT id, lease_epoch, priority FROM requeued;
+-- Its row lock held, the transaction counts again (requeue_recount, a later
+-- statement) its own open children and its parent's.
+UPDATE runqueue_run
+   SET status = 'queued',
+       lease_epoch = lease_epoch + 1,
+       attempts = 0,
+       scheduled_for = now(),
+       finished_at = NULL,
+       failure = NULL,
+       lease_token = NULL
+ WHERE id = %(run_id)s AND status = 'failed'
+RETURNING id, lease_epoch, priority, parent_id;
+
+-- name: requeue_recount --
+-- After operator_requeue, in its transaction: the requeued run's open
+-- children counted from their statuses (they may have ended while it was
+-- dead: their joins left its count alone), and its parent's (the run is
+-- open in it again), each under its row lock (runqueue_recount).
+SELECT runqueue_recount(ARRAY[%(run_id)s::uuid, %(parent_id)s::uuid], %(channel)s);
 
 -- name: deliver_input --
 -- Resume a run waiting for the user, in place: queued again with the input

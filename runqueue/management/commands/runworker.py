@@ -67,6 +67,16 @@ def grace(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else seconds(text)
 
 
+def heartbeat_for(lease_seconds: float, given: float | None) -> float:
+    """The heartbeat interval: the one given, else HEARTBEAT_SECONDS, but at
+    most a third of the lease, so ``--lease-seconds 5`` alone starts a worker
+    whose leases survive a missed heartbeat (an interval given explicitly is
+    checked by PoolConfig, as before)."""
+    if given is not None:
+        return given
+    return min(get_settings().HEARTBEAT_SECONDS, lease_seconds / 3)
+
+
 class Command(BaseCommand):
     help = (
         "Run a runqueue worker: slot groups with reserved capacity per priority class. "
@@ -96,8 +106,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--heartbeat-seconds",
             type=seconds,
-            default=conf.HEARTBEAT_SECONDS,
-            help="how often held leases are renewed (default: %(default)s)",
+            default=None,
+            help=f"how often held leases are renewed (default: {conf.HEARTBEAT_SECONDS}, "
+            "or a third of a lease shorter than three times that)",
         )
         parser.add_argument(
             "--sweep-seconds",
@@ -152,7 +163,9 @@ class Command(BaseCommand):
             config = PoolConfig(
                 slots=tuple(options["slots"] or [SlotSpec.parse(s) for s in DEFAULT_SLOTS]),
                 lease_seconds=options["lease_seconds"],
-                heartbeat_seconds=options["heartbeat_seconds"],
+                heartbeat_seconds=heartbeat_for(
+                    options["lease_seconds"], options["heartbeat_seconds"]
+                ),
                 sweep_seconds=options["sweep_seconds"],
                 poll_seconds=options["poll_seconds"],
                 grace_seconds=options["grace_seconds"],
