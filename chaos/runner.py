@@ -434,7 +434,8 @@ class ChaosRun:
         """A retention pass with the clock two days on: every finished
         run whose tree is finished may go, a run with a live ancestor must
         stay. The submitted runs it dropped are left out of the figures
-        that count runs (they ended before it)."""
+        that count runs (they ended before it), so a soak makes one pass,
+        halfway: the other figures keep the runs of its second half."""
 
         def go() -> None:
             before = set(Run.objects.values_list("id", flat=True))
@@ -579,7 +580,6 @@ class ChaosRun:
             self.cancel,
             self.cancel_tree,
             self.requeue_dead_parents,
-            self.retention,
         ]
         database_faults = self._database_faults(started)
         end = started + self.profile.chaos_seconds
@@ -593,6 +593,8 @@ class ChaosRun:
             self.deliver_inputs()
             self.send_signals()
             elapsed = (time.monotonic() - started) / self.profile.chaos_seconds
+            if elapsed >= 0.5 and not self.counts.retention_passes:
+                self.retention()  # once, halfway: trees in flight, half the runs finished
             self.submit_until(min(int(self.profile.runs * (0.1 + elapsed)), self.profile.runs))
         self.submit_until(self.profile.runs)
         drain_end = time.monotonic() + self.profile.drain_seconds
@@ -614,9 +616,9 @@ class ChaosRun:
         reclaims = []
         for at, ids in self.kills:
             for run_id in ids:
+                # A run a retention pass dropped since has no events to read.
                 later = (
-                    Run.objects.get(id=run_id)
-                    .events.filter(type="run.claimed", created_at__gt=at)
+                    RunEvent.objects.filter(run_id=run_id, type="run.claimed", created_at__gt=at)
                     .order_by("id")
                     .first()
                 )

@@ -112,7 +112,7 @@ def double_resumes() -> list[uuid.UUID]:
 def orphan_rows() -> dict[str, int]:
     """Rows keyed by a run that is gone, per table (tables with none left
     out): every table keyed by a run goes with the run."""
-    found = {}
+    found: dict[str, int] = {}
     runs = Run.objects.values("id")
     for model in apps.get_app_config("runqueue").get_models():
         if model._meta.proxy or model is Run:
