@@ -54,9 +54,9 @@ def _db_passed(run_id) -> bool:
 
 def _events(run_id, type_: str) -> list[dict]:
     return list(
-        RunEvent.objects.filter(run_id=run_id, type=type_).order_by("id").values_list(
-            "data", flat=True
-        )
+        RunEvent.objects.filter(run_id=run_id, type=type_)
+        .order_by("id")
+        .values_list("data", flat=True)
     )
 
 
@@ -164,7 +164,8 @@ def test_claims_racing_the_expiry_claim_or_expire_each_run_never_both(iteration:
     """A claimer and the expiry, each on its own connection, both spinning
     across the deadlines of 60 runs (spread over 60 ms, on the database
     clock): each run ends claimed or expired, exactly once."""
-    runs = [r.run.id for r in runqueue.submit_many([SubmitRequest(kind="k", start_within=60)] * 60)]
+    requests = [SubmitRequest(kind="k", start_within=60)] * 60
+    runs = [r.run.id for r in runqueue.submit_many(requests)]
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE runqueue_run r SET start_by = clock_timestamp()"
@@ -249,3 +250,29 @@ def test_the_projects_defaults_apply_when_neither_submit_nor_kind_says() -> None
     assert Run.objects.get(id=run.id).max_duration == 30.0
     plain = runqueue.submit(kind="k").run
     assert (plain.start_by, plain.max_duration) == (None, None)
+
+
+# --- the HTTP API -----------------------------------------------------------------
+
+
+def test_the_api_takes_start_within_in_seconds(client) -> None:
+    from tests.api_helpers import make_caller, submit
+
+    alice = make_caller("alice", "acme")
+    response = submit(client, alice, {"kind": "test.echo", "start_within": 30})
+    assert response.status_code == 201, response.content
+    body = response.json()
+    run = Run.objects.get(id=body["id"])
+    assert run.start_by is not None
+    assert body["start_by"] is not None
+
+
+@pytest.mark.parametrize("value", [0, -5, "30", True, 1e300, {"s": 1}])
+def test_the_api_refuses_a_bad_start_within_with_nothing_written(client, value) -> None:
+    from tests.api_helpers import make_caller, problem, submit
+
+    alice = make_caller("alice", "acme")
+    response = submit(client, alice, {"kind": "test.echo", "start_within": value})
+    errors = problem(response, 422, "validation-failed")["errors"]
+    assert [e["pointer"] for e in errors] == ["/start_within"]
+    assert not Run.objects.exists()
