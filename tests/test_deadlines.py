@@ -24,7 +24,7 @@ from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
 from runqueue.outcomes import Suspended
 from runqueue.submission import SubmitRequest
 from tests.handlers import LEDGER_DDL
-from tests.helpers import Worker, expire_lease, wait_until
+from tests.helpers import Worker, expire_lease, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -209,6 +209,99 @@ def test_claims_racing_the_expiry_claim_or_expire_each_run_never_both(iteration:
     assert {statuses[r] for r in expired} <= {RunStatus.CANCELLED}
     both = RunEvent.objects.filter(run_id__in=expired, type="run.claimed")
     assert not both.exists()
+
+
+_PAUSE_DDL = """
+CREATE OR REPLACE FUNCTION runqueue_test_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.type = TG_ARGV[0] AND NEW.run_id::text = TG_ARGV[1] THEN
+        PERFORM pg_advisory_xact_lock(4242);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER runqueue_test_pause BEFORE INSERT ON runqueue_run_event
+    FOR EACH ROW EXECUTE FUNCTION runqueue_test_pause('{event}', '{run_id}');
+"""
+
+
+class _Pause:
+    """``pause(run_id, event_type)``: the statement that logs that event for
+    that run waits there, holding what it wrote uncommitted, until
+    ``release()`` (a test-only trigger and an advisory lock)."""
+
+    def __init__(self) -> None:
+        from runqueue import db
+
+        self.held = db.connect()
+        self.held.execute("SELECT pg_advisory_lock(4242)")
+
+    def __call__(self, run_id, event_type: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(_PAUSE_DDL.format(event=event_type, run_id=run_id))
+
+    def release(self) -> None:
+        self.held.execute("SELECT pg_advisory_unlock(4242)")
+
+
+@pytest.fixture
+def pause_at():
+    pause = _Pause()
+    yield pause
+    pause.held.close()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER IF EXISTS runqueue_test_pause ON runqueue_run_event")
+        cursor.execute("DROP FUNCTION IF EXISTS runqueue_test_pause()")
+
+
+def test_a_claim_holding_the_run_as_its_deadline_passes_keeps_it(pause_at) -> None:
+    """The claim has taken the run (uncommitted) when the deadline passes:
+    the expiry steps over it, and once the claim commits finds it running."""
+    run = runqueue.submit(kind="k", start_within=60).run
+    pause_at(run.id, "run.claimed")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_run SET start_by = clock_timestamp() + interval '1 second'"
+            " WHERE id = %s",
+            [run.id],
+        )
+    claimer = Worker(lambda: leases.claim_one("w1"), "claimer")
+    claimer.start()
+    claimer.started_fn.wait(10)
+    wait_until(lambda: is_blocked(claimer.backend_pid), what="the claim to pause")
+    # The deadline passes while the claim holds the row (read on the clock,
+    # the row left alone).
+    wait_until(lambda: _db_passed(run.id), what="the deadline to pass", timeout=10)
+    expirer = Worker(leases.expire_unstarted, "expirer")
+    expirer.start()
+    expirer.started_fn.wait(10)
+    # The expiry must not wait for the claim's row, nor take it after.
+    wait_until(
+        lambda: not expirer.is_alive() or is_blocked(expirer.backend_pid),
+        what="the expiry to end or block",
+    )
+    pause_at.release()
+    lease = claimer.outcome()
+    assert lease is not None and lease.run_id == run.id
+    assert expirer.outcome() == []
+    assert leases.expire_unstarted() == []
+    types = set(RunEvent.objects.filter(run_id=run.id).values_list("type", flat=True))
+    assert Run.objects.get(id=run.id).status == RunStatus.RUNNING
+    assert "run.cancelled" not in types
+
+
+def test_an_expiry_holding_the_run_keeps_it_from_the_claim(pause_at) -> None:
+    run = runqueue.submit(kind="k", start_within=60).run
+    _past_start_by(run.id)
+    pause_at(run.id, "run.cancelled")
+    expirer = Worker(leases.expire_unstarted, "expirer")
+    expirer.start()
+    expirer.started_fn.wait(10)
+    wait_until(lambda: is_blocked(expirer.backend_pid), what="the expiry to pause")
+    assert leases.claim_one("w1") is None
+    pause_at.release()
+    assert expirer.outcome() == [run.id]
+    assert leases.claim_one("w1") is None
+    assert Run.objects.get(id=run.id).status == RunStatus.CANCELLED
 
 
 # --- bad input ------------------------------------------------------------------
