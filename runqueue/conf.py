@@ -44,6 +44,8 @@ Defaults (every key optional)::
         "POOLER_TRACKS_PREPARED": False,  # pooler carries prepared statements (PgBouncer 1.21+)
         "BUDGETS": {},                # key -> {"requests", "tokens", "per_seconds", "shares"}
         "DURABLE_CLAIMS": False,      # a claim alone waits for the disk (True) or not (False)
+        "START_WITHIN_SECONDS": None,  # not claimed this long after due: cancelled, expired
+        "MAX_DURATION_SECONDS": None,  # an attempt running this long is cancelled and fails
     }
 """
 
@@ -108,6 +110,10 @@ class Settings:
     HANDLER_MODULES: tuple[str, ...] = ()
     TRANSIENT_EXCEPTIONS: tuple[str, ...] = ()
     TERMINAL_RUN_RETENTION_SECONDS: float | None = None
+    #: The project's default ``start_within`` and ``max_duration`` (None: no
+    #: limit); docs/decisions.md, "Run deadlines".
+    START_WITHIN_SECONDS: float | None = None
+    MAX_DURATION_SECONDS: float | None = None
     API_MAX_BODY_BYTES: int = 262144
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
@@ -246,7 +252,13 @@ _INTEGERS = {
     "STREAM_TEXT_FLUSH_BYTES",
 }
 #: Numbers that None turns off.
-_MAY_BE_NONE = {"TERMINAL_RUN_RETENTION_SECONDS", "STREAM_MAX_PER_TOKEN", "STREAM_MAX_PER_TENANT"}
+_MAY_BE_NONE = {
+    "TERMINAL_RUN_RETENTION_SECONDS",
+    "STREAM_MAX_PER_TOKEN",
+    "STREAM_MAX_PER_TENANT",
+    "START_WITHIN_SECONDS",
+    "MAX_DURATION_SECONDS",
+}
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
     "LEASE_SECONDS",
@@ -258,6 +270,8 @@ _POSITIVE = _INTEGERS | {
     "STREAM_KEEPALIVE_SECONDS",
     "STREAM_POLL_SECONDS",
     "STREAM_MAX_SECONDS",
+    "START_WITHIN_SECONDS",
+    "MAX_DURATION_SECONDS",
 }
 
 
@@ -414,15 +428,11 @@ def parse(raw: object) -> Settings:
                     "RUNQUEUE['METRICS_TOKEN'] must be None or a string of 16 or more characters"
                 )
             values[name] = value
-        elif (
-            name
-            in ("TERMINAL_RUN_RETENTION_SECONDS", "STREAM_MAX_PER_TOKEN", "STREAM_MAX_PER_TENANT")
-            and value is None
-        ):
+        elif name in _MAY_BE_NONE and value is None:
             values[name] = None
         else:
             number = _number(name, value, integer=name in _INTEGERS)
-            if number < 0 or (number == 0 and name in _POSITIVE):
+            if number < 0 or (number == 0 and name in _POSITIVE) or number != number:
                 raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] is out of range: {value!r}")
             if name.endswith("_SECONDS") and number > MAX_WAIT_SECONDS:
                 # Added to the database's clock: past this a lease, a backoff

@@ -147,6 +147,11 @@ class RunCancelled(RunqueueError):
 PERMANENT = "permanent"
 TRANSIENT = "transient"
 LEASE_EXPIRED = "lease_expired"
+#: Run deadlines (docs/decisions.md, "Run deadlines"): a run not claimed
+#: within its ``start_within`` (cancelled), an attempt past its
+#: ``max_duration`` (failed, never retried).
+EXPIRED = "expired"
+MAX_DURATION = "max_duration"
 
 
 def classify(exc: BaseException, transient: tuple[type[BaseException], ...] = ()) -> str:

@@ -268,6 +268,15 @@ class Run(models.Model):
     wait_until = models.DateTimeField(null=True, blank=True)
     #: The last wait ended at its deadline (``ctx.timed_out``).
     timed_out = models.BooleanField(default=False, db_default=False)
+    #: Until when the run may first be claimed (``start_within``); past it
+    #: the deadline service cancels it as expired. The first claim clears
+    #: it: the deadline is for the first start (docs/decisions.md, "Run
+    #: deadlines"). NULL: no start deadline.
+    start_by = models.DateTimeField(null=True, blank=True, editable=False)
+    #: The longest an attempt may run, in seconds (``max_duration``); past
+    #: it the worker cancels the handler and the run fails with reason
+    #: max_duration. NULL: no limit.
+    max_duration = models.FloatField(null=True, blank=True, editable=False)
 
     objects = RunManager()
 
@@ -393,6 +402,13 @@ class Run(models.Model):
                 fields=["wait_until"],
                 condition=Q(status__in=WAIT_STATUSES, wait_until__isnull=False),
                 name="runqueue_run_deadline_idx",
+            ),
+            # Queued runs by start deadline: the deadline service expires
+            # the due ones through it (live partition only).
+            models.Index(
+                fields=["start_by"],
+                condition=Q(status=RunStatus.QUEUED, start_by__isnull=False),
+                name="runqueue_run_start_by_idx",
             ),
             # Waiting runs by reason: the dashboard's and /metrics' counts.
             models.Index(

@@ -24,8 +24,10 @@ import inspect
 import json
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -37,6 +39,7 @@ from runqueue import aio, budgets, leases, registry, submission
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
+    MAX_DURATION,
     PERMANENT,
     ChildrenGone,
     PermanentError,
@@ -756,7 +759,8 @@ def decide(lease: leases.Lease) -> Outcome:
         return aio.run(_decide_async(lease, fn)).result()
     ctx = build_context(lease)
     try:
-        result = fn(ctx)
+        with max_duration(lease):
+            result = fn(ctx)
     except Exception as exc:  # noqa: BLE001 - classified by the failure taxonomy
         if _database_lost(exc):
             raise
@@ -786,7 +790,8 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
     loop = asyncio.get_running_loop()
     lease.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
     try:
-        result = await task
+        with max_duration(lease):
+            result = await task
     except asyncio.CancelledError as exc:
         if not lease.cancelled.is_set():
             raise  # not the run's cancel: the loop itself is going away
@@ -801,6 +806,49 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
     return _returned(lease, ctx.sync, result)
 
 
+@contextmanager
+def max_duration(lease: leases.Lease) -> Iterator[None]:
+    """While the handler runs: once the attempt has run the run's
+    ``max_duration`` (counted from when its slot started it), its lease is
+    cancelled as by the stop button, reason ``max_duration``: ``ctx.cancelled``
+    set, an async handler's task cancelled; the attempt then fails for good
+    (``_over_time``) and the heartbeat stops renewing its lease, so a
+    handler that ignores the cancel is fenced by the lease's expiry
+    (docs/decisions.md, "Run deadlines")."""
+    seconds = lease.run.max_duration
+    if seconds is None:
+        yield
+        return
+    started = lease.started or time.monotonic()
+    timer = threading.Timer(
+        max(0.0, seconds - (time.monotonic() - started)), lease.cancel, args=(MAX_DURATION,)
+    )
+    timer.daemon = True
+    timer.name = f"runqueue-max-duration-{lease.run_id}"
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _over_time(lease: leases.Lease) -> Outcome | None:
+    """The attempt's outcome once its max_duration cancelled it: failed, for
+    good (a retry would run as long again), whatever the handler did after."""
+    if not (lease.cancelled.is_set() and lease.cancel_reason == MAX_DURATION):
+        return None
+    seconds = lease.run.max_duration
+    return Failed(
+        failure_record(
+            None,
+            classification=MAX_DURATION,
+            attempt=lease.attempt,
+            error_type="MaxDuration",
+            message=f"the attempt ran longer than its max_duration of {seconds:g}s",
+        )
+    )
+
+
 def _database_lost(exc: BaseException) -> bool:
     """The handler met a lost connection or a server that cannot take
     writes now (read-only, shutting down): no outcome can be written, so none
@@ -811,6 +859,8 @@ def _database_lost(exc: BaseException) -> bool:
 
 def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = None) -> Outcome:
     """How an attempt whose handler raised ``exc`` ended."""
+    if (over := _over_time(lease)) is not None:
+        return over
     if lease.cancelled.is_set():
         if lease.cancel_reason == "stopping":
             return Released("shutdown")  # queued at once, the attempt handed back
@@ -827,6 +877,8 @@ def _returned(
     lease: leases.Lease, ctx: RunContext, result: JSON | AskUser | Wait | BudgetWait
 ) -> Outcome:
     """How an attempt whose handler returned ``result`` ended."""
+    if (over := _over_time(lease)) is not None:
+        return over
     if isinstance(result, BudgetWait):
         return result
     try:

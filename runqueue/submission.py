@@ -88,6 +88,8 @@ class SubmitRequest:
     max_attempts: int | None = None
     concurrency_key: str | None = None
     budget: tuple[str, int] | None = None
+    start_within: float | dt.timedelta | None = None
+    max_duration: float | dt.timedelta | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -127,6 +129,8 @@ def submit(
     max_attempts: int | None = None,
     concurrency_key: str | None = None,
     budget: tuple[str, int] | None = None,
+    start_within: float | dt.timedelta | None = None,
+    max_duration: float | dt.timedelta | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
@@ -134,7 +138,11 @@ def submit(
     concurrency cap per class (``runqueue.concurrency``). ``budget`` (key,
     tokens) declares the run's first model call: it is claimed only once
     one request and ``tokens`` are reserved on that budget
-    (``runqueue.budgets``; ignored by an input delivery).
+    (``runqueue.budgets``; ignored by an input delivery). ``start_within``
+    (seconds or a timedelta): a run not claimed that long after it is due
+    is cancelled as expired; ``max_duration``: an attempt running that long
+    is cancelled and the run fails (docs/decisions.md, "Run deadlines";
+    defaults: the kind's ``@handler`` options, then ``RUNQUEUE``'s).
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
@@ -155,6 +163,8 @@ def submit_in_transaction(
     max_attempts: int | None = None,
     concurrency_key: str | None = None,
     budget: tuple[str, int] | None = None,
+    start_within: float | dt.timedelta | None = None,
+    max_duration: float | dt.timedelta | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -434,6 +444,8 @@ def _insert_runs(
         "budget_keys": [r.budget[0] if r.budget else None for r in requests],
         "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
         "parent_ids": [parent_id] * len(requests),
+        "start_within": [r.start_within for r in requests],
+        "max_durations": [r.max_duration for r in requests],
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -442,11 +454,12 @@ def _insert_runs(
         else None,
     }
     with prepared("create_runs", params) as cursor:
-        created_at = dict(cursor.fetchall())
+        made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
     # The rows hold what was sent, and the defaults below; only created_at
-    # comes from the server. (Hydrating RETURNING * cost more than the insert.)
+    # and start_by come from the server. (Hydrating RETURNING * cost more
+    # than the insert.)
     return [
-        _inserted(r, run_id, created_at[run_id], traceparent, parent_id)
+        _inserted(r, run_id, *made[run_id], traceparent, parent_id)
         for r, run_id in zip(requests, ids, strict=True)
     ]
 
@@ -455,6 +468,7 @@ def _inserted(
     request: CheckedSubmission,
     run_id: uuid.UUID,
     created_at: dt.datetime,
+    start_by: dt.datetime | None,
     tp: str,
     parent_id: uuid.UUID | None = None,
 ) -> Run:
@@ -475,6 +489,8 @@ def _inserted(
         "budget_tokens": request.budget[1] if request.budget else None,
         "created_at": created_at,
         "parent_id": parent_id,
+        "max_duration": request.max_duration,
+        "start_by": start_by,
     }
     # Every other column as the model's default makes it (status queued,
     # epoch 0, ...), as the statement inserts it; asked per run, so no two

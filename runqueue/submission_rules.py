@@ -23,7 +23,7 @@ from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
-from runqueue.validation import as_utc, json_problem, text_problem
+from runqueue.validation import as_utc, duration, json_problem, text_problem
 
 
 def _max_length(model: type[models.Model], name: str) -> int:
@@ -95,6 +95,11 @@ class CheckedSubmission:
     budget: tuple[str, int] | None = None
     #: ``payload`` as the JSON text the run stores (made once, here).
     payload_text: str = ""
+    #: Seconds after it is due the run must be claimed by, and the longest
+    #: an attempt may run (None: no limit): the submit's, else the kind's
+    #: (``@handler``), else the project's (docs/decisions.md, "Run deadlines").
+    start_within: float | None = None
+    max_duration: float | None = None
 
 
 def check_submission(
@@ -110,6 +115,8 @@ def check_submission(
     max_attempts: object = None,
     concurrency_key: object = None,
     budget: object = None,
+    start_within: object = None,
+    max_duration: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -167,6 +174,10 @@ def check_submission(
     report("payload", detail)
     budget_value, detail = _budget(budget, from_json=from_json)
     report("budget", detail)
+    start_value, detail = duration(start_within, from_json=from_json)
+    report("start_within", detail)
+    duration_value, detail = duration(max_duration, from_json=from_json)
+    report("max_duration", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -182,7 +193,18 @@ def check_submission(
         concurrency_key=concurrency_text,
         budget=budget_value,
         payload_text=payload_text,
+        start_within=_first(
+            start_value, registry.options(kind_text).start_within, conf.START_WITHIN_SECONDS
+        ),
+        max_duration=_first(
+            duration_value, registry.options(kind_text).max_duration, conf.MAX_DURATION_SECONDS
+        ),
     ), problems
+
+
+def _first(*values: float | None) -> float | None:
+    """The first that is not None: the submit's, the kind's, the project's."""
+    return next((float(v) for v in values if v is not None), None)
 
 
 def text_member(field: str, value: object, *, from_json: bool = False) -> str | None:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+
+from runqueue.limits import MAX_WAIT_SECONDS
 
 NUL = "must not contain NUL characters"
 SURROGATE = "must be valid Unicode text (it holds an unpaired surrogate such as \\ud800)"
@@ -111,3 +114,24 @@ def _escape(key: str) -> str:
 
 def _short(pointer: str, limit: int = 200) -> str:
     return pointer if len(pointer) <= limit else pointer[: limit - 1] + "…"
+
+
+def duration(value: object, *, from_json: bool = False) -> tuple[float | None, str | None]:
+    """A run deadline's length in seconds (``start_within``, ``max_duration``),
+    or why not: a positive finite number of seconds (or, from Python, a
+    timedelta), at most ``MAX_WAIT_SECONDS``. None stays None (no limit)."""
+    if value is None:
+        return None, None
+    if isinstance(value, dt.timedelta) and not from_json:
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(min(value, 2 * MAX_WAIT_SECONDS))  # no OverflowError for a huge int
+    else:
+        expected = "a number of seconds" if from_json else "a number of seconds or a timedelta"
+        got = type(value).__name__
+        return None, f"must be {expected}, got {got}"
+    if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
+        return None, f"must be a positive number of seconds, got {value!r}"
+    if seconds > MAX_WAIT_SECONDS:
+        return None, f"must be at most {MAX_WAIT_SECONDS:.0f} seconds (100 years), got {value!r}"
+    return seconds, None

@@ -373,3 +373,20 @@ def nap(ctx: RunContext) -> dict:
         ctx.check()
     ledger(ctx.run.id, "ended", ctx.lease.owner)
     return {"napped": ctx.payload.get("seconds", 1.0)}
+
+
+@runqueue.handler("test.stale_turn", start_within=30)
+def stale_turn(ctx: RunContext) -> dict:
+    """A kind with a default start deadline (tests/test_deadlines.py)."""
+    return {"ran": True}
+
+
+@runqueue.handler("test.overrun", max_duration=600)
+def overrun(ctx: RunContext) -> dict:
+    """Ignores ``ctx.cancelled``: works until the test writes "release"
+    (heartbeating through the worker), recording that it started and
+    that it ended, and why it was told to stop."""
+    ledger(ctx.run.id, "started", ctx.lease.owner)
+    wait_for_release(ctx)
+    ledger(ctx.run.id, "ended", ctx.lease.cancel_reason)
+    return {"overran": True}

@@ -13,7 +13,7 @@ from runqueue import registry
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
-from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
+from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
 from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
@@ -117,6 +117,14 @@ def _schemas() -> dict[str, JSON]:
                     "request and these tokens are reserved on this budget (an existing "
                     "budget; at most its tokens per window)",
                 },
+                "start_within": {
+                    "type": ["number", "null"],
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_WAIT_SECONDS,
+                    "description": "seconds: a run not claimed this long after it is due "
+                    "ends cancelled with reason expired (its session freed); counts for its "
+                    "first start only. Default: the kind's, then the project's (none)",
+                },
             },
         },
         "CancelRun": {
@@ -197,6 +205,16 @@ def _schemas() -> dict[str, JSON]:
                 "attempts": {"type": "integer"},
                 "max_attempts": {"type": "integer"},
                 "scheduled_for": nullable_time,
+                "start_by": {
+                    **nullable_time,
+                    "description": "until when the run may first be claimed (start_within); "
+                    "null once claimed, or without a start deadline",
+                },
+                "max_duration": {
+                    "type": ["number", "null"],
+                    "description": "the longest an attempt may run, in seconds: past it the "
+                    "handler is cancelled and the run fails with reason max_duration",
+                },
                 "created_at": nullable_time,
                 "started_at": nullable_time,
                 "finished_at": nullable_time,

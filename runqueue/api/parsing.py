@@ -32,7 +32,9 @@ from runqueue.validation import text_problem
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
-SUBMIT_FIELDS = frozenset({"kind", "payload", "session_id", "priority", "scheduled_for", "budget"})
+SUBMIT_FIELDS = frozenset(
+    {"kind", "payload", "session_id", "priority", "scheduled_for", "budget", "start_within"}
+)
 MAX_REASON = REASON_MAX_LENGTH
 #: The longest integer a body may hold (Python's own bound on converting one).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
@@ -47,6 +49,7 @@ class SubmitBody(TypedDict):
     priority: NotRequired[int | str]
     scheduled_for: NotRequired[str | None]
     budget: NotRequired[BudgetBody | None]
+    start_within: NotRequired[float | None]
 
 
 class BudgetBody(TypedDict):
@@ -65,6 +68,7 @@ class SubmitArgs(TypedDict):
     priority: int
     scheduled_for: dt.datetime | None
     budget: tuple[str, int] | None
+    start_within: float | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -213,6 +217,7 @@ def submit_args(body: object) -> SubmitArgs:
         priority=body.get("priority", int(PriorityClass.INTERACTIVE)),
         scheduled_for=body.get("scheduled_for"),
         budget=body.get("budget"),
+        start_within=body.get("start_within"),
         from_json=True,
         registered_only=False,
     )
@@ -234,6 +239,9 @@ def submit_args(body: object) -> SubmitArgs:
         "priority": checked.priority,
         "scheduled_for": checked.scheduled_for,
         "budget": checked.budget,
+        # Only the body's own: the kind's and the project's defaults are
+        # submit's to apply (the same rule as any caller's).
+        "start_within": checked.start_within if body.get("start_within") is not None else None,
     }
 
 

@@ -62,6 +62,8 @@ class RunBody(TypedDict):
     attempts: int
     max_attempts: int
     scheduled_for: str | None
+    start_by: str | None
+    max_duration: float | None
     created_at: str | None
     started_at: str | None
     finished_at: str | None
@@ -145,6 +147,8 @@ def run_body(run: Run) -> RunBody:
         "attempts": run.attempts,
         "max_attempts": run.max_attempts,
         "scheduled_for": public_time(run.scheduled_for),
+        "start_by": public_time(run.start_by),
+        "max_duration": run.max_duration,
         "created_at": public_time(run.created_at),
         "started_at": public_time(run.started_at),
         "finished_at": public_time(run.finished_at),

@@ -31,6 +31,7 @@ from runqueue.leases.claim import (
     claim_spec,
     finish_and_claim,
 )
+from runqueue.leases.deadlines import expire_unstarted
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
@@ -78,6 +79,7 @@ __all__ = [
     "claim_spec",
     "deliver_input",
     "deliver_locked",
+    "expire_unstarted",
     "finish_and_claim",
     "failure_record",
     "give_up",

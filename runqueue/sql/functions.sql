@@ -67,8 +67,11 @@ AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
 AND q.attempts < q.max_attempts
 
 -- fragment: claimable --
--- Claimable: due, and its kind not paused (in all classes, or in its class).
+-- Claimable: due, not past its start deadline (start_within: the deadline
+-- service cancels it as expired, docs/decisions.md "Run deadlines"), and
+-- its kind not paused (in all classes, or in its class).
 -- include: due --
+AND (q.start_by IS NULL OR q.start_by > now())
 AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
                  WHERE p.kind = q.kind
                    AND (p.priority_class IS NULL

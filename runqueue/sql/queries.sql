@@ -62,6 +62,9 @@ input AS (
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            heartbeat_at = now(),
            started_at = coalesce(r.started_at, now()),
+           -- start_within is for the first start: a run claimed once is
+           -- never expired (docs/decisions.md, "Run deadlines").
+           start_by = NULL,
            budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0)
 
 -- fragment: claim_commit --
@@ -533,11 +536,61 @@ SELECT s.id, s.wait_reason
  WHERE (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT 1 FROM resumed LIMIT 1) AS n) >= 0;
 
 -- name: next_deadline --
--- Seconds until the earliest wait deadline (negative: one is due), or NULL:
--- how long the deadline service may sleep. One probe of the deadline index.
-SELECT extract(epoch FROM min(wait_until) - now())
-  FROM runqueue_run
- WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL;
+-- Seconds until the earliest deadline (negative: one is due), or NULL: how
+-- long the deadline service may sleep. The earliest wait deadline and the
+-- earliest start deadline (start_within), one probe of each partial index.
+SELECT extract(epoch FROM least(
+           (SELECT min(wait_until) FROM runqueue_run
+             WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL),
+           (SELECT min(start_by) FROM runqueue_run
+             WHERE status = 'queued' AND start_by IS NOT NULL)) - now());
+
+-- name: expire_unstarted --
+-- The deadline service: queued runs whose start deadline (start_within)
+-- passed on the database clock, through the start deadline index, oldest
+-- first, cancelled with reason expired (docs/decisions.md, "Run
+-- deadlines"): a new epoch, %(failure)s as the record, run.cancelled. A row
+-- a claim holds right now is stepped over (SKIP LOCKED); the UPDATE
+-- re-checks status and deadline on the row's latest version, so a run is
+-- claimed or expired, never both (a claim clears start_by and takes only
+-- runs before it, the fragment claimable). An expired child counts in its
+-- parent (runqueue_join), as any cancel. The expired runs' ids returned.
+WITH due AS (
+    SELECT id
+      FROM runqueue_run
+     WHERE status = 'queued' AND start_by IS NOT NULL AND start_by <= now()
+     ORDER BY start_by
+     LIMIT %(limit)s
+       FOR NO KEY UPDATE SKIP LOCKED
+), expired AS (
+    UPDATE runqueue_run r
+       SET status = 'cancelled',
+           lease_epoch = r.lease_epoch + 1,
+           finished_at = now(),
+           failure = %(failure)s::jsonb,
+           lease_owner = '',
+           lease_token = NULL,
+           lease_expires_at = NULL
+      FROM due d
+     WHERE r.id = d.id AND r.status = 'queued' AND r.start_by <= now()
+    RETURNING r.id, r.lease_epoch, r.parent_id, r.start_by
+), joined AS (
+    SELECT runqueue_join(array_agg(e.parent_id), %(channel)s) AS resumed
+      FROM expired e
+     WHERE e.parent_id IS NOT NULL
+    HAVING count(*) > 0
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT e.id, 'run.cancelled', e.lease_epoch,
+           jsonb_build_object('reason', 'expired', 'actor', 'runqueue',
+                              'start_by', e.start_by,
+                              'late_ms', round(extract(epoch FROM clock_timestamp()
+                                                               - e.start_by) * 1000)),
+           now()
+      FROM expired e
+)
+SELECT e.id FROM expired e
+ WHERE (SELECT count(*) FROM joined) >= 0;
 
 -- name: expired_leases --
 -- The sweeper's read: running runs whose lease expired on the database clock.
@@ -724,10 +777,11 @@ WITH input AS (
                   %(scheduled_for)s::timestamptz[], %(keys)s::text[], %(hashes)s::text[],
                   %(traceparents)s::text[], %(concurrency_keys)s::text[],
                   %(budget_keys)s::text[], %(budget_tokens)s::int[],
-                  %(parent_ids)s::uuid[])
+                  %(parent_ids)s::uuid[], %(start_within)s::float8[],
+                  %(max_durations)s::float8[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
                 scheduled_for, key, hash, traceparent, concurrency_key, budget_key,
-                budget_tokens, parent_id)
+                budget_tokens, parent_id, start_within, max_duration)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -737,16 +791,23 @@ WITH input AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
                               lease_owner, traceparent, concurrency_key, budget_key,
-                              budget_tokens, parent_id)
+                              budget_tokens, parent_id, start_by, max_duration)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
            i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
-           i.concurrency_key, i.budget_key, i.budget_tokens, i.parent_id
+           i.concurrency_key, i.budget_key, i.budget_tokens, i.parent_id,
+           -- start_within counts from when the run is due (docs/decisions.md,
+           -- "Run deadlines"), on the database clock.
+           greatest(coalesce(i.scheduled_for, now()), now())
+               + make_interval(secs => i.start_within),
+           i.max_duration
       FROM input i
     RETURNING *
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT c.id, 'run.created', c.lease_epoch,
            jsonb_build_object('priority', c.priority)
+           || CASE WHEN c.start_by IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('start_by', c.start_by) END
            -- A declared budget, so the log alone replays what claims reserved.
            || CASE WHEN c.budget_key IS NULL THEN '{}'::jsonb
                    ELSE jsonb_build_object('budget', jsonb_build_object(
@@ -762,7 +823,7 @@ WITH input AS (
       JOIN created c ON c.id = i.id
      WHERE i.key IS NOT NULL
 )
-SELECT c.id, c.created_at
+SELECT c.id, c.created_at, c.start_by
   FROM created c
  -- The NOTIFYs, once (an InitPlan), before the rows are returned.
  WHERE (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) >= 0;

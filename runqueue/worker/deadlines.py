@@ -1,6 +1,8 @@
 """The deadline service: each worker resumes the waits whose deadline has
-passed (``ctx.sleep_until``, a signal's or the user's timeout), within
-about ``MAX_SLEEP_SECONDS`` of the time on the database's clock.
+passed (``ctx.sleep_until``, a signal's or the user's timeout), and
+cancels as expired the queued runs whose start deadline passed
+(``start_within``), within about ``MAX_SLEEP_SECONDS`` of the time on the
+database's clock.
 
 It sleeps until the earliest deadline the deadline index holds, but never
 longer than ``MAX_SLEEP_SECONDS``, so a wait begun meanwhile by another
@@ -41,6 +43,8 @@ class Deadlines(threading.Thread):
         self.until = until
         #: Waits resumed by this thread (tests and the bench read it).
         self.resumed = 0
+        #: Runs expired by this thread (start_within).
+        self.expired = 0
         self._check = ConnectionCheck(every=CHECK_SECONDS)
 
     def run(self) -> None:
@@ -57,6 +61,7 @@ class Deadlines(threading.Thread):
             seconds = leases.next_deadline()  # one probe of the deadline index
             if seconds is not None and seconds <= 0:
                 self.resumed += leases.resume_due()
+                self.expired += len(leases.expire_unstarted())
                 seconds = leases.next_deadline()
         except DatabaseError as exc:
             what = "connection lost" if connection_lost(exc) else "database error"

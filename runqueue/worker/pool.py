@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 from runqueue import aio, budgets, concurrency, housekeeping, leases, schedules
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
+from runqueue.errors import MAX_DURATION
 from runqueue.models import Worker
 from runqueue.observability import observe
 from runqueue.outcomes import Reported
@@ -201,7 +202,10 @@ class Pool:
     def _heartbeat(self) -> None:
         """Renew every held lease in one statement; report handlers that
         ignore a cancellation."""
-        for lease in leases.heartbeat_many(self.held()):
+        # A lease its max_duration cancelled is not renewed: a handler that
+        # ignores the cancel is fenced by the lease's expiry (the sweeper).
+        held = [lease for lease in self.held() if lease.cancel_reason != MAX_DURATION]
+        for lease in leases.heartbeat_many(held):
             logger.warning("Lost the lease of run id=%s epoch=%s", lease.run_id, lease.epoch)
         for lease in self.ignoring_cancellation(IGNORED_AFTER_SECONDS):
             if lease.run_id not in self._reported_ignoring:
