@@ -437,8 +437,12 @@ class ChaosRun:
         that count runs (they ended before it), so a soak makes one pass,
         halfway: the other figures keep the runs of its second half."""
 
+        # Read before the first try: a try that dropped days and then met
+        # the database going away (a restart, a failover) is retried, and
+        # what it dropped must still be counted.
+        before = retrying(lambda: set(Run.objects.values_list("id", flat=True)), "retention")
+
         def go() -> None:
-            before = set(Run.objects.values_list("id", flat=True))
             partitions.prune(older_than_seconds=-2 * 86400)
             partitions.ensure()
             self.dropped |= before - set(Run.objects.values_list("id", flat=True))

@@ -77,22 +77,6 @@ class RunNotFound(RunqueueError, LookupError):
         super().__init__(f"no run {run_id}")
 
 
-class ChildrenGone(RunqueueError, LookupError):
-    """``ctx.children()`` found no run for some ids its spawn records name:
-    deleted, or dropped by a retention older than this rule (retention
-    keeps a run while an ancestor is not terminal). Never a shorter list."""
-
-    def __init__(self, run_id: object, missing: list[uuid.UUID], spawned: int) -> None:
-        self.run_id = run_id
-        self.missing = missing
-        self.spawned = spawned
-        ids = ", ".join(str(i) for i in missing)
-        super().__init__(
-            f"run {run_id}: {len(missing)} of its {spawned} children cannot be found ({ids});"
-            " deleted, or dropped by the retention"
-        )
-
-
 class ToolInvocationNotFound(RunqueueError, LookupError):
     """No tool invocation with this id (an operator resolving a pruned run's, say)."""
 
@@ -125,6 +109,27 @@ class PermanentError(RunqueueError):
 
 class TransientError(RunqueueError):
     """Raised by a handler: give the lease up so the run is retried with backoff."""
+
+
+class ChildrenGone(TransientError, LookupError):
+    """``ctx.children()`` found no run for some ids its spawn records name:
+    deleted, dropped by a retention older than the rule that keeps a run
+    while an ancestor is live, or between a retention's detach of a day and
+    its copy of the kept runs (a window of a statement, longer if the
+    database failed over in it). Never a shorter list. Transient (see
+    ``classify``): the attempt is retried with backoff, so a child that
+    comes back is read on the next; one gone for good dead-letters the run
+    once its attempts are spent."""
+
+    def __init__(self, run_id: object, missing: list[uuid.UUID], spawned: int) -> None:
+        self.run_id = run_id
+        self.missing = missing
+        self.spawned = spawned
+        ids = ", ".join(str(i) for i in missing)
+        super().__init__(
+            f"run {run_id}: {len(missing)} of its {spawned} children cannot be found ({ids});"
+            " deleted, or dropped by the retention"
+        )
 
 
 class UncertainOutcome(RunqueueError):

@@ -199,3 +199,14 @@ def test_housekeeping_empties_the_mailbox_of_finished_runs() -> None:
 
     assert list(Signal.objects.values_list("run_id", flat=True)) == [live]
     assert housekeeping.delete_finished_signals() == 0
+
+
+def test_a_child_that_cannot_be_found_is_a_transient_error() -> None:
+    """A prune hides a kept child between its detach of the day and its copy
+    of the kept runs: the attempt is retried (with backoff), never
+    dead-lettered at once; a child gone for good is once attempts run out."""
+    from runqueue.errors import TRANSIENT, ChildrenGone, classify
+
+    gone = ChildrenGone("parent", [uuid.uuid4()], 2)
+    assert classify(gone) == TRANSIENT
+    assert isinstance(gone, LookupError)
