@@ -55,7 +55,7 @@ from runqueue.errors import (
     RunNotFound,
     TransientError,
 )
-from runqueue.models import Idempotency, Run, RunStatus
+from runqueue.models import Idempotency, Run, RunEvent, RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -310,12 +310,27 @@ class RunTree(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------
 
-    @rule(program=_root_programs(), session=st.sampled_from([None, *SESSIONS]), sync=st.booleans())
-    def submit(self, program: list[dict[str, Any]], session: str | None, sync: bool) -> None:
+    @rule(
+        program=_root_programs(),
+        session=st.sampled_from([None, *SESSIONS]),
+        sync=st.booleans(),
+        start_within=st.sampled_from([None, None, 3600.0]),
+    )
+    def submit(
+        self,
+        program: list[dict[str, Any]],
+        session: str | None,
+        sync: bool,
+        start_within: float | None = None,
+    ) -> None:
         kind = "model.sync" if sync else "model.async"
         try:
             runqueue.submit(
-                kind=kind, payload={"program": program}, session_id=session, tenant=TENANT
+                kind=kind,
+                payload={"program": program},
+                session_id=session,
+                tenant=TENANT,
+                start_within=start_within,
             )
         except ActiveRunConflict:
             pass  # the session's run is busy: refused, nothing written
@@ -364,6 +379,25 @@ class RunTree(RuleBasedStateMachine):
             lease_expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1),
         )
         leases.sweep()
+
+    @precondition(lambda self: self._has(RunStatus.QUEUED))
+    @rule(index=st.integers(0, 50))
+    def start_deadline_passes(self, index: int) -> None:
+        """A queued run's start deadline (start_within) passes before any
+        worker claimed it: the deadline service cancels it as expired (a
+        child counts in its parent's fan-in as any cancel); a run claimed
+        once has none left."""
+        run_id = self._pick(index, RunStatus.QUEUED)
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+        if run_id is not None:
+            Run.objects.filter(id=run_id).exclude(start_by=None).update(start_by=past)
+        expired = set(leases.expire_unstarted())
+        claimed_before = set(
+            RunEvent.objects.filter(run_id__in=expired, type="run.claimed").values_list(
+                "run_id", flat=True
+            )
+        )
+        assert not claimed_before, f"expired after a claim: {claimed_before}"
 
     @precondition(lambda self: self._has(RunStatus.WAITING, RunStatus.WAITING_FOR_USER))
     @rule()
