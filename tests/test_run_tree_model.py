@@ -41,7 +41,6 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -335,7 +334,6 @@ class RunTree(RuleBasedStateMachine):
         except ActiveRunConflict:
             pass  # the session's run is busy: refused, nothing written
 
-    @precondition(lambda self: self._has(RunStatus.QUEUED))
     @rule(runs=st.integers(1, 4), crash=st.one_of(st.none(), st.integers(0, 3)))
     def step(self, runs: int, crash: int | None) -> None:
         """A worker claims the next due runs, one after another, and runs
@@ -354,7 +352,6 @@ class RunTree(RuleBasedStateMachine):
             finally:
                 CRASH_AT.pop(str(lease.run_id), None)
 
-    @precondition(lambda self: self._has(RunStatus.RUNNING, RunStatus.QUEUED))
     @rule()
     def leases_expire(self) -> None:
         """Time passes: every lease expires, the sweeper takes the runs,
@@ -365,7 +362,6 @@ class RunTree(RuleBasedStateMachine):
         leases.sweep()
         Run.objects.filter(status=RunStatus.QUEUED).update(scheduled_for=None)
 
-    @precondition(lambda self: self._has(RunStatus.RUNNING))
     @rule(index=st.integers(0, 50))
     def last_attempt_lost(self, index: int) -> None:
         """A run whose worker died was on its last attempt: its lease
@@ -380,7 +376,6 @@ class RunTree(RuleBasedStateMachine):
         )
         leases.sweep()
 
-    @precondition(lambda self: self._has(RunStatus.QUEUED))
     @rule(index=st.integers(0, 50))
     def start_deadline_passes(self, index: int) -> None:
         """A queued run's start deadline (start_within) passes before any
@@ -399,7 +394,6 @@ class RunTree(RuleBasedStateMachine):
         )
         assert not claimed_before, f"expired after a claim: {claimed_before}"
 
-    @precondition(lambda self: self._has(RunStatus.WAITING, RunStatus.WAITING_FOR_USER))
     @rule()
     def deadlines_pass(self) -> None:
         Run.objects.filter(status__in=["waiting", "waiting_for_user"]).exclude(
@@ -445,7 +439,6 @@ class RunTree(RuleBasedStateMachine):
         except ActiveRunConflict:
             pass
 
-    @precondition(lambda self: self._has(*LIVE))
     @rule(index=st.integers(0, 50), cascade=st.booleans(), now=st.integers(0, 2))
     def cancel(self, index: int, cascade: bool, now: int) -> None:
         """A user or operator cancels a live run (a third of the times the
@@ -454,7 +447,6 @@ class RunTree(RuleBasedStateMachine):
         if run_id is not None and now == 0:
             runqueue.cancel(run_id, reason="model", actor="model", cascade=cascade)
 
-    @precondition(lambda self: self._has(RunStatus.FAILED))
     @rule(index=st.integers(0, 50))
     def operator_requeue(self, index: int) -> None:
         run_id = self._pick(index, RunStatus.FAILED)
