@@ -58,6 +58,26 @@ class Stats:
             [self.dbname],
         ).fetchone()[0]
 
+    def wal_lsn(self) -> str:
+        """The server's WAL insert position (cluster-wide: the bench measures one
+        system at a time, with nothing else of its own writing)."""
+        return self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+    def wal_since(self, lsn: str) -> int:
+        return int(
+            self.conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", [lsn]).fetchone()[0]
+        )
+
+    def checkpoint(self) -> bool:
+        """A CHECKPOINT, so every system's window starts with the same full-page
+        state (each page's first change after it writes the whole page); False
+        when the role may not (then the figure depends on when the last one ran)."""
+        try:
+            self.conn.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:
+            return False
+        return True
+
     def busy(self) -> int:
         """Backends running a statement or inside a transaction."""
         return self.conn.execute(
@@ -121,6 +141,11 @@ class CommitWindow:
         self.connect_commits = 0
         self.probes: list[Probe] = []
         self.before: int | None = None
+        self.wal_before: str | None = None
+        #: WAL bytes the server wrote from :meth:`start` (or the last
+        #: :meth:`wal_start`) to :meth:`stop`, shutdown included.
+        self.wal_bytes: int | None = None
+        self.checkpointed = False
 
     def calibrate(self) -> int:
         """What opening and closing a probe adds to ``xact_commit`` (1 on PostgreSQL 15)."""
@@ -136,6 +161,14 @@ class CommitWindow:
         their earlier commits (exited, or idle workers after a settle)."""
         self.probes = []
         self.before = self.stats.commits()
+        self.wal_start()
+
+    def wal_start(self) -> None:
+        """Count WAL from now, after a CHECKPOINT: a system's load written
+        before this point is not its drain's (runqueue's drains load inside the
+        commit window and call this once the load has committed)."""
+        self.checkpointed = self.stats.checkpoint()
+        self.wal_before = self.stats.wal_lsn()
 
     def probe(self) -> Probe:
         probe = Probe(self.url)
@@ -152,7 +185,8 @@ class CommitWindow:
         self.stats.wait_gone(timeout=timeout)
         own = sum(p.commits for p in self.probes) + self.connect_commits * len(self.probes)
         commits = self.stats.commits() - self.before - own
-        self.before = None
+        self.wal_bytes = self.stats.wal_since(self.wal_before) if self.wal_before else None
+        self.before = self.wal_before = None
         return commits
 
     def close(self) -> None:
@@ -178,6 +212,7 @@ def figures(
     cpu_seconds: float | None = None,
     cpu_source: str | None = None,
     complete: bool = True,
+    wal_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Runs/s, commits per run and CPU µs per run: the same arithmetic for
     runqueue, the raw reference and the peers."""
@@ -191,6 +226,9 @@ def figures(
     if commits is not None:
         out["commits"] = commits
         out["commits_per_run"] = round(commits / runs, 3) if runs else None
+    if wal_bytes is not None:
+        out["wal_bytes"] = wal_bytes
+        out["wal_bytes_per_run"] = round(wal_bytes / runs) if runs else None
     if cpu_seconds is not None:
         out["cpu_us_per_run"] = round(cpu_seconds * 1e6 / runs, 1) if runs else None
         out["cpu_source"] = cpu_source
@@ -235,7 +273,9 @@ def commit_cost(url: str, n: int) -> dict[str, Any]:
     }
 
 
-def in_process(window: common.Window, commits: int | None = None) -> dict[str, Any]:
+def in_process(
+    window: common.Window, commits: int | None = None, wal_bytes: int | None = None
+) -> dict[str, Any]:
     """The figures of a drain an in-process worker made (``common.Window``)."""
     return (
         figures(
@@ -244,11 +284,14 @@ def in_process(window: common.Window, commits: int | None = None) -> dict[str, A
             commits=commits,
             cpu_seconds=window.cpu_seconds(),
             cpu_source=common.Window.CPU_SOURCE,
+            wal_bytes=wal_bytes,
         )
         | window.to_return()
     )
 
 
-def enqueue(n: int, seconds: float, commits: int, per_call: int) -> dict[str, Any]:
-    """An enqueue's figures: runs/s and commits per run, ``per_call`` runs a call."""
-    return figures(n, seconds, commits=commits) | {"per_call": per_call}
+def enqueue(
+    n: int, seconds: float, commits: int, per_call: int, wal_bytes: int | None = None
+) -> dict[str, Any]:
+    """An enqueue's figures: runs/s, commits and WAL bytes per run, ``per_call`` runs a call."""
+    return figures(n, seconds, commits=commits, wal_bytes=wal_bytes) | {"per_call": per_call}

@@ -117,6 +117,7 @@ def drain(
         commits=commits,
         cpu_seconds=sum(w.cpu for w in workers),
         cpu_source=CPU_SOURCE,
+        wal_bytes=window.wal_bytes,
     )
 
 
@@ -135,7 +136,7 @@ def enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[
             conn.execute(f"INSERT INTO raw_job (payload) VALUES {values}", chunk)
         seconds = time.perf_counter() - started
     commits = window.stop()
-    return measure.enqueue(n, seconds, commits, batch)
+    return measure.enqueue(n, seconds, commits, batch, window.wal_bytes)
 
 
 def _listening(

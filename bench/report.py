@@ -20,6 +20,8 @@ LEGEND = (
     " enqueue: submit_many)",
     "commits/run: pg_stat_database.xact_commit of the system's database over the drain or"
     " enqueue, less the bench's own",
+    "WAL B/run: pg_current_wal_lsn() over the drain (after the load) or the enqueue, from a"
+    " CHECKPOINT at its start (full-page images included), shutdown included",
     "CPU us/run: proc = the runworker processes' utime+stime from idle to the last finish;"
     " thread = the worker threads' CPU;",
     "  process = this process's CPU from the first handler start to the last finish"
@@ -88,7 +90,16 @@ def _table(rows: list[list[str]]) -> list[str]:
 def figures_table(result: dict[str, Any]) -> list[str]:
     systems = result["systems"]
     rq = systems.get("runqueue", {})
-    header = ["", "system", "configuration", "runs/s", "x runqueue", "commits/run", "CPU us/run"]
+    header = [
+        "",
+        "system",
+        "configuration",
+        "runs/s",
+        "x runqueue",
+        "commits/run",
+        "WAL B/run",
+        "CPU us/run",
+    ]
     rows = [header]
     group = None
     for name, system, label, path, base_path in _rows(result):
@@ -99,10 +110,10 @@ def figures_table(result: dict[str, Any]) -> list[str]:
         first = name if name != group else ""
         group = name
         if data is None:
-            rows.append([first, system, label, "skipped", "", "", ""])
+            rows.append([first, system, label, "skipped", "", "", "", ""])
             continue
         if "error" in data or figure is None or "not_run" in (figure or {}):
-            rows.append([first, system, label, "NOT RUN", "", "", ""])
+            rows.append([first, system, label, "NOT RUN", "", "", "", ""])
             continue
         base = get(rq, f"{base_path}.runs_per_s") if base_path else None
         value = figure.get("runs_per_s")
@@ -118,6 +129,7 @@ def figures_table(result: dict[str, Any]) -> list[str]:
                 _n(value) + ("*" if figure.get("incomplete") else ""),
                 ratio,
                 _n(figure.get("commits_per_run"), 3),
+                _n(figure.get("wal_bytes_per_run"), 0),
                 cpu,
             ]
         )

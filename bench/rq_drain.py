@@ -311,11 +311,14 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
     cpu_before = workers.cpu_seconds()
     probe = window.probe()
     sampler = shape.deploy.sampler(shape) if shape.deploy is not None else None
-    workers.resume()
     with probe.transaction() as conn:
         conn.execute(*rq_db.load(n))
         conn.execute("ANALYZE runqueue_run")
         conn.execute(rq_db.WAKE)
+    # The load's WAL is not the drain's (the peers load before their window):
+    # count from here, the workers still paused (their wake-up waits for them).
+    window.wal_start()
+    workers.resume()
     complete = _wait_done(probe, workers, timeout=max(120, n / 20))
     cpu = workers.cpu_seconds() - cpu_before
     beside = sampler() if sampler is not None else None
@@ -335,6 +338,7 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
             cpu_seconds=cpu,
             cpu_source=CPU_SOURCE,
             complete=complete,
+            wal_bytes=window.wal_bytes,
         )
         | {
             "processes": shape.processes,

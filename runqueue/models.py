@@ -286,9 +286,10 @@ class Run(models.Model):
         constraints = [
             # ADR-0004 §10: one non-terminal run per session, in the schema.
             # waiting_for_user holds the slot; input delivery resumes that run.
+            # Runs without a session have no entry (migration 0016).
             models.UniqueConstraint(
                 fields=["tenant", "session_id"],
-                condition=Q(status__in=ACTIVE_STATUSES),
+                condition=Q(session_id__isnull=False, status__in=ACTIVE_STATUSES),
                 name="runqueue_run_one_active_per_session",
             ),
             models.CheckConstraint(
@@ -367,19 +368,26 @@ class Run(models.Model):
                 condition=Q(status=RunStatus.QUEUED, budget_key__isnull=False),
                 name="runqueue_run_budget_idx",
             ),
+            # A session's runs and the console's tenant filter, on every
+            # partition. Its search by session id: runs with a session only,
+            # so a run without one writes no entry at its submit, claim or
+            # finish (migration 0016). The search by principal alone, on every
+            # partition; the kind and class filters over history, on the
+            # finished days only (0009).
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
-            # The console's search (a session id or a principal alone), on
-            # every partition; its kind and class filters over history, on
-            # the finished days only (migration 0009).
-            models.Index(fields=["session_id"], name="runqueue_run_session_id_idx"),
+            models.Index(
+                fields=["session_id"],
+                condition=Q(session_id__isnull=False),
+                name="runqueue_run_session_id_idx",
+            ),
             models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
             models.Index(fields=["kind", "created_at"], name="runqueue_run_kind_idx"),
             models.Index(fields=["priority", "created_at"], name="runqueue_run_priority_idx"),
-            models.Index(
-                fields=["finished_at"],
-                condition=Q(finished_at__isnull=False),
-                name="runqueue_run_finished_idx",
-            ),
+            # Finished runs by time (the dashboard's throughput). A BRIN in the
+            # database, as a finished day is written in finished_at order
+            # (migration 0016; declared plain here, as Django's BrinIndex
+            # would ask every project for django.contrib.postgres).
+            models.Index(fields=["finished_at"], name="runqueue_run_finished_idx"),
             # The admin: run lists are newest first (created_at, then id), and
             # the dead letter is listed and counted by when it failed.
             # created_at never changes, so heartbeats stay HOT.
@@ -515,7 +523,10 @@ class RunEvent(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["run", "id"], name="runqueue_event_run_idx"),
-            models.Index(fields=["type", "created_at"], name="runqueue_event_type_idx"),
+            # Events by time (the dashboard's last minutes of claims). A BRIN
+            # in the database, as events are written in created_at order
+            # (migration 0016; declared plain here, as for finished_at).
+            models.Index(fields=["created_at"], name="runqueue_event_created_idx"),
         ]
 
     def __str__(self) -> str:
