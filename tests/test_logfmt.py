@@ -31,7 +31,7 @@ def test_the_workers_per_run_lines_carry_structured_fields() -> None:
     worker_logger = logging.getLogger("runqueue.worker")
     worker_logger.addHandler(handler)
     level = worker_logger.level
-    worker_logger.setLevel(logging.INFO)
+    worker_logger.setLevel(logging.DEBUG)
     try:
         config = PoolConfig(slots=(SlotSpec.parse("async=1"),), burst=True, worker_id="log1")
         assert Pool(config).run() == 0
@@ -47,11 +47,35 @@ def test_the_workers_per_run_lines_carry_structured_fields() -> None:
         assert line["class"] == "async"
         assert line["epoch"] == 1
         assert line["attempt"] == 1
-        assert line["logger"] == "runqueue.worker" and line["level"] == "INFO"
+        assert line["logger"] == "runqueue.worker" and line["level"] == "DEBUG"
     assert finished["outcome"] == "succeeded"
     assert isinstance(finished["duration_ms"], int)
     assert isinstance(claimed["wait_ms"], int)
     assert claimed["message"].startswith(f"Claimed run id={run.id} kind=k class=async epoch=1")
+
+
+def test_at_info_only_runs_that_did_not_succeed_are_logged() -> None:
+    ok = runqueue.submit(kind="k", priority=12).run
+    bad = runqueue.submit(kind="test.fail", payload={"error": "permanent"}, priority=12).run
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    worker_logger = logging.getLogger("runqueue.worker")
+    worker_logger.addHandler(handler)
+    level = worker_logger.level
+    worker_logger.setLevel(logging.INFO)
+    try:
+        config = PoolConfig(slots=(SlotSpec.parse("async=1"),), burst=True, worker_id="log2")
+        assert Pool(config).run() == 0
+    finally:
+        worker_logger.removeHandler(handler)
+        worker_logger.setLevel(level)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    per_run = [
+        (line["message"].split(" run ")[0], line["run_id"]) for line in lines if "run_id" in line
+    ]
+    assert per_run == [("Finished", str(bad.id))], lines
+    assert str(ok.id) not in out.getvalue()
 
 
 def test_json_lines_keep_exceptions_on_one_line() -> None:

@@ -57,7 +57,9 @@ def test_burst_drains_what_is_due_and_exits_0(start_worker) -> None:
     assert set(Run.objects.filter(id__in=ids).values_list("status", flat=True)) == {"succeeded"}
     failed = Run.objects.get(id=failing)
     assert (failed.status, failed.failure["classification"]) == ("failed", "permanent")
-    assert "Claimed run id=" in worker.output() and "outcome=succeeded" in worker.output()
+    # At INFO (the default) a run that succeeds logs nothing; one that fails says so.
+    assert f"Finished run id={failing} kind=test.fail outcome=failed" in worker.output()
+    assert "Claimed run id=" not in worker.output() and "outcome=succeeded" not in worker.output()
     assert Worker.objects.get(id="burst-1").stopped_at is not None
 
 

@@ -7,6 +7,13 @@ pool learns its outcome, a write finds the lease lost, a tool call), one
 line each. Per run they cost a few dictionary look-ups and, with
 OpenTelemetry installed, the spans; nothing is formatted unless a handler
 writes the log record.
+
+A run that is claimed and succeeds logs at DEBUG: on a busy worker those two
+lines were a tenth of its CPU (the handler's lock and a write to stdout per
+line), and what an operator counts is in the Prometheus counters, what they
+debug in the run's events and trace. Every other outcome (failed, requeued,
+waiting, error) and every fenced write logs at INFO or WARNING as before
+(docs/performance.md, "Per-run logging").
 """
 
 from __future__ import annotations
@@ -40,9 +47,9 @@ def claimed(lease: Lease) -> None:
     claimed_at = run.heartbeat_at or due  # a claim sets it
     wait = max((claimed_at - due).total_seconds(), 0.0)
     metrics.claimed(run.priority, wait)
-    if not logger.isEnabledFor(logging.INFO):
+    if not logger.isEnabledFor(logging.DEBUG):
         return
-    logger.info(
+    logger.debug(
         "Claimed run id=%s kind=%s class=%s epoch=%s attempt=%s wait_ms=%d",
         run.id,
         run.kind,
@@ -66,10 +73,12 @@ def finished(lease: Lease, outcome: Reported, seconds: float | None) -> None:
     run = lease.run
     metrics.finished(run.priority, outcome, seconds)
     tracing.finished(lease, outcome)
-    if not logger.isEnabledFor(logging.INFO):
+    level = logging.DEBUG if outcome == "succeeded" else logging.INFO
+    if not logger.isEnabledFor(level):
         return
     duration_ms = round(seconds * 1000) if seconds is not None else 0
-    logger.info(
+    logger.log(
+        level,
         "Finished run id=%s kind=%s outcome=%s epoch=%s duration_ms=%d",
         run.id,
         run.kind,
