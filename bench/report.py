@@ -175,7 +175,9 @@ def _runqueue_only(rq: dict[str, Any]) -> list[str]:
         if idle:
             out.append(
                 f"runworker idle before the load ({name}): about {idle['commits_per_s']}"
-                f" commits/s, {idle['cpu_percent']}% CPU (over {idle['seconds']} s)"
+                f" commits/s, {idle['cpu_percent']}% CPU (over {idle['seconds']} s);"
+                f" start-up {idle.get('startup_cpu_s', '-')} s CPU per process (exec to its"
+                " worker row)"
             )
     rc = rq.get("reserved_capacity")
     if rc:

@@ -288,6 +288,9 @@ class Drains:
                 "seconds": IDLE_SECONDS,
                 "commits_per_s": round((shape.window.stats.commits() - commits) / IDLE_SECONDS),
                 "cpu_percent": round((shape.workers.cpu_seconds() - cpu) * 100 / IDLE_SECONDS, 1),
+                # From exec to the worker row written (Django set up, handlers
+                # imported, slots started): a process's start-up.
+                "startup_cpu_s": round(cpu / shape.processes, 3),
             }
 
     def __exit__(self, *exc: object) -> None:
