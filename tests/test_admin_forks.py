@@ -60,7 +60,7 @@ def test_fork_from_here_confirms_then_forks_with_the_edited_payload() -> None:
     original_page = client.get(reverse("admin:runqueue_run_change", args=[run.id]))
     assert str(fork.id)[:8] in original_page.content.decode()
     fork_page = client.get(reverse("admin:runqueue_run_change", args=[fork.id]))
-    assert f"Forked from <a href=\"{reverse('admin:runqueue_run_change', args=[run.id])}\"" in (
+    assert f'Forked from <a href="{reverse("admin:runqueue_run_change", args=[run.id])}"' in (
         fork_page.content.decode()
     )
 

@@ -293,3 +293,31 @@ def test_async_handlers_record_usage_and_the_metrics_count_it() -> None:
         "runqueue_worker_cost_total", {"kind": "test.async_usage", "model": "m-big"}
     )
     assert cost - cost_before == pytest.approx(0.0104)
+
+
+@pytest.mark.parametrize(
+    ("prices", "message"),
+    [
+        ([], "RUNQUEUE['PRICES'] must be a dict from model name"),
+        ({"": {"input": 1, "output": 1}}, "keys must be 1-255 character model names"),
+        ({"m": {"input": 1}}, "RUNQUEUE['PRICES']['m'] must be {\"input\": ..., \"output\": ...}"),
+        ({"m": {"input": -1, "output": 1}}, "['input'] must be a number from 0 to 1,000,000,000"),
+        ({"m": {"input": 1, "output": float("nan")}}, "['output'] must be a number from 0"),
+        ({"m": {"input": True, "output": 1}}, "['input'] must be a number from 0"),
+    ],
+)
+def test_bad_prices_are_a_settings_error(prices: object, message: str) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from runqueue.checks import check_settings
+    from runqueue.conf import parse
+
+    with pytest.raises(ImproperlyConfigured) as error:
+        parse({"PRICES": prices})
+    assert message in str(error.value)
+    with pytest.MonkeyPatch.context() as patch:
+        from django.conf import settings
+
+        patch.setattr(settings, "RUNQUEUE", {"PRICES": prices}, raising=False)
+        [found] = check_settings()
+    assert found.id == "runqueue.E002" and message in found.msg
