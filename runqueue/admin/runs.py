@@ -343,9 +343,11 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         calls = getattr(run, "usage_calls", None)
         if not calls:
             return "-"
-        tokens_in, tokens_out = run.usage_input or 0, run.usage_output or 0
-        cost = usage.text(run.usage_cost) if run.usage_cost is not None else "?"
-        unknown = "+?" if run.usage_unpriced else ""
+        tokens_in = getattr(run, "usage_input", None) or 0
+        tokens_out = getattr(run, "usage_output", None) or 0
+        total = getattr(run, "usage_cost", None)
+        cost = usage.text(total) if total is not None else "?"
+        unknown = "+?" if getattr(run, "usage_unpriced", None) else ""
         return format_html(
             '<span title="{} calls, {} tokens in, {} out">{}{}</span>',
             calls,
