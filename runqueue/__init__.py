@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from runqueue.errors import (
     ActiveRunConflict,
     ChildrenGone,
+    ForkRefused,
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidArgument,
@@ -20,6 +21,7 @@ from runqueue.errors import (
     RunCancelled,
     RunNotFound,
     RunqueueError,
+    SpendCapReached,
     TransientError,
     UncertainOutcome,
     UnknownKind,
@@ -28,6 +30,7 @@ from runqueue.errors import (
 if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
     from runqueue.budgets import pause_budget as pause_budget
+    from runqueue.forking import fork as fork
     from runqueue.leases import cancel as cancel
     from runqueue.leases import deliver_input as deliver_input
     from runqueue.leases import signal as signal
@@ -49,6 +52,7 @@ _LAZY = {
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
     "deliver_input": "runqueue.leases",
+    "fork": "runqueue.forking",
     "pause_budget": "runqueue.budgets",
     "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
@@ -62,6 +66,7 @@ _LAZY = {
 __all__ = [
     "ActiveRunConflict",
     "ChildrenGone",
+    "ForkRefused",
     "IdempotencyConflict",
     "IdempotencyInProgress",
     "InvalidArgument",
@@ -72,6 +77,7 @@ __all__ = [
     "RunCancelled",
     "RunNotFound",
     "RunqueueError",
+    "SpendCapReached",
     "TransientError",
     "UncertainOutcome",
     "UnknownKind",

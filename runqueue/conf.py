@@ -46,6 +46,8 @@ Defaults (every key optional)::
         "DURABLE_CLAIMS": False,      # a claim alone waits for the disk (True) or not (False)
         "START_WITHIN_SECONDS": None,  # not claimed this long after due: cancelled, expired
         "MAX_DURATION_SECONDS": None,  # an attempt running this long is cancelled and fails
+        "PRICES": {},                 # model -> {"input": ..., "output": ...} per million tokens
+        "TRACE_GENAI": False,         # gen_ai.* usage attributes on the run's span
     }
 """
 
@@ -54,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -146,6 +149,13 @@ class Settings:
     #: Budgets declared in settings, by key: each key's Budget row is made
     #: from its entry on first use (docs/decisions.md, "Budgets").
     BUDGETS: Mapping[str, BudgetSpec] = field(default_factory=lambda: MappingProxyType({}))
+    #: Model prices per million tokens, by model name: what
+    #: ``ctx.record_usage`` charges a call recorded without a cost
+    #: (docs/decisions.md, "Usage and cost").
+    PRICES: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}))
+    #: OpenTelemetry GenAI attributes (gen_ai.usage.input_tokens, ...) on
+    #: the run's span for the usage its handler records (opt-in).
+    TRACE_GENAI: bool = False
 
     @property
     def prepares(self) -> bool:
@@ -180,6 +190,57 @@ class BudgetSpec:
 
 
 _BUDGET_FIELDS = ("requests", "tokens", "per_seconds", "shares")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """A model's price per million tokens, each way (``RUNQUEUE["PRICES"]``)."""
+
+    input: Decimal
+    output: Decimal
+
+
+#: The highest price per million tokens a setting may say.
+MAX_PRICE = 10**9
+
+
+def _prices(value: object) -> Mapping[str, Price]:
+    """``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices."""
+    from runqueue.limits import USAGE_MODEL_MAX_LENGTH
+
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            "RUNQUEUE['PRICES'] must be a dict from model name to "
+            f'{{"input": ..., "output": ...}} per million tokens, got {value!r}'
+        )
+    prices = {}
+    for model, entry in value.items():
+        if not isinstance(model, str) or not model or len(model) > USAGE_MODEL_MAX_LENGTH:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE['PRICES'] keys must be 1-{USAGE_MODEL_MAX_LENGTH} character model "
+                f"names, got {model!r}"
+            )
+        where = f"RUNQUEUE['PRICES'][{model!r}]"
+        if not isinstance(entry, dict) or set(entry) != {"input", "output"}:
+            raise ImproperlyConfigured(
+                f'{where} must be {{"input": ..., "output": ...}} (prices per million '
+                f"tokens), got {entry!r}"
+            )
+        amounts = []
+        for direction in ("input", "output"):
+            number = entry[direction]
+            if (
+                isinstance(number, bool)
+                or not isinstance(number, int | float | Decimal)
+                or not 0 <= number <= MAX_PRICE
+            ):
+                raise ImproperlyConfigured(
+                    f"{where}[{direction!r}] must be a number from 0 to {MAX_PRICE:,} "
+                    f"(per million tokens), got {number!r}"
+                )
+            amounts.append(Decimal(str(number)))
+        prices[model] = Price(*amounts)
+    return MappingProxyType(prices)
 
 
 def _budgets(value: object) -> Mapping[str, BudgetSpec]:
@@ -381,6 +442,8 @@ def parse(raw: object) -> Settings:
             values[name] = _concurrency(value)
         elif name == "BUDGETS":
             values[name] = _budgets(value)
+        elif name == "PRICES":
+            values[name] = _prices(value)
         elif name == "NOTIFY_CHANNEL":
             if not isinstance(value, str) or not value or len(value) > 63:
                 raise ImproperlyConfigured(
@@ -393,7 +456,7 @@ def parse(raw: object) -> Settings:
                     f"RUNQUEUE['PREPARED_STATEMENTS'] must be None, True or False, got {value!r}"
                 )
             values[name] = value
-        elif name in ("POOLER_TRACKS_PREPARED", "DURABLE_CLAIMS"):
+        elif name in ("POOLER_TRACKS_PREPARED", "DURABLE_CLAIMS", "TRACE_GENAI"):
             if not isinstance(value, bool):
                 raise ImproperlyConfigured(
                     f"RUNQUEUE[{name!r}] must be True or False, got {value!r}"

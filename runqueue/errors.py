@@ -132,6 +132,33 @@ class ChildrenGone(TransientError, LookupError):
         )
 
 
+class ForkRefused(RunqueueError, ValueError):
+    """``runqueue.fork`` would copy a step whose outcome nobody knows (an
+    ``uncertain`` tool call not resolved, a non-idempotent call left
+    ``started``) or a spawn whose child is still live; nothing was written.
+    ``step`` is that step's number: a fork from it or before is allowed."""
+
+    def __init__(self, run_id: object, step: int, message: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        super().__init__(f"cannot fork run {run_id} past step #{step}: {message}")
+
+
+class SpendCapReached(PermanentError):
+    """Raised by ``ctx.record_usage`` once the run's tree has recorded its
+    ``spend_cap`` or more: the tree's live runs are cancelled (reason
+    ``spend_cap``), so the handler should stop; its run fails for good."""
+
+    def __init__(self, root_id: object, cost: object, cap: object) -> None:
+        self.root_id = root_id
+        self.cost = cost
+        self.cap = cap
+        super().__init__(
+            f"the run tree of {root_id} recorded a cost of {cost}, which reached its "
+            f"spend cap of {cap}"
+        )
+
+
 class UncertainOutcome(RunqueueError):
     """Raised by a tool: it may or may not have happened (a timeout after the
     request was sent, say). Recorded as ``uncertain``, never retried."""
@@ -157,6 +184,9 @@ LEASE_EXPIRED = "lease_expired"
 #: ``max_duration`` (failed, never retried).
 EXPIRED = "expired"
 MAX_DURATION = "max_duration"
+#: A run tree whose recorded cost reached its ``spend_cap``: its live runs
+#: are cancelled with this reason (docs/decisions.md, "Usage and cost").
+SPEND_CAP = "spend_cap"
 
 
 def classify(exc: BaseException, transient: tuple[type[BaseException], ...] = ()) -> str:

@@ -20,3 +20,13 @@ BUDGET_TOKENS_MAX = 2**31 - 1
 #: Python reads times only up to 9999-12-31, so a longer wait would make
 #: its run unreadable; a limit in seconds keeps every deadline within that.
 MAX_WAIT_SECONDS = 100 * 365.25 * 86400
+#: The longest model name a usage record holds (``Usage.model``, a key of
+#: ``RUNQUEUE["PRICES"]``).
+USAGE_MODEL_MAX_LENGTH = 255
+#: Money (a usage's cost, a tree's total and spend cap): numeric(24, 12), in
+#: whatever currency the prices are in; 12 places keep a per-token price.
+COST_DIGITS = 24
+COST_PLACES = 12
+#: The most tokens one usage record may count in a direction (a bigint
+#: column; a sum of many still fits).
+USAGE_TOKENS_MAX = 2**40

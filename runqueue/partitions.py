@@ -83,6 +83,8 @@ DEPENDANTS = (
     "runqueue_schedule_tick",
     "runqueue_signal",
     "runqueue_stream_watch",
+    "runqueue_usage",
+    "runqueue_tree_spend",
 )
 _LIVE = ("queued", "running", "waiting_for_user", "waiting")
 

@@ -29,13 +29,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, budgets, leases, registry, submission
+from runqueue import aio, budgets, leases, registry, submission, usage
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -116,6 +117,7 @@ class RunContext:
         self._seq = tool_seq
         self._recorded = recorded
         self.text = TurnText(lease)
+        self._usage = usage.Recorder()
 
     @property
     def run(self) -> Run:
@@ -342,6 +344,47 @@ class RunContext:
         state = self.state if state is None else state
         json_text(state, "checkpoint state")
         return BudgetWait(key, tokens, state, tool_seq)
+
+    def record_usage(
+        self,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost: float | Decimal | None = None,
+    ) -> Decimal | None:
+        """Record one model call's tokens and cost (None: priced from
+        ``RUNQUEUE["PRICES"]``, per million tokens; unknown for a model
+        without a price); the cost recorded. Written without the fence, so
+        it counts even once the run is lost or cancelled, and never twice
+        for one call. ValueError for bad input; SpendCapReached (a
+        PermanentError) once the run's tree reached its spend cap, whose
+        live runs are then cancelled (docs/decisions.md, "Usage and cost")."""
+        checked = usage.checked(model, input_tokens, output_tokens, cost)
+        return self._record_usage_numbered(self._usage.number(), *checked)
+
+    def _record_usage_numbered(
+        self, call: int, model: str, input_tokens: int, output_tokens: int, cost: Decimal | None
+    ) -> Decimal | None:
+        """``record_usage`` as the lease's call number ``call``."""
+        lease = self.lease
+        recorded = usage.record(
+            lease.run,
+            epoch=lease.epoch,
+            token=lease.token,
+            attempt=lease.attempt,
+            call=call,
+            root=self._usage.root(lease.run_id),
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost=cost,
+        )
+        if recorded.counted:
+            observe.usage(lease, model, input_tokens, output_tokens, cost)
+        if recorded.capped:
+            raise usage.end_capped_tree(recorded)
+        return cost
 
     def idempotency_key(self, seq: int) -> str:
         """A key for tool call ``seq`` that stays the same on every attempt."""
@@ -588,6 +631,19 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync._wait_for_budget_at, key, tokens, state, tool_seq)
 
+    def record_usage(
+        self,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost: float | Decimal | None = None,
+    ) -> Coroutine[Any, Any, Decimal | None]:
+        """``RunContext.record_usage``, awaited; its input checked (ValueError)
+        when called, and recorded even once the handler is cancelled."""
+        checked = usage.checked(model, input_tokens, output_tokens, cost)
+        return aio.db(self.sync._record_usage_numbered, self.sync._usage.number(), *checked)
+
     def idempotency_key(self, seq: int) -> str:
         return self.sync.idempotency_key(seq)
 
@@ -720,10 +776,12 @@ def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
 
 def build_context(lease: leases.Lease) -> RunContext:
     """Resume from the last checkpoint, with the tool records made since."""
-    if lease.epoch == 1:
+    if lease.epoch == 1 and lease.run.forked_from_id is None:
         # The first lease the run ever had (submit starts at epoch 0 and
         # every transition bumps it): checkpoints and tool records are only
-        # written under a lease, so there is nothing to resume from.
+        # written under a lease, so there is nothing to resume from. A
+        # fork's first lease replays the steps copied from the run it was
+        # forked from (runqueue.leases.forks).
         return RunContext(lease, state=None, tool_seq=0, recorded={})
     last = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-seq").first()
     tool_seq = last.tool_seq if last else 0

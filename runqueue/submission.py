@@ -18,8 +18,9 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
 
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -49,6 +50,7 @@ from runqueue.models import (
     SubmitOutcome,
     ToolInvocation,
     ToolStatus,
+    TreeSpend,
 )
 from runqueue.observability import tracing
 from runqueue.sql import prepared, set_config
@@ -91,6 +93,7 @@ class SubmitRequest:
     budget: tuple[str, int] | None = None
     start_within: float | dt.timedelta | None = None
     max_duration: float | dt.timedelta | None = None
+    spend_cap: float | Decimal | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -113,6 +116,8 @@ def _hash(request: CheckedSubmission) -> str:
         canonical["concurrency_key"] = request.concurrency_key
     if request.budget is not None:
         canonical["budget"] = list(request.budget)
+    if request.spend_cap is not None:
+        canonical["spend_cap"] = str(request.spend_cap)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -132,6 +137,7 @@ def submit(
     budget: tuple[str, int] | None = None,
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
+    spend_cap: float | Decimal | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
@@ -144,6 +150,9 @@ def submit(
     is cancelled as expired; ``max_duration``: an attempt running that long
     is cancelled and the run fails (docs/decisions.md, "Run deadlines";
     defaults: the kind's ``@handler`` options, then ``RUNQUEUE``'s).
+    ``spend_cap``: once the cost the run and its descendants record
+    (``ctx.record_usage``) reaches it, the tree's live runs are cancelled,
+    reason ``spend_cap`` (docs/decisions.md, "Usage and cost").
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
@@ -166,6 +175,7 @@ def submit_in_transaction(
     budget: tuple[str, int] | None = None,
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
+    spend_cap: float | Decimal | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -454,8 +464,12 @@ def _insert_runs(
         if any(r.idempotency_key is not None for r in requests)
         else None,
     }
-    with prepared("create_runs", params) as cursor:
-        made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
+    capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
+    with transaction.atomic() if capped else nullcontext():
+        with prepared("create_runs", params) as cursor:
+            made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
+        # The trees' spend caps, in the runs' transaction (usage.py).
+        TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
     # The rows hold what was sent, and the defaults below; only created_at
     # and start_by come from the server. (Hydrating RETURNING * cost more
     # than the insert.)

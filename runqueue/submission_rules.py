@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.db import models
 
@@ -23,6 +24,7 @@ from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
+from runqueue.usage import money
 from runqueue.validation import as_utc, duration, json_problem, text_problem
 
 
@@ -100,6 +102,9 @@ class CheckedSubmission:
     #: (``@handler``), else the project's (docs/decisions.md, "Run deadlines").
     start_within: float | None = None
     max_duration: float | None = None
+    #: The run tree's spend cap: once the cost its runs record reaches it,
+    #: its live runs end (docs/decisions.md, "Usage and cost"). None: none.
+    spend_cap: Decimal | None = None
 
 
 def check_submission(
@@ -117,6 +122,7 @@ def check_submission(
     budget: object = None,
     start_within: object = None,
     max_duration: object = None,
+    spend_cap: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -178,6 +184,8 @@ def check_submission(
     report("start_within", detail)
     duration_value, detail = duration(max_duration, from_json=from_json)
     report("max_duration", detail)
+    cap_value, detail = _spend_cap(spend_cap, from_json=from_json)
+    report("spend_cap", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -199,6 +207,7 @@ def check_submission(
         max_duration=_first(
             duration_value, registry.options(kind_text).max_duration, conf.MAX_DURATION_SECONDS
         ),
+        spend_cap=cap_value,
     ), problems
 
 
@@ -333,3 +342,19 @@ def _budget(value: object, *, from_json: bool) -> tuple[tuple[str, int] | None, 
     if tokens > BUDGET_TOKENS_MAX:
         return None, f"tokens must be at most {BUDGET_TOKENS_MAX}"
     return (key, tokens), None
+
+
+def _spend_cap(value: object, *, from_json: bool) -> tuple[Decimal | None, str | None]:
+    """A spend cap: a number above 0 (from Python also a Decimal or a
+    numeric string), in the currency of the prices."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or (from_json and not isinstance(value, int | float)):
+        return None, f"must be a number above 0, got {_type_name(value, from_json=from_json)}"
+    try:
+        cap = money(value, "spend_cap")
+    except ValueError as exc:
+        return None, str(exc).removeprefix("spend_cap ")
+    if cap <= 0:
+        return None, f"must be above 0, got {value!r}"
+    return cap, None

@@ -390,3 +390,68 @@ def overrun(ctx: RunContext) -> dict:
     wait_for_release(ctx)
     ledger(ctx.run.id, "ended", ctx.lease.cancel_reason)
     return {"overran": True}
+
+
+# --- forks and usage (tests/test_fork.py, tests/test_usage.py) ------------------
+
+
+@runqueue.handler("test.steps")
+def steps(ctx: RunContext) -> Any:
+    """Calls tools step0..step{n-1} in order, each writing the ledger when
+    it runs (a replayed step writes nothing), with a spawn of test.echo at
+    step ``spawn_at``; raises a PermanentError right after step
+    ``fail_after`` (None: never), and ends with what each step returned."""
+    n, fail_after = ctx.payload["steps"], ctx.payload.get("fail_after")
+    values = []
+    for i in range(n):
+        if i == ctx.payload.get("spawn_at"):
+            values.append(str(ctx.spawn("test.echo", {"from": i})))
+        else:
+
+            def step(i: int, idempotency_key: str) -> dict:
+                ledger(ctx.run.id, "step", str(i))
+                return {"step": i, "key": idempotency_key}
+
+            outcome = ctx.invoke_tool(f"step{i}", step, args={"i": i})
+            values.append(outcome.value["step"] if outcome.value else outcome.status)
+        if i == fail_after:
+            raise runqueue.PermanentError(f"failed after step {i}")
+    return {"values": values}
+
+
+@runqueue.handler("test.usage")
+def usage_calls(ctx: RunContext) -> Any:
+    """Records each of ``payload["calls"]`` ({"model", "in", "out", "cost"?})
+    as a model call; spawns ``payload["children"]`` (test.usage payloads)
+    and waits for them first; blocks until released if ``block``."""
+    if ctx.state is None and ctx.payload.get("children"):
+        for child in ctx.payload["children"]:
+            ctx.spawn("test.usage", child)
+        return ctx.wait_for_children(state={"joined": True})
+    if ctx.payload.get("block"):
+        wait_for_release(ctx)
+    costs = []
+    for call in ctx.payload.get("calls", []):
+        cost = ctx.record_usage(
+            model=call["model"],
+            input_tokens=call["in"],
+            output_tokens=call["out"],
+            cost=call.get("cost"),
+        )
+        costs.append(None if cost is None else str(cost))
+    return {"costs": costs}
+
+
+@runqueue.handler("test.async_usage")
+async def async_usage_calls(ctx: Any) -> Any:
+    """test.usage's calls, recorded at once from an async handler."""
+    import asyncio
+
+    calls = ctx.payload.get("calls", [])
+    costs = await asyncio.gather(
+        *(
+            ctx.record_usage(model=c["model"], input_tokens=c["in"], output_tokens=c["out"])
+            for c in calls
+        )
+    )
+    return {"costs": [None if c is None else str(c) for c in costs]}

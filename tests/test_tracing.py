@@ -199,3 +199,25 @@ def test_nothing_changes_without_opentelemetry() -> None:
     assert proc.returncode == 0, proc.stderr
     run = Run.objects.get(id=run.id)
     assert (run.status, run.result) == (RunStatus.SUCCEEDED, {"charge": "uncertain"})
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_recorded_usage_is_on_the_run_span_as_genai_attributes_when_asked(
+    spans, settings, opted_in: bool
+) -> None:
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "TRACE_GENAI": opted_in}
+    calls = [{"model": "m-1", "in": 100, "out": 7}, {"model": "m-2", "in": 50, "out": 3}]
+    run = runqueue.submit(kind="test.usage", payload={"calls": calls}).run
+    config = PoolConfig(slots=(SlotSpec.parse("interactive=1"),), burst=True, worker_id="t1")
+    assert Pool(config).run() == 0
+    assert Run.objects.get(id=run.id).status == RunStatus.SUCCEEDED
+    [run_span] = _by_name(spans.get_finished_spans(), "runqueue.run ")
+    genai = {k: v for k, v in run_span.attributes.items() if k.startswith("gen_ai.")}
+    if not opted_in:
+        assert genai == {}
+        return
+    assert genai == {
+        "gen_ai.request.model": "m-2",
+        "gen_ai.usage.input_tokens": 150,
+        "gen_ai.usage.output_tokens": 10,
+    }

@@ -10,12 +10,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin import ModelAdmin
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Aggregate, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.http import HttpRequest
 
 from runqueue import registry
 from runqueue.errors import LEASE_EXPIRED, PERMANENT, TRANSIENT
-from runqueue.models import PriorityClass, Run
+from runqueue.models import PriorityClass, Run, Usage
 from runqueue.sql import execute
 
 #: How many tenants the tenant filter offers; search finds the rest.
@@ -84,3 +84,65 @@ class FailureFilter(admin.SimpleListFilter):
         if not self.value():
             return None
         return queryset.filter(Q(failure__classification=self.value()))
+
+
+def usage_columns() -> dict[str, Subquery]:
+    """Per run: its recorded model calls, tokens each way, their cost and
+    how many had none; each a subquery through the usage table's (run,
+    epoch, call) index."""
+    rows = Usage.objects.filter(run_id=OuterRef("pk")).order_by().values("run_id")
+
+    def total(expression: Aggregate) -> Subquery:
+        return Subquery(rows.annotate(v=expression).values("v")[:1])
+
+    return {
+        "usage_calls": total(Count("id")),
+        "usage_input": total(Sum("input_tokens")),
+        "usage_output": total(Sum("output_tokens")),
+        "usage_cost": total(Sum("cost")),
+        "usage_unpriced": total(Count("id", filter=Q(cost__isnull=True))),
+    }
+
+
+class UsageFilter(admin.SimpleListFilter):
+    """Runs that recorded model calls, none, or some without a cost."""
+
+    title = "model calls"
+    parameter_name = "usage"
+
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
+        return [
+            ("recorded", "Recorded usage"),
+            ("none", "No usage"),
+            ("unpriced", "Some without a cost"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        recorded = Exists(Usage.objects.filter(run_id=OuterRef("pk")))
+        unpriced = Exists(Usage.objects.filter(run_id=OuterRef("pk"), cost__isnull=True))
+        match self.value():
+            case "recorded":
+                return queryset.filter(recorded)
+            case "none":
+                return queryset.filter(~recorded)
+            case "unpriced":
+                return queryset.filter(unpriced)
+        return None
+
+
+class ForkFilter(admin.SimpleListFilter):
+    """Forks (runs forked from another), and runs that were forked."""
+
+    title = "forks"
+    parameter_name = "fork"
+
+    def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
+        return [("fork", "Forks of a run"), ("forked", "Forked into others")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        match self.value():
+            case "fork":
+                return queryset.filter(forked_from__isnull=False)
+            case "forked":
+                return queryset.filter(Exists(Run.objects.filter(forked_from_id=OuterRef("pk"))))
+        return None

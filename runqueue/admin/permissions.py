@@ -21,6 +21,7 @@ REQUEUE = "runqueue.requeue_run"
 CANCEL = "runqueue.cancel_run"
 RESOLVE = "runqueue.resolve_uncertain"
 PAUSE = "runqueue.pause_kind"
+FORK = "runqueue.fork_run"
 
 
 def may_view(request: HttpRequest, opts: Options | None = None) -> bool:
@@ -51,6 +52,11 @@ def may_resolve(request: HttpRequest) -> bool:
     return request.user.has_perm(RESOLVE)
 
 
+def may_fork(request: HttpRequest) -> bool:
+    """Fork a finished run from one of its steps (a new run: it runs again)."""
+    return request.user.has_perm(FORK)
+
+
 def may_pause(request: HttpRequest) -> bool:
     """Pause and resume kinds (from a run list or the paused kinds page)."""
     return request.user.has_perm(PAUSE)
@@ -72,6 +78,9 @@ class RunPermissionsMixin:
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         return may_pause(request)
+
+    def has_fork_permission(self, request: HttpRequest) -> bool:
+        return may_fork(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs are submitted, never typed in

@@ -20,10 +20,19 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue.admin import dashboard, display, resolve, tree
+from runqueue import usage
+from runqueue.admin import dashboard, display, forks, resolve, tree
 from runqueue.admin.actions import cancel_runs, requeue_runs
 from runqueue.admin.bulk import OperatorMixin
-from runqueue.admin.filters import FailureFilter, KindFilter, PriorityClassFilter, TenantFilter
+from runqueue.admin.filters import (
+    FailureFilter,
+    ForkFilter,
+    KindFilter,
+    PriorityClassFilter,
+    TenantFilter,
+    UsageFilter,
+    usage_columns,
+)
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
@@ -63,15 +72,18 @@ class ToolLine:
     resolve_url: str
     arguments_html: SafeString
     error_html: SafeString
+    #: "Fork from here" on a finished run's step (staff who may fork).
+    fork_url: str = ""
 
     @classmethod
-    def of(cls, tool: ToolInvocation) -> ToolLine:
+    def of(cls, tool: ToolInvocation, fork_url: str = "") -> ToolLine:
         return cls(
             tool=tool,
             unresolved=tool.status == ToolStatus.UNCERTAIN and tool.resolution is None,
             resolve_url=reverse("admin:runqueue_run_resolve", args=[tool.pk]),
             arguments_html=display.pretty_json(tool.arguments, TOOL_JSON_LIMIT),
             error_html=display.pretty_json(tool.error, TOOL_JSON_LIMIT),
+            fork_url=fork_url,
         )
 
 
@@ -113,10 +125,19 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "attempts_display",
         "age_display",
         "tenant_display",
+        "cost_display",
     ]
     list_display_links = ["short_id"]
     change_form_template = "admin/runqueue/run/change_form.html"
-    list_filter = ["status", PriorityClassFilter, KindFilter, TenantFilter, "created_at"]
+    list_filter = [
+        "status",
+        PriorityClassFilter,
+        KindFilter,
+        TenantFilter,
+        UsageFilter,
+        ForkFilter,
+        "created_at",
+    ]
     search_fields = ["=id", "=session_id", "=tenant", "=principal"]
     search_help_text = (
         "A run id or its first 8 characters; an exact session id, tenant or principal."
@@ -127,6 +148,8 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     show_full_result_count = False
     actions = [requeue_runs, cancel_runs, pause_kinds]
     readonly_fields = [
+        "lineage_display",
+        "usage_display",
         "status_display",
         "class_display",
         "attempts_display",
@@ -166,7 +189,11 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             },
         ),
         ("Budget", {"fields": ["budget_display"]}),
-        ("Tree and wait", {"fields": ["parent_display", "children_display", "wait_display"]}),
+        (
+            "Tree and wait",
+            {"fields": ["parent_display", "children_display", "lineage_display", "wait_display"]},
+        ),
+        ("Usage and cost", {"fields": ["usage_display"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
         ("Event timeline", {"fields": ["timeline_display"]}),
@@ -175,8 +202,14 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        """Every list and the run page know which runs are uncertain."""
-        return super().get_queryset(request).annotate(has_uncertain=unresolved_uncertain())
+        """Every list and the run page know which runs are uncertain, and
+        what each run's recorded model calls cost (one probe per listed run
+        of the usage table's (run, epoch, call) index)."""
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(has_uncertain=unresolved_uncertain(), **usage_columns())
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
@@ -201,9 +234,13 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
                 view(self.resolve_view),
                 name=f"{prefix}_resolve",
             ),
+            path("<path:object_id>/fork/", view(self.fork_view), name=f"{prefix}_fork"),
             *self.bulk_urls(),
             *super().get_urls(),
         ]
+
+    def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return forks.view(self, request, object_id)
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         return dashboard.view(self, request)
@@ -232,6 +269,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             return None
         # Display methods see the run, not the request: carry the answer.
         run.can_resolve = self.has_resolve_permission(request)
+        run.can_fork = run.is_terminal and self.has_fork_permission(request)
         run.unresolved_tools = [
             t
             for t in run.tool_invocations.all()
@@ -299,6 +337,26 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             return done
         return f"{done}; each claim reserves {run.budget_tokens:,} tokens on {run.budget_key}"
 
+    @admin.display(description="cost")
+    def cost_display(self, run: Run) -> SafeString | str:
+        """The cost of the run's recorded model calls, its tokens in the title."""
+        calls = getattr(run, "usage_calls", None)
+        if not calls:
+            return "-"
+        tokens_in = getattr(run, "usage_input", None) or 0
+        tokens_out = getattr(run, "usage_output", None) or 0
+        total = getattr(run, "usage_cost", None)
+        cost = usage.text(total) if total is not None else "?"
+        unknown = "+?" if getattr(run, "usage_unpriced", None) else ""
+        return format_html(
+            '<span title="{} calls, {} tokens in, {} out">{}{}</span>',
+            calls,
+            f"{tokens_in:,}",
+            f"{tokens_out:,}",
+            cost,
+            unknown,
+        )
+
     @admin.display(description="age", ordering="created_at")
     def age_display(self, run: Run) -> str:
         return display.age(run.created_at)
@@ -320,13 +378,29 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             "admin/runqueue/run/timeline.html", {"events": events, "limit": TIMELINE_LIMIT}
         )
 
-    @admin.display(description="tool invocations")
+    @admin.display(description="tool invocations (the run's steps)")
     def tools_display(self, run: Run) -> SafeString:
-        tools = [ToolLine.of(tool) for tool in run.tool_invocations.all()]
+        records = list(run.tool_invocations.all())
+        can_fork = getattr(run, "can_fork", False)
+        links = dict(forks.fork_links(run, len(records))) if can_fork else {}
+        tools = [ToolLine.of(tool, links.get(tool.seq, "")) for tool in records]
         return render_to_string(
             "admin/runqueue/run/tools.html",
-            {"tools": tools, "can_resolve": getattr(run, "can_resolve", False)},
+            {
+                "tools": tools,
+                "can_resolve": getattr(run, "can_resolve", False),
+                "fork_links": bool(links),
+                "fork_after": links.get(len(records), ""),
+            },
         )
+
+    @admin.display(description="forks")
+    def lineage_display(self, run: Run) -> SafeString:
+        return tree.lineage_html(run)
+
+    @admin.display(description="model calls")
+    def usage_display(self, run: Run) -> SafeString:
+        return tree.usage_html(run)
 
     @admin.display(description="checkpoints (newest first)")
     def checkpoints_display(self, run: Run) -> SafeString:
@@ -386,7 +460,7 @@ class DeadLetteredRunAdmin(RunAdmin):
     ]
     list_filter = [FailureFilter, PriorityClassFilter, KindFilter, TenantFilter, "finished_at"]
     ordering = ["-finished_at"]
-    actions = [requeue_runs]
+    actions = [requeue_runs, forks.fork_from_failure]
     bulk_verbs = ("requeue",)
 
     def get_urls(self) -> list[URLPattern]:

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue import waiting
+from runqueue import usage, waiting
 from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, Run, RunStatus, WaitReason
 
 #: The run page lists at most this many children.
@@ -120,4 +120,61 @@ def wait_html(run: Run) -> SafeString:
         what,
         run.waiting_since or "?",
         f"until {run.wait_until}" if run.wait_until else "with no deadline",
+    )
+
+
+#: The run page lists at most this many forks of a run.
+FORKS_LIMIT = 100
+
+
+def lineage_html(run: Run) -> SafeString:
+    """Where the run was forked from, and the runs forked from it."""
+    parts = []
+    if run.forked_from_id is not None:
+        parts.append(
+            format_html("Forked from {}.", run_link(run.forked_from_id, str(run.forked_from_id)))
+        )
+    forks = list(
+        Run.objects.filter(forked_from_id=run.id)
+        .order_by("-created_at")
+        .only("id", "status", "created_at")[: FORKS_LIMIT + 1]
+    )
+    if forks:
+        shown = format_html_join(
+            ", ",
+            "{} ({})",
+            ((run_link(f.id, str(f.id)[:8]), f.get_status_display()) for f in forks[:FORKS_LIMIT]),
+        )
+        more = f" and more than {FORKS_LIMIT} in all" if len(forks) > FORKS_LIMIT else ""
+        parts.append(format_html("Forks: {}{}.", shown, more))
+    if not parts:
+        return format_html("<span>{}</span>", "Not forked.")
+    return format_html_join(" ", "<span class='rq-lineage'>{}</span>", ((p,) for p in parts))
+
+
+def usage_html(run: Run) -> SafeString:
+    """What the run's model calls cost, and its tree's totals with its cap."""
+    own = usage.run_totals(run.id)
+    tree = usage.tree_of(run.id)
+
+    def line(totals: usage.Totals) -> str:
+        unknown = f" ({totals.unpriced_calls} without a cost)" if totals.unpriced_calls else ""
+        return (
+            f"{totals.calls} call(s), {totals.input_tokens:,} tokens in, "
+            f"{totals.output_tokens:,} out, cost {usage.text(totals.cost)}{unknown}"
+        )
+
+    cap = f"; spend cap {usage.text(tree.spend_cap)}" if tree.spend_cap is not None else "; no cap"
+    root = (
+        ""
+        if tree.root_id == run.id
+        else format_html(" (root {})", run_link(tree.root_id, str(tree.root_id)[:8]))
+    )
+    return format_html(
+        "<div class='rq-usage'>This run: {}.</div>"
+        "<div class='rq-tree-usage'>Its tree{}: {}{}.</div>",
+        line(own),
+        root,
+        line(tree.totals),
+        cap,
     )

@@ -117,6 +117,13 @@ def _schemas() -> dict[str, JSON]:
                     "request and these tokens are reserved on this budget (an existing "
                     "budget; at most its tokens per window)",
                 },
+                "spend_cap": {
+                    "type": ["number", "null"],
+                    "exclusiveMinimum": 0,
+                    "description": "the run tree's spend cap, in the currency of "
+                    "RUNQUEUE['PRICES']: once the cost its runs record reaches it, its live "
+                    "runs are cancelled with reason spend_cap",
+                },
                 "start_within": {
                     "type": ["number", "null"],
                     "exclusiveMinimum": 0,
@@ -175,6 +182,24 @@ def _schemas() -> dict[str, JSON]:
                 "attempt": {"type": ["integer", "null"]},
             },
         },
+        "Usage": {
+            "type": "object",
+            "properties": {
+                "input_tokens": {"type": "integer", "minimum": 0},
+                "output_tokens": {"type": "integer", "minimum": 0},
+                "cost": {
+                    "type": "string",
+                    "description": "a decimal number, in the prices' currency: the calls "
+                    "with a known cost",
+                },
+                "calls": {"type": "integer", "minimum": 0},
+                "unpriced_calls": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "calls recorded without a cost (not in cost)",
+                },
+            },
+        },
         "Run": {
             "type": "object",
             "required": ["id", "kind", "status", "priority", "links"],
@@ -186,6 +211,16 @@ def _schemas() -> dict[str, JSON]:
                     "type": ["string", "null"],
                     "format": "uuid",
                     "description": "the run that spawned this one (ctx.spawn)",
+                },
+                "forked_from": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the finished run this one was forked from (runqueue.fork)",
+                },
+                "forks": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "uuid"},
+                    "description": "the runs forked from this one, newest first (at most 100)",
                 },
                 "children_open": {"type": "integer", "minimum": 0},
                 "wait": {"$ref": _REF + "Wait"},
@@ -218,6 +253,15 @@ def _schemas() -> dict[str, JSON]:
                 "created_at": nullable_time,
                 "started_at": nullable_time,
                 "finished_at": nullable_time,
+                "usage": {"$ref": _REF + "Usage", "description": "what this run recorded"},
+                "tree_usage": {
+                    "$ref": _REF + "Usage",
+                    "description": "what the run's tree (its root and every descendant) recorded",
+                },
+                "spend_cap": {
+                    "type": ["string", "null"],
+                    "description": "the tree's spend cap, a decimal number (null: none)",
+                },
                 "links": {
                     "type": "object",
                     "properties": {

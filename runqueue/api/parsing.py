@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import re
 import sys
+from decimal import Decimal
 from typing import NoReturn, NotRequired, TypedDict
 
 from django.http import HttpRequest
@@ -33,7 +34,16 @@ _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
 SUBMIT_FIELDS = frozenset(
-    {"kind", "payload", "session_id", "priority", "scheduled_for", "budget", "start_within"}
+    {
+        "kind",
+        "payload",
+        "session_id",
+        "priority",
+        "scheduled_for",
+        "budget",
+        "start_within",
+        "spend_cap",
+    }
 )
 MAX_REASON = REASON_MAX_LENGTH
 #: The longest integer a body may hold (Python's own bound on converting one).
@@ -50,6 +60,7 @@ class SubmitBody(TypedDict):
     scheduled_for: NotRequired[str | None]
     budget: NotRequired[BudgetBody | None]
     start_within: NotRequired[float | None]
+    spend_cap: NotRequired[float | None]
 
 
 class BudgetBody(TypedDict):
@@ -69,6 +80,7 @@ class SubmitArgs(TypedDict):
     scheduled_for: dt.datetime | None
     budget: tuple[str, int] | None
     start_within: float | None
+    spend_cap: Decimal | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -218,6 +230,7 @@ def submit_args(body: object) -> SubmitArgs:
         scheduled_for=body.get("scheduled_for"),
         budget=body.get("budget"),
         start_within=body.get("start_within"),
+        spend_cap=body.get("spend_cap"),
         from_json=True,
         registered_only=False,
     )
@@ -242,6 +255,7 @@ def submit_args(body: object) -> SubmitArgs:
         # Only the body's own: the kind's and the project's defaults are
         # submit's to apply (the same rule as any caller's).
         "start_within": checked.start_within if body.get("start_within") is not None else None,
+        "spend_cap": checked.spend_cap,
     }
 
 

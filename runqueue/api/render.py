@@ -12,7 +12,7 @@ from typing import NotRequired, TypedDict
 
 from django.urls import reverse
 
-from runqueue import events
+from runqueue import events, usage
 from runqueue.events import public_time
 from runqueue.models import WAIT_STATUSES, PriorityClass, Run, RunEvent, RunStatus
 from runqueue.types import JSON
@@ -23,6 +23,18 @@ class FailureBody(TypedDict):
     error_type: str | None
     message: str | None
     attempt: int | None
+
+
+class UsageBody(TypedDict):
+    """Model calls recorded (``ctx.record_usage``): tokens each way, the
+    cost of those with one (a decimal string), how many calls, and how many
+    had no cost."""
+
+    input_tokens: int
+    output_tokens: int
+    cost: str
+    calls: int
+    unpriced_calls: int
 
 
 class RunLinks(TypedDict):
@@ -48,6 +60,9 @@ class RunBody(TypedDict):
     kind: str
     status: str
     parent_id: str | None
+    #: The run this one was forked from, and the runs forked from this one.
+    forked_from: str | None
+    forks: list[str]
     children_open: int
     wait: WaitBody | None
     timed_out: bool
@@ -67,6 +82,10 @@ class RunBody(TypedDict):
     created_at: str | None
     started_at: str | None
     finished_at: str | None
+    #: What this run recorded, and what its whole tree did (with its cap).
+    usage: UsageBody
+    tree_usage: UsageBody
+    spend_cap: str | None
     links: RunLinks
 
 
@@ -111,6 +130,25 @@ def wait_body(run: Run) -> WaitBody | None:
     }
 
 
+#: The forks a run's body lists at most (newest first).
+FORKS_LISTED = 100
+
+
+def usage_body(totals: usage.Totals) -> UsageBody:
+    return {
+        "input_tokens": totals.input_tokens,
+        "output_tokens": totals.output_tokens,
+        "cost": usage.text(totals.cost),
+        "calls": totals.calls,
+        "unpriced_calls": totals.unpriced_calls,
+    }
+
+
+def forks_of(run: Run) -> list[str]:
+    forks = Run.objects.filter(forked_from_id=run.id).order_by("-created_at")
+    return [str(i) for i in forks.values_list("id", flat=True)[:FORKS_LISTED]]
+
+
 def run_body(run: Run) -> RunBody:
     failure = None
     if run.failure:
@@ -128,11 +166,14 @@ def run_body(run: Run) -> RunBody:
     }
     if run.status == RunStatus.WAITING_FOR_USER:
         links["input"] = input_url(run.id)
+    tree = usage.tree_of(run.id)
     return {
         "id": str(run.id),
         "kind": run.kind,
         "status": run.status,
         "parent_id": str(run.parent_id) if run.parent_id else None,
+        "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
+        "forks": forks_of(run),
         "children_open": run.children_open,
         "wait": wait_body(run),
         "timed_out": run.timed_out,
@@ -152,5 +193,8 @@ def run_body(run: Run) -> RunBody:
         "created_at": public_time(run.created_at),
         "started_at": public_time(run.started_at),
         "finished_at": public_time(run.finished_at),
+        "usage": usage_body(usage.run_totals(run.id)),
+        "tree_usage": usage_body(tree.totals),
+        "spend_cap": usage.text(tree.spend_cap) if tree.spend_cap is not None else None,
         "links": links,
     }

@@ -32,9 +32,11 @@ from runqueue.leases.claim import (
     finish_and_claim,
 )
 from runqueue.leases.deadlines import expire_unstarted
+from runqueue.leases.forks import fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
+    cancel_tree,
     requeue,
     resolve_uncertain,
     sweep,
@@ -73,6 +75,7 @@ __all__ = [
     "append_event",
     "backoff",
     "cancel",
+    "cancel_tree",
     "checkpoint",
     "claim",
     "claim_one",
@@ -81,6 +84,8 @@ __all__ = [
     "deliver_locked",
     "expire_unstarted",
     "finish_and_claim",
+    "fork",
+    "fork_from_failure",
     "failure_record",
     "give_up",
     "heartbeat",
@@ -93,6 +98,7 @@ __all__ = [
     "parse_cancel",
     "permanent_failure",
     "publish_text",
+    "recorded_steps",
     "record_tool_outcome",
     "record_tool_started",
     "release",

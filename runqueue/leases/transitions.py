@@ -22,7 +22,7 @@ from runqueue.errors import (
     RunNotFound,
     ToolInvocationNotFound,
 )
-from runqueue.failures import lease_expired_failure
+from runqueue.failures import Failure, lease_expired_failure
 from runqueue.leases.base import (
     backoff,
     hooks,
@@ -155,6 +155,60 @@ def _cancel(run_id: uuid.UUID, *, reason: str, actor: str, cascade: bool) -> Run
                     _cancelled(child_id, epoch, data)
             level = [child_id for child_id, _epoch in rows]
     return Run.objects.get(id=run_id)
+
+
+def cancel_tree(
+    root_id: uuid.UUID, *, reason: str, actor: str, failure: Failure | None = None
+) -> list[uuid.UUID]:
+    """Cancel every live run of the tree under ``root_id``, the root too if
+    it is live (a root that finished may still have live descendants), in
+    one transaction: ``cancel``'s statements level by level, each run its
+    ``run.cancelled`` (``reason``, ``actor``) and its worker told to stop.
+    With ``failure``, each run cancelled keeps it as its failure record.
+    The ids cancelled (none if the whole tree had ended)."""
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return retry_moved(lambda: _cancel_tree(root_id, reason, actor, failure))
+        except OperationalError as exc:
+            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
+                raise
+            logger.info("Cancel of the tree of run id=%s met a deadlock; run again", root_id)
+    raise AssertionError("unreachable")
+
+
+def _cancel_tree(
+    root_id: uuid.UUID, reason: str, actor: str, failure: Failure | None
+) -> list[uuid.UUID]:
+    done: list[tuple[uuid.UUID, int]] = []
+    with transaction.atomic(durable=True):
+        params = {"run_id": root_id, "channel": get_settings().NOTIFY_CHANNEL}
+        with connection.cursor() as cursor:
+            row = execute(cursor, "cancel", params).fetchone()
+        if row is not None:
+            _cancelled(row[0], row[1], {"reason": reason, "actor": actor})
+            done.append((row[0], row[1]))
+        level = [root_id]
+        data = {"reason": reason, "actor": actor, "cascade_from": str(root_id)}
+        while level:
+            with connection.cursor() as cursor:
+                rows = execute(cursor, "cancel_children", {"parent_ids": level}).fetchall()
+            for child_id, epoch in rows:
+                if epoch is not None:
+                    _cancelled(child_id, epoch, data)
+                    done.append((child_id, epoch))
+            level = [child_id for child_id, _epoch in rows]
+        if failure is not None and done:
+            with connection.cursor() as cursor:
+                execute(
+                    cursor,
+                    "mark_spend_capped",
+                    {
+                        "ids": [i for i, _e in done],
+                        "epochs": [e for _i, e in done],
+                        "failure": json_text(failure, "failure"),
+                    },
+                )
+    return [run_id for run_id, _epoch in done]
 
 
 def _cancelled(run_id: uuid.UUID, epoch: int, data: dict[str, str]) -> None:

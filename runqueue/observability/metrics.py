@@ -1,5 +1,6 @@
 """A worker's Prometheus metrics: claims, finishes by outcome, fenced
-writes, uncertain tool outcomes, claim latency and run duration per class.
+writes, uncertain tool outcomes, claim latency and run duration per class,
+and the model tokens and cost its handlers recorded.
 
 Registered in prometheus-client's default registry, so ``runworker
 --metrics-port`` serves them with the process collectors. The queue's own
@@ -50,6 +51,18 @@ RUN_DURATION = Histogram(
     ["class"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
+TOKENS = Counter(
+    "runqueue_worker_tokens",
+    "Model tokens handlers in this worker recorded (ctx.record_usage), by kind, model and "
+    "direction (input, output); a call counted once.",
+    ["kind", "model", "direction"],
+)
+COST = Counter(
+    "runqueue_worker_cost",
+    "Cost handlers in this worker recorded (ctx.record_usage: given, or priced from "
+    "RUNQUEUE['PRICES']), by kind and model; a call of unknown cost adds nothing.",
+    ["kind", "model"],
+)
 INFO = Gauge("runqueue_worker_info", "This worker process; always 1.", ["worker_id"])
 
 # The ``class`` label's value is the class's slug; children by class index.
@@ -80,6 +93,15 @@ def fenced(priority: int) -> None:
 
 def uncertain(priority: int) -> None:
     _uncertain[PriorityClass.of(priority).index].inc()
+
+
+def usage(
+    kind: str, model: str, input_tokens: int, output_tokens: int, cost: float | None
+) -> None:
+    TOKENS.labels(kind, model, "input").inc(input_tokens)
+    TOKENS.labels(kind, model, "output").inc(output_tokens)
+    if cost is not None:
+        COST.labels(kind, model).inc(cost)
 
 
 def serve(port: int, host: str, worker_id: str) -> WSGIServer:

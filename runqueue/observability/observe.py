@@ -19,15 +19,19 @@ waiting, error) and every fenced write logs at INFO or WARNING as before
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from runqueue.conf import get_settings
 from runqueue.leases import base as lease_base
 from runqueue.models import PriorityClass
 from runqueue.observability import metrics, tracing
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from runqueue.leases.base import Lease
     from runqueue.outcomes import Reported, ToolOutcome
 
@@ -72,6 +76,8 @@ def finished(lease: Lease, outcome: Reported, seconds: float | None) -> None:
     """The run's outcome is written (or left to lease expiry: ``error``)."""
     run = lease.run
     metrics.finished(run.priority, outcome, seconds)
+    with _usage_lock:
+        _usage_totals.pop(lease, None)
     tracing.finished(lease, outcome)
     level = logging.DEBUG if outcome == "succeeded" else logging.INFO
     if not logger.isEnabledFor(level):
@@ -123,6 +129,30 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
 # runqueue.leases reports lost leases through its hook (it does not import
 # this module); imported by the app's ready(), so every process has it.
 lease_base.observers.fenced = fenced
+
+
+#: Tokens each lease's handler recorded so far: (input, output), for the
+#: span's GenAI totals. Dropped with the span (``finished``).
+_usage_totals: dict[Lease, tuple[int, int]] = {}
+_usage_lock = threading.Lock()
+
+
+def usage(
+    lease: Lease, model: str, input_tokens: int, output_tokens: int, cost: Decimal | None
+) -> None:
+    """A model call recorded (``ctx.record_usage``), counted for the first
+    time: the counters, and the span's GenAI attributes if asked for."""
+    run = lease.run
+    metrics.usage(
+        run.kind, model, input_tokens, output_tokens, float(cost) if cost is not None else None
+    )
+    if not get_settings().TRACE_GENAI:
+        return
+    with _usage_lock:
+        seen_in, seen_out = _usage_totals.get(lease, (0, 0))
+        totals = (seen_in + input_tokens, seen_out + output_tokens)
+        _usage_totals[lease] = totals
+    tracing.usage(lease, model, *totals)
 
 
 class _Tool:

@@ -13,6 +13,12 @@
   ``runqueue.tool.uncertain``, a lost lease a ``runqueue.fenced`` event on
   the run's span.
 
+- With ``RUNQUEUE["TRACE_GENAI"]`` on, the usage a handler records
+  (``ctx.record_usage``) is on the run's span as OpenTelemetry's GenAI
+  attributes: ``gen_ai.request.model`` (the last call's model) and
+  ``gen_ai.usage.input_tokens`` / ``gen_ai.usage.output_tokens`` (the
+  attempt's totals so far).
+
 Spans are recorded only once the application installs an SDK tracer
 provider; with the API alone they are OpenTelemetry's no-op spans.
 """
@@ -169,6 +175,17 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
         attributes["runqueue.run.current_epoch"] = current[0]
         attributes["runqueue.run.current_status"] = current[1]
     _run_span_of(lease).add_event("runqueue.fenced", attributes)
+
+
+def usage(lease: Lease, model: str, input_tokens: int, output_tokens: int) -> None:
+    """GenAI attributes on the run's span: ``input_tokens`` and
+    ``output_tokens`` are the attempt's totals so far."""
+    if otel is None:
+        return
+    span = _run_span_of(lease)
+    span.set_attribute("gen_ai.request.model", model)
+    span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
 
 
 class ToolSpan:

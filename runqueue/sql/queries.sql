@@ -1109,3 +1109,129 @@ SELECT CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
   FROM runqueue_budget b
  CROSS JOIN LATERAL runqueue_budget_window(b, now()) AS w
  WHERE b.key = %(key)s;
+
+-- name: fork_run --
+-- runqueue.fork (docs/decisions.md, "Forking a run"): a new queued run from
+-- a finished one, in the transaction that holds the original's row lock
+-- (lock_run) and checked its steps: the same kind, tenant, principal,
+-- priority, concurrency key, max_attempts and max_duration; no session, no
+-- parent, no budget; %(payload)s, or NULL for the original's; its lineage
+-- in forked_from. The original's first %(from_step)s tool records (tool
+-- outcomes and spawns, numbered from 0) are copied to it under their own
+-- numbers, so its handler replays them instead of running them: a copied
+-- spawn names the same child. run.created and run.forked on the new run,
+-- run.forked on the original (under its lock), and the NOTIFY that wakes
+-- idle workers of the run's class (on commit). Raw: one statement, so the
+-- run, its records and its events are one round trip.
+WITH original AS (
+    SELECT o.*
+      FROM runqueue_run o
+     WHERE o.id = %(run_id)s::uuid AND o.status IN ('succeeded', 'failed', 'cancelled')
+), created AS (
+    INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
+                              priority, attempts, max_attempts, lease_epoch, lease_owner,
+                              traceparent, concurrency_key, max_duration, forked_from_id)
+    SELECT %(fork_id)s::uuid, o.tenant, o.principal, NULL, o.kind,
+           coalesce(%(payload)s::jsonb, o.payload), 'queued', o.priority, 0, o.max_attempts,
+           0, '', %(traceparent)s::text, o.concurrency_key, o.max_duration, o.id
+      FROM original o
+    RETURNING id, created_at, priority, lease_epoch
+), copied AS (
+    INSERT INTO runqueue_tool_invocation (run_id, seq, tool, idempotency, status, arguments,
+                                          result, error, lease_epoch, lease_token, resolution,
+                                          created_at, finished_at)
+    SELECT c.id, t.seq, t.tool, t.idempotency, t.status, t.arguments, t.result, t.error,
+           c.lease_epoch, NULL, t.resolution, t.created_at, t.finished_at
+      FROM created c
+      JOIN runqueue_tool_invocation t
+        ON t.run_id = %(run_id)s::uuid AND t.seq < %(from_step)s::integer
+    RETURNING seq
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT c.id, 'run.created', c.lease_epoch,
+           jsonb_build_object('priority', c.priority, 'forked_from', %(run_id)s::text), now()
+      FROM created c
+    UNION ALL
+    SELECT c.id, 'run.forked', c.lease_epoch, %(fork_data)s::jsonb, now()
+      FROM created c
+    UNION ALL
+    SELECT o.id, 'run.forked', o.lease_epoch, %(original_data)s::jsonb, now()
+      FROM original o, created c
+)
+SELECT c.id, c.created_at, (SELECT count(*) FROM copied) AS copied
+  FROM created c
+ WHERE (SELECT count(pg_notify(%(channel)s::text, %(notify)s::text))) >= 0;
+
+-- name: usage_root --
+-- ctx.record_usage's tree: the run's root (the last ancestor found up its
+-- parents, itself for a root) and the root's session, by the primary key on
+-- every partition, one probe per level. Raw: a recursive walk.
+WITH RECURSIVE up(id, parent_id, session_id, depth) AS (
+    SELECT r.id, r.parent_id, r.session_id, 0
+      FROM runqueue_run r
+     WHERE r.id = %(run_id)s::uuid
+    UNION ALL
+    SELECT r.id, r.parent_id, r.session_id, u.depth + 1
+      FROM up u
+      JOIN runqueue_run r ON r.id = u.parent_id
+     WHERE u.depth < 10000
+)
+SELECT id, session_id FROM up ORDER BY depth DESC LIMIT 1;
+
+-- name: record_usage --
+-- ctx.record_usage (docs/decisions.md, "Usage and cost"): one model call's
+-- tokens and cost, written without the lease's fence (the money was spent,
+-- whoever holds the run now), at most once per (run, lease epoch, call):
+-- the same call written again counts once. A new record adds to its tree's
+-- totals (runqueue_tree_spend, the root's row) in the same statement,
+-- under that row's lock, so concurrent calls of one tree add one after the
+-- other; the cost reaching the tree's spend cap sets capped_at once. The
+-- totals as they are after it (or, for a call counted before, as read).
+-- fenced: the recording lease no longer held the run.
+WITH recorded AS (
+    INSERT INTO runqueue_usage (run_id, root_id, tenant, session_id, kind, lease_epoch, call,
+                                attempt, model, input_tokens, output_tokens, cost, fenced,
+                                created_at)
+    VALUES (%(run_id)s::uuid, %(root_id)s::uuid, %(tenant)s::text, %(session_id)s::text,
+            %(kind)s::text, %(epoch)s::bigint, %(call)s::integer, %(attempt)s::integer,
+            %(model)s::text, %(input_tokens)s::bigint, %(output_tokens)s::bigint,
+            %(cost)s::numeric,
+            NOT EXISTS (SELECT 1 FROM runqueue_run r
+                         WHERE r.id = %(run_id)s::uuid AND r.lease_epoch = %(epoch)s::bigint
+                           AND r.lease_token = %(token)s::uuid AND r.status = 'running'),
+            now())
+    ON CONFLICT (run_id, lease_epoch, call) DO NOTHING
+    RETURNING root_id, input_tokens, output_tokens, cost
+), totals AS (
+    INSERT INTO runqueue_tree_spend AS t (run_id, cost, input_tokens, output_tokens, calls,
+                                          unpriced_calls, updated_at)
+    SELECT u.root_id, coalesce(u.cost, 0), u.input_tokens, u.output_tokens, 1,
+           (u.cost IS NULL)::integer, now()
+      FROM recorded u
+    ON CONFLICT (run_id) DO UPDATE
+       SET cost = t.cost + EXCLUDED.cost,
+           input_tokens = t.input_tokens + EXCLUDED.input_tokens,
+           output_tokens = t.output_tokens + EXCLUDED.output_tokens,
+           calls = t.calls + 1,
+           unpriced_calls = t.unpriced_calls + EXCLUDED.unpriced_calls,
+           capped_at = coalesce(t.capped_at,
+                                CASE WHEN t.cost + EXCLUDED.cost >= t.spend_cap THEN now() END),
+           updated_at = now()
+    RETURNING t.cost, t.spend_cap
+)
+SELECT true, t.cost, t.spend_cap FROM totals t
+UNION ALL
+SELECT false, s.cost, s.spend_cap
+  FROM runqueue_tree_spend s
+ WHERE s.run_id = %(root_id)s::uuid AND NOT EXISTS (SELECT 1 FROM recorded);
+
+-- name: mark_spend_capped --
+-- After a tree's cost reached its spend cap, in the transaction that
+-- cancelled its live runs (reason spend_cap): each of those runs keeps a
+-- failure record saying why, as an expired run does. Only the runs this
+-- transaction cancelled (their new epoch).
+UPDATE runqueue_run r
+   SET failure = %(failure)s::jsonb
+  FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS c(id, epoch)
+ WHERE r.id = c.id AND r.lease_epoch = c.epoch AND r.status = 'cancelled'
+   AND r.id = ANY(%(ids)s::uuid[]);
