@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runqueue", "0015_deadlines"),
+        ("runqueue", "0016_lean_indexes"),
     ]
 
     operations = [
