@@ -84,7 +84,7 @@ DEPENDANTS = (
     "runqueue_signal",
     "runqueue_stream_watch",
 )
-_LIVE = ("queued", "running", "waiting_for_user", "waiting")
+_LIVE = ("queued", "running", "waiting_for_user", "waiting", "pending")
 
 
 def _start(day: dt.date) -> dt.datetime:

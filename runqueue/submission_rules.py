@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import models
 
 from runqueue import registry
-from runqueue.conf import Settings, get_settings
+from runqueue.conf import ON_BUSY, Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
@@ -100,6 +100,10 @@ class CheckedSubmission:
     #: (``@handler``), else the project's (docs/decisions.md, "Run deadlines").
     start_within: float | None = None
     max_duration: float | None = None
+    #: What a submit to a busy session does (``ON_BUSY``): the submit's,
+    #: else ``RUNQUEUE["SESSION_ON_BUSY"]`` (docs/decisions.md, "Busy
+    #: sessions: on_busy").
+    on_busy: str = "reject"
 
 
 def check_submission(
@@ -117,6 +121,7 @@ def check_submission(
     budget: object = None,
     start_within: object = None,
     max_duration: object = None,
+    on_busy: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -178,6 +183,7 @@ def check_submission(
     report("start_within", detail)
     duration_value, detail = duration(max_duration, from_json=from_json)
     report("max_duration", detail)
+    report("on_busy", on_busy_problem(on_busy, from_json=from_json))
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -199,7 +205,16 @@ def check_submission(
         max_duration=_first(
             duration_value, registry.options(kind_text).max_duration, conf.MAX_DURATION_SECONDS
         ),
+        on_busy=conf.SESSION_ON_BUSY if on_busy is None else str(on_busy),
     ), problems
+
+
+def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:
+    """Why ``value`` is not an ``on_busy`` policy (None: the default, or one)."""
+    if value is None or value in ON_BUSY:
+        return None
+    shown = _type_name(value, from_json=from_json) if not isinstance(value, str) else repr(value)
+    return f"must be one of {', '.join(ON_BUSY)}, got {shown}"
 
 
 def _first(*values: float | None) -> float | None:

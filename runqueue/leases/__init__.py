@@ -35,6 +35,7 @@ from runqueue.leases.deadlines import expire_unstarted
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
+    cancel_in_transaction,
     requeue,
     resolve_uncertain,
     sweep,
@@ -73,6 +74,7 @@ __all__ = [
     "append_event",
     "backoff",
     "cancel",
+    "cancel_in_transaction",
     "checkpoint",
     "claim",
     "claim_one",
