@@ -198,6 +198,20 @@ class RunQuerySet(models.QuerySet):
         """Pending turns, in their sessions' order."""
         return self.filter(status=RunStatus.PENDING).order_by("tenant", "session_id", "place")
 
+    def session_line(self, tenant: str, session_id: str) -> RunQuerySet:
+        """A session's live runs in turn order: its active run (if any), then
+        its pending turns by place (docs/decisions.md, "Busy sessions")."""
+        return self.filter(
+            tenant=tenant, session_id=session_id, status__in=LIVE_STATUSES
+        ).order_by(
+            models.Case(
+                models.When(status=RunStatus.PENDING, then=1),
+                default=0,
+                output_field=models.IntegerField(),
+            ),
+            "place",
+        )
+
     def dead_lettered(self) -> RunQuerySet:
         return self.filter(status=RunStatus.FAILED)
 

@@ -254,19 +254,40 @@ def _statement_transaction(*, durable: bool, savepoint: bool) -> Iterator[None]:
         yield
 
 
+#: Times a submit routes again because the session's active run ended
+#: while it waited for that run's lock: each is a turn of the session done
+#: meanwhile (a busy conversation with a fast worker), never a loop alone.
+MOVED_ROUTES = 50
+
+
 def _route(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
     # A same-key submit that committed between our lookup and our key insert
     # makes us start over once: the lookup then finds its key.
-    for _ in range(3):
+    taken = moved = 0
+    while True:
         try:
             return _submit_once(request, request_hash, durable=durable)
+        except _Moved as retry:
+            moved += 1
+            if moved >= MOVED_ROUTES:
+                raise retry.error from None
         except _Retry:
-            continue
-    raise IdempotencyInProgress(request.idempotency_key or "")
+            taken += 1
+            if taken >= 3:
+                raise IdempotencyInProgress(request.idempotency_key or "") from None
 
 
 class _Retry(Exception):
     pass
+
+
+class _Moved(_Retry):
+    """The session's active run moved (it ended) while this submit waited
+    for its row: route again; ``error`` is what PostgreSQL said."""
+
+    def __init__(self, error: OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
@@ -300,7 +321,7 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
             # The session's run finished (moved to a finished day) while we
             # waited for its lock: route again; it is no longer active. (A
             # deadlock: an interrupt's cascade met a child's join.)
-            raise _Retry from exc
+            raise _Moved(exc) from exc
         if sqlstate(exc) == "55P03":  # lock_not_available
             raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise

@@ -141,6 +141,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "parent_display",
         "children_display",
         "wait_display",
+        "session_display_line",
     ]
     fieldsets = [
         (
@@ -167,6 +168,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         ),
         ("Budget", {"fields": ["budget_display"]}),
         ("Tree and wait", {"fields": ["parent_display", "children_display", "wait_display"]}),
+        ("Session", {"fields": ["session_display_line"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
         ("Event timeline", {"fields": ["timeline_display"]}),
@@ -353,6 +355,10 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     @admin.display(description="children")
     def children_display(self, run: Run) -> SafeString:
         return tree.children_html(run)
+
+    @admin.display(description="its line: active run, then pending turns")
+    def session_display_line(self, run: Run) -> SafeString:
+        return tree.session_html(run)
 
     @admin.display(description="wait, or why it waits")
     def wait_display(self, run: Run) -> SafeString:

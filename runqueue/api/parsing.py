@@ -33,7 +33,16 @@ _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
 SUBMIT_FIELDS = frozenset(
-    {"kind", "payload", "session_id", "priority", "scheduled_for", "budget", "start_within"}
+    {
+        "kind",
+        "payload",
+        "session_id",
+        "priority",
+        "scheduled_for",
+        "budget",
+        "start_within",
+        "on_busy",
+    }
 )
 MAX_REASON = REASON_MAX_LENGTH
 #: The longest integer a body may hold (Python's own bound on converting one).
@@ -50,6 +59,7 @@ class SubmitBody(TypedDict):
     scheduled_for: NotRequired[str | None]
     budget: NotRequired[BudgetBody | None]
     start_within: NotRequired[float | None]
+    on_busy: NotRequired[str | None]
 
 
 class BudgetBody(TypedDict):
@@ -69,6 +79,7 @@ class SubmitArgs(TypedDict):
     scheduled_for: dt.datetime | None
     budget: tuple[str, int] | None
     start_within: float | None
+    on_busy: str | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -218,6 +229,7 @@ def submit_args(body: object) -> SubmitArgs:
         scheduled_for=body.get("scheduled_for"),
         budget=body.get("budget"),
         start_within=body.get("start_within"),
+        on_busy=body.get("on_busy"),
         from_json=True,
         registered_only=False,
     )
@@ -242,6 +254,8 @@ def submit_args(body: object) -> SubmitArgs:
         # Only the body's own: the kind's and the project's defaults are
         # submit's to apply (the same rule as any caller's).
         "start_within": checked.start_within if body.get("start_within") is not None else None,
+        # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
+        "on_busy": checked.on_busy if body.get("on_busy") is not None else None,
     }
 
 
