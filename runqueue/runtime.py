@@ -811,9 +811,7 @@ def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
 def build_context(lease: leases.Lease) -> RunContext:
     """Resume from the last checkpoint, with the tool records made since,
     and what the run it interrupted had done (``ctx.interrupted``)."""
-    interrupted = (
-        interrupted_of(lease.run.interrupted_id) if lease.run.interrupted_id else None
-    )
+    interrupted = interrupted_of(lease.run.interrupted_id) if lease.run.interrupted_id else None
     if lease.epoch == 1:
         # The first lease the run ever had (submit starts at epoch 0 and
         # every transition bumps it): checkpoints and tool records are only

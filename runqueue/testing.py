@@ -150,7 +150,7 @@ def missing_descendants() -> list[uuid.UUID]:
 # --- a session's line (docs/decisions.md, "Busy sessions: on_busy") ---------
 
 
-def double_actives() -> list[tuple[str, str, int]]:
+def double_actives() -> list[tuple[str, str | None, int]]:
     """Sessions with more than one active run: (tenant, session, how many)."""
     rows = (
         Run.objects.filter(status__in=ACTIVE_STATUSES, session_id__isnull=False)
@@ -162,7 +162,7 @@ def double_actives() -> list[tuple[str, str, int]]:
     return [(r["tenant"], r["session_id"], r["n"]) for r in rows]
 
 
-def unpromoted_sessions() -> list[tuple[str, str]]:
+def unpromoted_sessions() -> list[tuple[str, str | None]]:
     """Sessions with pending turns but no active run: a line nothing will
     move on (the statement that ended the active run queues the next)."""
     active = Run.objects.filter(

@@ -208,11 +208,11 @@ def test_cancel_racing_the_finish_of_the_active_run_queues_the_next_turn_once(ro
         lease = leases.claim_one("w1")
         barrier = threading.Barrier(2)
 
-        def finish(lease=lease):
+        def finish(lease=lease, barrier=barrier):
             barrier.wait()
             return testing.succeed(lease)
 
-        def cancel(run_id=lease.run_id):
+        def cancel(run_id=lease.run_id, barrier=barrier):
             barrier.wait()
             try:
                 return runqueue.cancel(run_id, reason="race", actor="staff").status
@@ -262,9 +262,12 @@ def test_double_texts_racing_a_worker_each_run_once_in_order(settings) -> None:
         while True:
             lease = leases.claim_one("w1")
             if lease is None:
-                if done_sending.is_set() and not Run.objects.filter(
-                    session_id="chat", status__in=[RunStatus.QUEUED, RunStatus.PENDING]
-                ).exists():
+                if (
+                    done_sending.is_set()
+                    and not Run.objects.filter(
+                        session_id="chat", status__in=[RunStatus.QUEUED, RunStatus.PENDING]
+                    ).exists()
+                ):
                     return
                 continue
             ran.append(runqueue.submission.turn_payloads(lease.run.payload))
@@ -290,6 +293,8 @@ def test_double_texts_racing_a_worker_each_run_once_in_order(settings) -> None:
         mine = [p["n"] for p in payloads if p["from"] == i]
         assert mine == sorted(mine), (i, mine)
     _invariants()
-    assert not Run.objects.filter(session_id="chat", status__in=RunStatus.values).exclude(
-        status=RunStatus.SUCCEEDED
-    ).exists()
+    assert (
+        not Run.objects.filter(session_id="chat", status__in=RunStatus.values)
+        .exclude(status=RunStatus.SUCCEEDED)
+        .exists()
+    )

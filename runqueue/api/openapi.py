@@ -135,7 +135,7 @@ def _schemas() -> dict[str, JSON]:
                     "session-queue-full past the project's cap), interrupt (201, the active "
                     "run is cancelled and this run starts now, told what it did), rollback "
                     "(the same, told nothing), merge (202, the payload joins the session's "
-                    "turn not started yet as {\"merged\": [...]}; else as enqueue). A run "
+                    'turn not started yet as {"merged": [...]}; else as enqueue). A run '
                     "waiting for the user takes the submit as its input whatever this says. "
                     "Default: the project's (reject)",
                 },
