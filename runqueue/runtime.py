@@ -35,7 +35,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, budgets, leases, registry, submission
+from runqueue import aio, budgets, events, leases, registry, submission
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -161,11 +161,11 @@ def interrupted_of(run_id: uuid.UUID) -> Interrupted | None:
 def _last_attempt_text(run_id: uuid.UUID) -> str:
     """The durable text (``run.text`` chunks) of the run's last attempt:
     each chunk where its offset puts it, a chunk seen twice written once."""
-    events = RunEvent.objects.filter(run_id=run_id)
+    logged = RunEvent.objects.filter(run_id=run_id)
     claimed = (
-        events.filter(type="run.claimed").order_by("-id").values_list("id", flat=True).first()
+        logged.filter(type=events.CLAIMED).order_by("-id").values_list("id", flat=True).first()
     )
-    chunks = events.filter(type="run.text", id__gt=claimed or 0).order_by("id")
+    chunks = logged.filter(type=events.TEXT, id__gt=claimed or 0).order_by("id")
     text = ""
     for data in chunks.values_list("data", flat=True):
         offset, piece = int(data.get("offset", 0)), str(data.get("text", ""))

@@ -47,6 +47,7 @@ from hypothesis.stateful import (
 
 import runqueue
 from runqueue import aio, leases, partitions, runtime, testing
+from runqueue.conf import ON_BUSY
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidTransition,
@@ -55,7 +56,6 @@ from runqueue.errors import (
     SessionQueueFull,
     TransientError,
 )
-from runqueue.conf import ON_BUSY
 from runqueue.models import Idempotency, Run, RunEvent, RunStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
