@@ -74,8 +74,8 @@ class Profile:
     gather_every: int = 10
     #: Every so many turns a double text: a second message to the turn's
     #: session while it is busy, with an on_busy policy drawn from all five
-    #: (and every third of them a short start_within, so some expire in
-    #: line or unclaimed), docs/decisions.md "Busy sessions: on_busy".
+    #: (a third of them with a short start_within, so some expire in line
+    #: or unclaimed), docs/decisions.md "Busy sessions: on_busy".
     double_text_every: int = 3
     #: Failovers in the chaos window (in place of the database restart):
     #: the primary of a cluster pair crashed, its synchronous standby
@@ -579,7 +579,7 @@ class ChaosRun:
                 priority=PriorityClass.INTERACTIVE,
                 idempotency_key=f"chaos-{i}-double",
                 on_busy=policy,
-                start_within=self.rng.uniform(0.5, 3) if i % 3 == 0 else None,
+                start_within=self.rng.uniform(0.5, 3) if self.rng.random() < 1 / 3 else None,
             )
         except runqueue.ActiveRunConflict:
             n["session_busy"] = n.get("session_busy", 0) + 1
