@@ -13,6 +13,7 @@ from chaos import ledger
 from demo import payload as fields
 from runqueue import Idempotency, RunContext
 from runqueue.registry import handler
+from runqueue.submission import turn_payloads
 
 KIND = "chaos.turn"
 KIND_ASYNC = "chaos.turn_async"
@@ -51,8 +52,11 @@ async_pay = _async_tool("pay", Idempotency.NON_IDEMPOTENT)
 def _arguments(kind: str, ctx: Any) -> tuple[bool, dict[str, Any], int, bool]:
     """The turn's payload checked whole (PermanentError naming a bad field):
     whether to ask first, the tools' arguments, how many steps, and whether
-    to stream text (``ctx.stream``) as it goes."""
-    payload = fields.fields(kind, ctx.payload, ("ask", "work_ms", "steps", "answer", "stream"))
+    to stream text (``ctx.stream``) as it goes. A turn double texts were
+    merged into (``on_busy="merge"``) does what the last one asks."""
+    payload = fields.fields(
+        kind, turn_payloads(ctx.payload)[-1], ("ask", "work_ms", "steps", "answer", "stream")
+    )
     work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
     args = {"run_id": str(ctx.run.id), "work_ms": work_ms}
     steps = fields.integer(payload, "steps", 2, 0, MAX_STEPS)

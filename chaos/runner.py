@@ -32,9 +32,17 @@ from chaos.handlers import (
     KIND_TREE,
     SIGNAL,
 )
-from chaos.verify import figures, run_tree_figures, subagent_figures, tree_ids
-from runqueue import leases, partitions
+from chaos.verify import (
+    figures,
+    run_tree_figures,
+    session_figures,
+    subagent_figures,
+    tree_ids,
+)
+from runqueue import leases, partitions, testing
+from runqueue.conf import ON_BUSY
 from runqueue.models import (
+    LIVE_STATUSES,
     TERMINAL_STATUSES,
     Budget,
     ConcurrencyLimit,
@@ -64,6 +72,11 @@ class Profile:
     #: Every so many runs an async parent of gathered spawns and tool calls,
     #: every other one dead-lettered once for the soak to requeue.
     gather_every: int = 10
+    #: Every so many turns a double text: a second message to the turn's
+    #: session while it is busy, with an on_busy policy drawn from all five
+    #: (a third of them with a short start_within, so some expire in line
+    #: or unclaimed), docs/decisions.md "Busy sessions: on_busy".
+    double_text_every: int = 3
     #: Failovers in the chaos window (in place of the database restart):
     #: the primary of a cluster pair crashed, its synchronous standby
     #: promoted, a new standby made (``runqueue_chaos --profile failover``).
@@ -194,6 +207,12 @@ class Counts:
     operator_requeues: int = 0
     retention_passes: int = 0
     kill_to_reclaim_seconds: list[float] = field(default_factory=list)
+    #: Double texts by what their submit did (enqueued, merged, ...,
+    #: session_busy for reject, session_queue_full).
+    double_texts: dict[str, int] = field(default_factory=dict)
+    #: Sessions seen with two active runs at once, sampled every round of
+    #: the chaos window and the drain (must be 0).
+    double_actives_seen: int = 0
 
 
 class ChaosRun:
@@ -231,6 +250,8 @@ class ChaosRun:
         #: Submitted runs a retention pass dropped (finished, their tree too).
         self.dropped: set[Any] = set()
         self.signals_sent: dict[Any, Any] = {}
+        #: Turns submitted so far (double texts are submitted beside them).
+        self.turns = 0
         self.trees: list[Any] = []
         self.tree_cancels: list[tuple[Any, set[Any], int]] = []
         self._lock = threading.Lock()
@@ -528,17 +549,51 @@ class ChaosRun:
                 budget=(BUDGET_KEY, self.rng.randint(100, 800)) if i % 3 == 0 else None,
             ).run.id
 
-        while len(self.submitted) < total:
-            i = len(self.submitted)
+        while self.turns < total:
+            i = self.turns
             run_id = retrying(lambda i=i: one(i), "submit")
             self.submitted.add(run_id)
+            self.turns += 1
             kind, _ = kind_and_payload(i)
+            if kind in (KIND, KIND_ASYNC) and i % p.double_text_every == 1:
+                retrying(lambda i=i, kind=kind: self._double_text(i, kind), "double text")
             if kind == KIND_TREE:
                 self.trees.append(run_id)
             if kind == KIND_SIGNAL:
                 self.signal_runs.add(run_id)
                 if self.rng.random() < 0.3:
                     retrying(lambda r=run_id: self._signal(r), "signal")  # before any claim
+
+    def _double_text(self, i: int, kind: str) -> None:
+        """A second message to turn i's session while it is busy (queued,
+        running, maybe waiting for the user: then it is the answer), with a
+        policy drawn from ON_BUSY; its run (if it made one) is submitted
+        work like any other."""
+        policy = self.rng.choice(ON_BUSY)
+        n = self.counts.double_texts
+        try:
+            sub = runqueue.submit(
+                kind=kind,
+                payload={"steps": self.rng.randint(1, 2), "work_ms": self.rng.randint(50, 200)},
+                session_id=f"chaos-{i}",
+                priority=PriorityClass.INTERACTIVE,
+                idempotency_key=f"chaos-{i}-double",
+                on_busy=policy,
+                start_within=self.rng.uniform(0.5, 3) if self.rng.random() < 1 / 3 else None,
+            )
+        except runqueue.ActiveRunConflict:
+            n["session_busy"] = n.get("session_busy", 0) + 1
+            return
+        except runqueue.SessionQueueFull:
+            n["session_queue_full"] = n.get("session_queue_full", 0) + 1
+            return
+        n[sub.original_outcome] = n.get(sub.original_outcome, 0) + 1
+        self.submitted.add(sub.run.id)
+
+    def _watch_sessions(self) -> None:
+        self.counts.double_actives_seen += retrying(
+            lambda: len(testing.double_actives()), "sessions"
+        )
 
     def deliver_inputs(self) -> None:
         def go() -> None:
@@ -568,6 +623,7 @@ class ChaosRun:
         result |= retrying(
             lambda: subagent_figures(self.signals_sent, self.tree_cancels), "verify"
         )
+        result |= retrying(lambda: session_figures(self.counts.double_actives_seen), "verify")
         result |= self._fault_figures()
         result["seconds"] = round(time.monotonic() - started, 1)
         return result
@@ -596,6 +652,7 @@ class ChaosRun:
             self.supervise()
             self.deliver_inputs()
             self.send_signals()
+            self._watch_sessions()
             elapsed = (time.monotonic() - started) / self.profile.chaos_seconds
             if elapsed >= 0.5 and not self.counts.retention_passes:
                 self.retention()  # once, halfway: trees in flight, half the runs finished
@@ -607,12 +664,14 @@ class ChaosRun:
             self.deliver_inputs()
             self.send_signals()
             self.requeue_dead_parents()
+            self._watch_sessions()
             if retrying(self._all_terminal, "drain"):
                 break
             time.sleep(0.5)  # poll with a deadline
 
     def _all_terminal(self) -> bool:
-        if Run.objects.filter(id__in=self.submitted).active().exists():
+        # Pending turns too: each must be queued, and run, once its session frees.
+        if Run.objects.filter(id__in=self.submitted, status__in=LIVE_STATUSES).exists():
             return False
         return not Run.objects.filter(parent_id__isnull=False).active().exists()
 
@@ -651,6 +710,7 @@ class ChaosRun:
             "runs_cancelled_by_the_fault": c.cancels,
             "operator_requeues_of_dead_parents": c.operator_requeues,
             "retention_passes": c.retention_passes,
+            "double_texts": dict(sorted(c.double_texts.items())),
             "runs_in_flight_at_kills": sum(len(ids) for _, ids in self.kills),
             "runs_with_a_capped_key": Run.objects.filter(concurrency_key__in=CAPPED_KEYS).count(),
             "longest_kill_to_reclaim_seconds": round(max(reclaims), 2) if reclaims else None,

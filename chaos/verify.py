@@ -32,6 +32,9 @@ MUST_BE_ZERO = (
     "replay_mismatches",
     "descendants_lost",
     "children_open_mismatches",
+    "sessions_with_two_active_runs",
+    "pending_turns_never_promoted",
+    "turns_promoted_twice",
 )
 
 #: And for the failover profile: workers ride through a failover on their own
@@ -352,4 +355,30 @@ def run_tree_figures() -> dict[str, Any]:
         "replay_mismatches": sum(r.get("replay_mismatches", 0) for r in gathered if r),
         "descendants_lost": len(testing.missing_descendants()),
         "children_open_mismatches": len(testing.children_open_mismatches()),
+    }
+
+
+def session_figures(double_actives_seen: int) -> dict[str, Any]:
+    """A session's line after the drain (runqueue.testing, docs/decisions.md
+    "Busy sessions: on_busy"): never two active runs in a session (sampled
+    through the soak, and now), no pending turn left with no active run
+    ahead of it (or left at all: every turn's session freed in the drain),
+    no turn queued from its line twice."""
+    from runqueue import testing
+    from runqueue.models import RunStatus
+
+    promoted = RunEvent.objects.filter(type=events.PROMOTED)
+    return {
+        "sessions_with_two_active_runs": double_actives_seen + len(testing.double_actives()),
+        "pending_turns_never_promoted": len(testing.unpromoted_sessions())
+        + Run.objects.filter(status=RunStatus.PENDING).count(),
+        "turns_promoted_twice": len(testing.double_promotions()),
+        "turns_promoted": promoted.count(),
+        "turns_merged": RunEvent.objects.filter(type=events.MERGED).count(),
+        "runs_interrupted": RunEvent.objects.filter(
+            type=events.CANCELLED, data__reason__in=["interrupted", "rolled_back"]
+        ).count(),
+        "turns_expired_in_line": RunEvent.objects.filter(
+            type=events.CANCELLED, data__reason="expired", run__place__isnull=False
+        ).count(),
     }

@@ -21,6 +21,7 @@ from runqueue.errors import (
     RunCancelled,
     RunNotFound,
     RunqueueError,
+    SessionQueueFull,
     SpendCapReached,
     TransientError,
     UncertainOutcome,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
     from runqueue.registry import handler as handler
+    from runqueue.runtime import Interrupted as Interrupted
     from runqueue.runtime import RunContext as RunContext
     from runqueue.runtime import ToolOutcome as ToolOutcome
     from runqueue.submission import Submission as Submission
@@ -60,6 +62,7 @@ _LAZY = {
     "Idempotency": "runqueue.models",
     "handler": "runqueue.registry",
     "RunContext": "runqueue.runtime",
+    "Interrupted": "runqueue.runtime",
     "ToolOutcome": "runqueue.runtime",
 }
 
@@ -78,6 +81,7 @@ __all__ = [
     "RunNotFound",
     "RunqueueError",
     "SpendCapReached",
+    "SessionQueueFull",
     "TransientError",
     "UncertainOutcome",
     "UnknownKind",

@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 
 from runqueue import leases
 from runqueue.errors import RunqueueError
-from runqueue.models import ACTIVE_STATUSES, PriorityClass, Run, RunStatus
+from runqueue.models import LIVE_STATUSES, PriorityClass, Run, RunStatus
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
 
@@ -33,7 +33,7 @@ def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
     if verb == "requeue":
         return queryset.filter(status=RunStatus.FAILED)
     if verb == "cancel":
-        return queryset.filter(status__in=ACTIVE_STATUSES)
+        return queryset.filter(status__in=LIVE_STATUSES)
     raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
 
 

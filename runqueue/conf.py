@@ -48,6 +48,9 @@ Defaults (every key optional)::
         "MAX_DURATION_SECONDS": None,  # an attempt running this long is cancelled and fails
         "PRICES": {},                 # model -> {"input": ..., "output": ...} per million tokens
         "TRACE_GENAI": False,         # gen_ai.* usage attributes on the run's span
+        "SESSION_ON_BUSY": "reject",  # a submit to a busy session: reject, enqueue, interrupt,
+                                      # rollback or merge (docs/decisions.md, "Busy sessions")
+        "SESSION_MAX_PENDING": 10,    # pending turns a session may hold (None: no limit)
     }
 """
 
@@ -117,6 +120,11 @@ class Settings:
     #: limit); docs/decisions.md, "Run deadlines".
     START_WITHIN_SECONDS: float | None = None
     MAX_DURATION_SECONDS: float | None = None
+    #: What a submit to a session whose run is busy does when it does not
+    #: say (``on_busy``), and how many pending turns a session may hold
+    #: (None: no limit); docs/decisions.md, "Busy sessions: on_busy".
+    SESSION_ON_BUSY: str = "reject"
+    SESSION_MAX_PENDING: int | None = 10
     API_MAX_BODY_BYTES: int = 262144
     API_SESSION_TENANT: str = "default"
     API_EVENTS_PAGE_SIZE: int = 100
@@ -177,6 +185,11 @@ class Settings:
 
 #: What RUNQUEUE["POOLER"] may say.
 POOLERS = (None, "session", "transaction")
+#: What a submit to a busy session may do (``on_busy``; docs/decisions.md,
+#: "Busy sessions: on_busy"): refuse (ActiveRunConflict), wait in line
+#: behind the active run, cancel it and start now with what it did
+#: (interrupt) or without (rollback), or join a turn not started yet.
+ON_BUSY = ("reject", "enqueue", "interrupt", "rollback", "merge")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,6 +324,7 @@ _INTEGERS = {
     "SIGNALS_KEPT_MAX",
     "STREAM_TEXT_FLUSH_MS",
     "STREAM_TEXT_FLUSH_BYTES",
+    "SESSION_MAX_PENDING",
 }
 #: Numbers that None turns off.
 _MAY_BE_NONE = {
@@ -319,6 +333,7 @@ _MAY_BE_NONE = {
     "STREAM_MAX_PER_TENANT",
     "START_WITHIN_SECONDS",
     "MAX_DURATION_SECONDS",
+    "SESSION_MAX_PENDING",
 }
 # Everything else numeric may be zero (no backoff, no grace period).
 _POSITIVE = _INTEGERS | {
@@ -460,6 +475,13 @@ def parse(raw: object) -> Settings:
             if not isinstance(value, bool):
                 raise ImproperlyConfigured(
                     f"RUNQUEUE[{name!r}] must be True or False, got {value!r}"
+                )
+            values[name] = value
+        elif name == "SESSION_ON_BUSY":
+            if value not in ON_BUSY:
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE['SESSION_ON_BUSY'] must be one of {', '.join(ON_BUSY)}, "
+                    f"got {value!r}"
                 )
             values[name] = value
         elif name == "POOLER":

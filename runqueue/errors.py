@@ -46,13 +46,29 @@ class MailboxFull(RunqueueError):
 
 
 class ActiveRunConflict(RunqueueError):
-    """The session already has a queued or running run."""
+    """The session already has an active run (queued, running or waiting
+    for its children, a signal or a time) and the submit's ``on_busy`` is
+    ``reject``."""
 
     def __init__(self, session_id: str, run_id: uuid.UUID | None, status: str | None) -> None:
         self.session_id = session_id
         self.run_id = run_id
         self.status = status
         super().__init__(f"session {session_id!r} already has an active run {run_id} ({status})")
+
+
+class SessionQueueFull(RunqueueError):
+    """The session already holds ``RUNQUEUE["SESSION_MAX_PENDING"]``
+    pending turns behind its active run; nothing was written."""
+
+    def __init__(self, session_id: str, run_id: uuid.UUID | None, limit: int) -> None:
+        self.session_id = session_id
+        self.run_id = run_id
+        self.limit = limit
+        super().__init__(
+            f"session {session_id!r} already has {limit} pending turns behind its active run "
+            f"{run_id}"
+        )
 
 
 class IdempotencyConflict(RunqueueError):

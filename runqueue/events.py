@@ -49,6 +49,12 @@ SUSPENDED = "run.suspended"
 RESUMED = "run.resumed"
 #: A signal was sent to a run that did not wait for it: kept in its mailbox.
 SIGNAL_KEPT = "run.signal_kept"
+#: A pending turn was queued: its session's active run ended (data: place;
+#: runqueue_promote, functions.sql).
+PROMOTED = "run.promoted"
+#: A submit's payload joined this turn not started yet (``on_busy="merge"``;
+#: data: turns, how many payloads it holds now).
+MERGED = "run.merged"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

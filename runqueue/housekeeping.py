@@ -26,7 +26,7 @@ from django.db.models.functions import Now
 from runqueue import partitions
 from runqueue.conf import get_settings
 from runqueue.errors import ActiveRunConflict
-from runqueue.models import ACTIVE_STATUSES, IdempotencyKey, PriorityClass, Run, Signal
+from runqueue.models import LIVE_STATUSES, IdempotencyKey, PriorityClass, Run, Signal
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
 from runqueue.submission import submit
@@ -130,7 +130,7 @@ def delete_finished_signals(
     (finished, or gone), in batches: a kept signal waits only for a wait of
     its run, and a finished run never waits again. The delete reads the
     runs again, so a run an operator requeued meanwhile keeps its own."""
-    live = Run.objects.filter(id=OuterRef("run_id"), status__in=ACTIVE_STATUSES)
+    live = Run.objects.filter(id=OuterRef("run_id"), status__in=LIVE_STATUSES)
     orphaned = Signal.objects.filter(~Exists(live))
     deleted = 0
     while True:

@@ -44,6 +44,12 @@ class RunStatus(models.TextChoices):
     #: Ended its turn waiting for its children, a signal or a time
     #: (``Run.wait_reason``); holds no lease and no slot.
     WAITING = "waiting", "Waiting"
+    #: A turn submitted with ``on_busy="enqueue"`` (or ``"merge"``) while its
+    #: session had an active run: it waits in line (``Run.place``) and the
+    #: statement that ends the session's active run queues the first one
+    #: (docs/decisions.md, "Busy sessions: on_busy"). Not active: it holds no
+    #: session slot, no lease, and no claim takes it.
+    PENDING = "pending", "Pending (behind its session's active run)"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed (dead-lettered)"
     CANCELLED = "cancelled", "Cancelled"
@@ -56,9 +62,15 @@ ACTIVE_STATUSES: tuple[str, ...] = (
     RunStatus.WAITING_FOR_USER,
     RunStatus.WAITING,
 )
+#: Statuses of a run that is not terminal: the active ones and pending
+#: turns. Every one of them is in the live partition.
+LIVE_STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, RunStatus.PENDING)
 #: Statuses of a run that waits (no lease, no slot) for a reason of
 #: ``WaitReason``: its children, a signal, a time, or the user.
 WAIT_STATUSES: tuple[str, ...] = (RunStatus.WAITING, RunStatus.WAITING_FOR_USER)
+#: Statuses a start deadline (``start_within``) expires: a run not claimed
+#: yet, queued or waiting in its session's line.
+START_BY_STATUSES: tuple[str, ...] = (RunStatus.QUEUED, RunStatus.PENDING)
 TERMINAL_STATUSES: tuple[str, ...] = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -176,6 +188,11 @@ class ToolStatus(models.TextChoices):
 class SubmitOutcome(models.TextChoices):
     CREATED = "created", "Run created"
     INPUT_DELIVERED = "input_delivered", "Input delivered"
+    #: ``on_busy`` outcomes (docs/decisions.md, "Busy sessions: on_busy").
+    ENQUEUED = "enqueued", "Run created, pending behind the session's active run"
+    MERGED = "merged", "Payload merged into a turn not started yet"
+    INTERRUPTED = "interrupted", "Run created, the session's active run interrupted"
+    ROLLED_BACK = "rolled_back", "Run created, the session's active run rolled back"
 
 
 class RunQuerySet(models.QuerySet):
@@ -183,6 +200,24 @@ class RunQuerySet(models.QuerySet):
 
     def active(self) -> RunQuerySet:
         return self.filter(status__in=ACTIVE_STATUSES)
+
+    def pending(self) -> RunQuerySet:
+        """Pending turns, in their sessions' order."""
+        return self.filter(status=RunStatus.PENDING).order_by("tenant", "session_id", "place")
+
+    def session_line(self, tenant: str, session_id: str) -> RunQuerySet:
+        """A session's live runs in turn order: its active run (if any), then
+        its pending turns by place (docs/decisions.md, "Busy sessions")."""
+        return self.filter(
+            tenant=tenant, session_id=session_id, status__in=LIVE_STATUSES
+        ).order_by(
+            models.Case(
+                models.When(status=RunStatus.PENDING, then=1),
+                default=0,
+                output_field=models.IntegerField(),
+            ),
+            "place",
+        )
 
     def dead_lettered(self) -> RunQuerySet:
         return self.filter(status=RunStatus.FAILED)
@@ -297,6 +332,22 @@ class Run(models.Model):
         db_index=False,
         editable=False,
     )
+    #: A pending turn's place in its session's line: the first (lowest) is
+    #: queued when the active run ends. Kept after it is promoted; NULL for
+    #: a run that never waited in line.
+    place = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: The run this one interrupted (``on_busy="interrupt"``): its handler
+    #: reads what that run did as ``ctx.interrupted``. NULL otherwise.
+    interrupted = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="interrupted_by",
+        db_constraint=False,
+        db_index=False,
+        editable=False,
+    )
 
     objects = RunManager()
 
@@ -311,6 +362,18 @@ class Run(models.Model):
                 fields=["tenant", "session_id"],
                 condition=Q(session_id__isnull=False, status__in=ACTIVE_STATUSES),
                 name="runqueue_run_one_active_per_session",
+            ),
+            # A session's line of pending turns (on_busy "enqueue"): one
+            # place each; the promotion reads the first here (live partition).
+            models.UniqueConstraint(
+                fields=["tenant", "session_id", "place"],
+                condition=Q(status=RunStatus.PENDING),
+                name="runqueue_run_pending_place",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RunStatus.PENDING)
+                | Q(place__isnull=False, session_id__isnull=False),
+                name="runqueue_run_pending_in_line",
             ),
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="runqueue_run_status_valid"
@@ -333,7 +396,7 @@ class Run(models.Model):
                 name="runqueue_run_running_has_lease",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=ACTIVE_STATUSES) | Q(finished_at__isnull=False),
+                condition=Q(status__in=LIVE_STATUSES) | Q(finished_at__isnull=False),
                 name="runqueue_run_terminal_has_finished_at",
             ),
             models.CheckConstraint(condition=~Q(kind=""), name="runqueue_run_kind_not_empty"),
@@ -431,11 +494,11 @@ class Run(models.Model):
                 condition=Q(status__in=WAIT_STATUSES, wait_until__isnull=False),
                 name="runqueue_run_deadline_idx",
             ),
-            # Queued runs by start deadline: the deadline service expires
-            # the due ones through it (live partition only).
+            # Queued and pending runs by start deadline: the deadline
+            # service expires the due ones through it (live partition only).
             models.Index(
                 fields=["start_by"],
-                condition=Q(status=RunStatus.QUEUED, start_by__isnull=False),
+                condition=Q(status__in=START_BY_STATUSES, start_by__isnull=False),
                 name="runqueue_run_start_by_idx",
             ),
             # A run's forks, on every partition (the run page, the API).

@@ -86,7 +86,7 @@ DEPENDANTS = (
     "runqueue_usage",
     "runqueue_tree_spend",
 )
-_LIVE = ("queued", "running", "waiting_for_user", "waiting")
+_LIVE = ("queued", "running", "waiting_for_user", "waiting", "pending")
 
 
 def _start(day: dt.date) -> dt.datetime:

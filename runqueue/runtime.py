@@ -36,7 +36,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, budgets, leases, registry, submission, usage
+from runqueue import aio, budgets, events, leases, registry, submission, usage
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -54,6 +54,7 @@ from runqueue.models import (
     Checkpoint,
     Idempotency,
     Run,
+    RunEvent,
     ToolInvocation,
     ToolStatus,
     WaitReason,
@@ -101,6 +102,78 @@ class Wait:
     timeout: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedTool:
+    """A tool call (or spawn) an interrupted run finished: how it ended
+    (completed, failed, or uncertain: it may or may not have happened)."""
+
+    seq: int
+    tool: str
+    status: str
+    arguments: JSON
+    result: JSON
+    error: JSON
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interrupted:
+    """What the run this one interrupted (``on_busy="interrupt"``) had done
+    when it was cancelled, as ``ctx.interrupted`` shows it: its id and
+    payload, its last checkpoint's state, the tool calls it finished, and
+    the text it streamed in its last attempt (as far as it was made
+    durable). Nothing the old turn finished runs again unless the handler
+    does it again (docs/decisions.md, "Busy sessions: on_busy")."""
+
+    run_id: uuid.UUID
+    payload: JSON
+    state: JSON
+    tools: tuple[FinishedTool, ...]
+    text: str
+
+
+def interrupted_of(run_id: uuid.UUID) -> Interrupted | None:
+    """What run ``run_id`` had done (``Interrupted``), or None if it is gone."""
+    run = Run.objects.filter(id=run_id).values("payload").first()
+    if run is None:
+        return None
+    last = Checkpoint.objects.filter(run_id=run_id).order_by("-seq").first()
+    tools = tuple(
+        FinishedTool(
+            seq=t.seq,
+            tool=t.tool,
+            status=t.status,
+            arguments=t.arguments,
+            result=t.result,
+            error=t.error,
+        )
+        for t in ToolInvocation.objects.filter(run_id=run_id)
+        .exclude(status=ToolStatus.STARTED)
+        .order_by("seq")
+    )
+    return Interrupted(
+        run_id=run_id,
+        payload=run["payload"],
+        state=last.state if last else None,
+        tools=tools,
+        text=_last_attempt_text(run_id),
+    )
+
+
+def _last_attempt_text(run_id: uuid.UUID) -> str:
+    """The durable text (``run.text`` chunks) of the run's last attempt:
+    each chunk where its offset puts it, a chunk seen twice written once."""
+    logged = RunEvent.objects.filter(run_id=run_id)
+    claimed = (
+        logged.filter(type=events.CLAIMED).order_by("-id").values_list("id", flat=True).first()
+    )
+    chunks = logged.filter(type=events.TEXT, id__gt=claimed or 0).order_by("id")
+    text = ""
+    for data in chunks.values_list("data", flat=True):
+        offset, piece = int(data.get("offset", 0)), str(data.get("text", ""))
+        text = text[:offset] + piece if offset <= len(text) else text
+    return text
+
+
 class RunContext:
     """What a handler sees of its run, and the only way it writes."""
 
@@ -111,6 +184,7 @@ class RunContext:
         state: JSON,
         tool_seq: int,
         recorded: dict[int, ToolInvocation],
+        interrupted: Interrupted | None = None,
     ) -> None:
         self.lease = lease
         self.state = state
@@ -118,6 +192,20 @@ class RunContext:
         self._recorded = recorded
         self.text = TurnText(lease)
         self._usage = usage.Recorder()
+        self._interrupted = interrupted
+
+    @property
+    def interrupted(self) -> Interrupted | None:
+        """What the run this turn interrupted had done (``on_busy=
+        "interrupt"``): its id, payload, last checkpoint, finished tool
+        calls and streamed text; None for any other run."""
+        return self._interrupted
+
+    @property
+    def payloads(self) -> list[JSON]:
+        """The payloads of the submits this turn answers, in order: several
+        when ``on_busy="merge"`` joined them, else ``[ctx.payload]``."""
+        return submission.turn_payloads(self.lease.run.payload)
 
     @property
     def run(self) -> Run:
@@ -526,6 +614,8 @@ class AsyncRunContext:
     lease = property(lambda self: self.sync.lease)
     run = property(lambda self: self.sync.run)
     payload = property(lambda self: self.sync.payload)
+    payloads = property(lambda self: self.sync.payloads)
+    interrupted = property(lambda self: self.sync.interrupted)
     input = property(lambda self: self.sync.input)
     attempt = property(lambda self: self.sync.attempt)
     fenced = property(lambda self: self.sync.fenced)
@@ -775,14 +865,16 @@ def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
 
 
 def build_context(lease: leases.Lease) -> RunContext:
-    """Resume from the last checkpoint, with the tool records made since."""
+    """Resume from the last checkpoint, with the tool records made since,
+    and what the run it interrupted had done (``ctx.interrupted``)."""
+    interrupted = interrupted_of(lease.run.interrupted_id) if lease.run.interrupted_id else None
     if lease.epoch == 1 and lease.run.forked_from_id is None:
         # The first lease the run ever had (submit starts at epoch 0 and
         # every transition bumps it): checkpoints and tool records are only
         # written under a lease, so there is nothing to resume from. A
         # fork's first lease replays the steps copied from the run it was
         # forked from (runqueue.leases.forks).
-        return RunContext(lease, state=None, tool_seq=0, recorded={})
+        return RunContext(lease, state=None, tool_seq=0, recorded={}, interrupted=interrupted)
     last = Checkpoint.objects.filter(run_id=lease.run_id).order_by("-seq").first()
     tool_seq = last.tool_seq if last else 0
     recorded = {
@@ -790,7 +882,11 @@ def build_context(lease: leases.Lease) -> RunContext:
         for tool in ToolInvocation.objects.filter(run_id=lease.run_id, seq__gte=tool_seq)
     }
     return RunContext(
-        lease, state=last.state if last else None, tool_seq=tool_seq, recorded=recorded
+        lease,
+        state=last.state if last else None,
+        tool_seq=tool_seq,
+        recorded=recorded,
+        interrupted=interrupted,
     )
 
 

@@ -3,9 +3,13 @@
 The order is fixed (ADR-0004 §9, DESIGN "Submit"): the idempotency lookup
 comes first, so a client retrying the request that created the session's
 live run gets that run back, not a conflict. Then the session decides: a run
-waiting for the user receives this request as input, a queued or running
-run is a conflict, otherwise a new run is created. Concurrent submits are
-resolved by the database's unique constraints, never by a Python check.
+waiting for the user receives this request as input; a busy one (queued,
+running, waiting) is what ``on_busy`` says: a conflict (``reject``), a
+pending turn in line behind it (``enqueue``), a new run that cancels it
+(``interrupt``, ``rollback``), or the payload joined to a turn not started
+yet (``merge``); otherwise a new run is created (docs/decisions.md, "Busy
+sessions: on_busy"). Concurrent submits are resolved by the database's
+unique constraints and the active run's row lock, never by a Python check.
 What a submission may hold is ``runqueue.submission_rules``'s to say.
 """
 
@@ -24,7 +28,16 @@ from decimal import Decimal
 from typing import Literal
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper, Field, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    ExpressionWrapper,
+    Field,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+)
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -37,6 +50,7 @@ from runqueue.errors import (
     IdempotencyInProgress,
     InvalidSubmission,
     RunqueueError,
+    SessionQueueFull,
 )
 from runqueue.leases import notify_payload
 from runqueue.leases.base import moved_by_another
@@ -57,7 +71,21 @@ from runqueue.sql import prepared, set_config
 from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
 from runqueue.types import JSON
 
-Outcome = Literal["created", "replayed", "input_delivered"]
+Outcome = Literal[
+    "created", "replayed", "input_delivered", "enqueued", "merged", "interrupted", "rolled_back"
+]
+#: The outcomes a key's row records, as a Submission names them.
+_KEY_OUTCOMES: dict[str, Outcome] = {
+    SubmitOutcome.CREATED: "created",
+    SubmitOutcome.INPUT_DELIVERED: "input_delivered",
+    SubmitOutcome.ENQUEUED: "enqueued",
+    SubmitOutcome.MERGED: "merged",
+    SubmitOutcome.INTERRUPTED: "interrupted",
+    SubmitOutcome.ROLLED_BACK: "rolled_back",
+}
+#: A merged payload: ``{MERGED_KEY: [first payload, second, ...]}``
+#: (docs/decisions.md, "Busy sessions: on_busy"; ``turn_payloads`` reads it).
+MERGED_KEY = "merged"
 
 _SESSION_CONSTRAINT = "runqueue_run_one_active_per_session"
 _KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
@@ -65,10 +93,14 @@ _KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submission:
-    """What a submit did: ``outcome`` is created, replayed or input_delivered.
+    """What a submit did: ``outcome`` is created, replayed, input_delivered,
+    or what ``on_busy`` did with a busy session: enqueued (``run`` is a
+    pending turn), merged (``run`` is the turn the payload joined),
+    interrupted or rolled_back (``run`` is the new run, queued; the active
+    run it replaced is cancelled).
 
-    For a replay, ``original_outcome`` says what the first request did
-    (created or input_delivered), so an API can answer as it did then.
+    For a replay, ``original_outcome`` says what the first request did, so
+    an API can answer as it did then.
     """
 
     run: Run
@@ -94,6 +126,7 @@ class SubmitRequest:
     start_within: float | dt.timedelta | None = None
     max_duration: float | dt.timedelta | None = None
     spend_cap: float | Decimal | None = None
+    on_busy: str | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -138,6 +171,7 @@ def submit(
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
+    on_busy: str | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
@@ -153,9 +187,18 @@ def submit(
     ``spend_cap``: once the cost the run and its descendants record
     (``ctx.record_usage``) reaches it, the tree's live runs are cancelled,
     reason ``spend_cap`` (docs/decisions.md, "Usage and cost").
+    ``on_busy`` (default ``RUNQUEUE["SESSION_ON_BUSY"]``, ``"reject"``):
+    what a submit to a session whose active run is busy does: ``reject``
+    (ActiveRunConflict), ``enqueue`` (a pending turn, queued when the
+    active run ends), ``interrupt`` (the active run is cancelled and this
+    run starts now, ``ctx.interrupted`` telling it what the old run did),
+    ``rollback`` (the same without ``ctx.interrupted``) or ``merge`` (the
+    payload joins the session's turn not started yet, else ``enqueue``);
+    docs/decisions.md, "Busy sessions: on_busy".
 
     Raises InvalidSubmission or UnknownKind (nothing written),
-    ActiveRunConflict, IdempotencyConflict or IdempotencyInProgress.
+    ActiveRunConflict, SessionQueueFull, IdempotencyConflict or
+    IdempotencyInProgress.
     """
     # locals(): the keyword arguments exactly as given, nothing else yet.
     return _submit(_checked(check_submission(**locals())), durable=True)
@@ -176,6 +219,7 @@ def submit_in_transaction(
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
+    on_busy: str | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 
@@ -230,19 +274,40 @@ def _statement_transaction(*, durable: bool, savepoint: bool) -> Iterator[None]:
         yield
 
 
+#: Times a submit routes again because the session's active run ended
+#: while it waited for that run's lock: each is a turn of the session done
+#: meanwhile (a busy conversation with a fast worker), never a loop alone.
+MOVED_ROUTES = 50
+
+
 def _route(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
     # A same-key submit that committed between our lookup and our key insert
     # makes us start over once: the lookup then finds its key.
-    for _ in range(3):
+    taken = moved = 0
+    while True:
         try:
             return _submit_once(request, request_hash, durable=durable)
+        except _Moved as retry:
+            moved += 1
+            if moved >= MOVED_ROUTES:
+                raise retry.error from None
         except _Retry:
-            continue
-    raise IdempotencyInProgress(request.idempotency_key or "")
+            taken += 1
+            if taken >= 3:
+                raise IdempotencyInProgress(request.idempotency_key or "") from None
 
 
 class _Retry(Exception):
     pass
+
+
+class _Moved(_Retry):
+    """The session's active run moved (it ended) while this submit waited
+    for its row: route again; ``error`` is what PostgreSQL said."""
+
+    def __init__(self, error: OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool) -> Submission:
@@ -255,8 +320,8 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
                     return replay
             if request.session_id is not None:
                 try:
-                    delivered = _deliver_to_waiting_run(request)
-                except ActiveRunConflict:
+                    routed = _route_session(request, request_hash)
+                except (ActiveRunConflict, SessionQueueFull):
                     # The session's run may be the one a same-key request just
                     # committed: a statement's fresh snapshot now shows its key.
                     replay = (
@@ -267,20 +332,16 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
                     if replay:
                         return replay
                     raise
-                if delivered is not None:
-                    _remember_key(request, request_hash, delivered, SubmitOutcome.INPUT_DELIVERED)
-                    return Submission(
-                        run=delivered,
-                        outcome="input_delivered",
-                        original_outcome="input_delivered",
-                    )
+                if routed is not None:
+                    return routed
             run = _create_run(request, request_hash)
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
-        if moved_by_another(exc):
+        if moved_by_another(exc) or sqlstate(exc) == "40P01":
             # The session's run finished (moved to a finished day) while we
-            # waited for its lock: route again; it is no longer active.
-            raise _Retry from exc
+            # waited for its lock: route again; it is no longer active. (A
+            # deadlock: an interrupt's cascade met a child's join.)
+            raise _Moved(exc) from exc
         if sqlstate(exc) == "55P03":  # lock_not_available
             raise IdempotencyInProgress(request.idempotency_key or "") from exc
         raise
@@ -307,14 +368,20 @@ def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
         return None
     if found.request_hash != request_hash:
         raise IdempotencyConflict(request.idempotency_key or "")
-    original: Outcome = (
-        "input_delivered" if found.outcome == SubmitOutcome.INPUT_DELIVERED else "created"
-    )
+    original = _KEY_OUTCOMES.get(found.outcome, "created")
     return Submission(run=found.run, outcome="replayed", original_outcome=original)
 
 
-def _deliver_to_waiting_run(request: CheckedSubmission) -> Run | None:
-    """Input delivery if the session's run waits for the user; conflict if it is busy."""
+def _route_session(request: CheckedSubmission, request_hash: str) -> Submission | None:
+    """What the session's active run makes of this submit: input delivery
+    if it waits for the user, else what ``on_busy`` says; None when the
+    session has no active run (a new run is created).
+
+    The active run's row lock is held from here to the commit: every write
+    that adds a pending turn, joins one or interrupts holds it, and so does
+    the statement that ends the run (and queues the next turn,
+    runqueue_promote), so they take turns (docs/decisions.md, "Busy
+    sessions: on_busy")."""
     active = (
         Run.objects.select_for_update(no_key=True)
         .filter(tenant=request.tenant, session_id=request.session_id, status__in=ACTIVE_STATUSES)
@@ -322,19 +389,144 @@ def _deliver_to_waiting_run(request: CheckedSubmission) -> Run | None:
     )
     if active is None:
         return None
-    if active.status != RunStatus.WAITING_FOR_USER:
-        raise ActiveRunConflict(request.session_id or "", active.id, active.status)
-    leases.deliver_locked(active.id, active.priority, request.payload)
-    active.refresh_from_db()
-    return active
+    if active.status == RunStatus.WAITING_FOR_USER:
+        leases.deliver_locked(active.id, active.priority, request.payload)
+        active.refresh_from_db()
+        return _keyed(request, request_hash, active, SubmitOutcome.INPUT_DELIVERED)
+    policy = request.on_busy
+    if policy == "merge":
+        merged = _merge(request, active)
+        if merged is not None:
+            return _keyed(request, request_hash, merged, SubmitOutcome.MERGED)
+        policy = "enqueue"
+    if policy == "enqueue":
+        return _enqueue(request, request_hash, active)
+    if policy in ("interrupt", "rollback"):
+        return _interrupt(request, request_hash, active, carry=policy == "interrupt")
+    raise ActiveRunConflict(request.session_id or "", active.id, active.status)
 
 
-def _create_run(request: CheckedSubmission, request_hash: str) -> Run:
+def _keyed(
+    request: CheckedSubmission, request_hash: str, run: Run, outcome: SubmitOutcome
+) -> Submission:
+    """A submit that made no run of its own: its key remembers the run it
+    reached and how."""
+    _remember_key(request, request_hash, run, outcome)
+    named = _KEY_OUTCOMES[outcome]
+    return Submission(run=run, outcome=named, original_outcome=named)
+
+
+def _line(request: CheckedSubmission) -> QuerySet[Run]:
+    """The session's pending turns (runqueue_run_pending_place)."""
+    return Run.objects.filter(
+        tenant=request.tenant, session_id=request.session_id, status=RunStatus.PENDING
+    )
+
+
+def _enqueue(request: CheckedSubmission, request_hash: str, active: Run) -> Submission:
+    """A pending turn at the end of the session's line, if the line has room
+    (``SESSION_MAX_PENDING``): read after the active run's lock is held, so
+    every turn added before is counted, and places never collide."""
+    line = _line(request).aggregate(n=Count("id"), last=Max("place"))
+    limit = get_settings().SESSION_MAX_PENDING
+    if limit is not None and line["n"] >= limit:
+        raise SessionQueueFull(request.session_id or "", active.id, limit)
+    run = _create_run(
+        request, request_hash, place=(line["last"] or 0) + 1, outcome=SubmitOutcome.ENQUEUED
+    )
+    return Submission(run=run, outcome="enqueued", original_outcome="enqueued")
+
+
+def _interrupt(
+    request: CheckedSubmission, request_hash: str, active: Run, *, carry: bool
+) -> Submission:
+    """The new run at the head of the session's line, then the active run
+    cancelled as an operator's cancel is (its handler told, a
+    non-idempotent tool call in flight uncertain, its children cancelled),
+    whose statement queues the head: this run. ``carry``: the new run
+    names the old one (``Run.interrupted``, ``ctx.interrupted``)."""
+    first = _line(request).aggregate(first=Min("place"))["first"]
+    outcome = SubmitOutcome.INTERRUPTED if carry else SubmitOutcome.ROLLED_BACK
+    run = _create_run(
+        request,
+        request_hash,
+        place=(first if first is not None else 1) - 1,
+        outcome=outcome,
+        interrupted_id=active.id if carry else None,
+    )
+    leases.cancel_in_transaction(
+        active.id,
+        reason=str(outcome),
+        actor=request.principal or "runqueue",
+        data={"by": str(run.id)},
+    )
+    run.refresh_from_db()
+    named = _KEY_OUTCOMES[outcome]
+    return Submission(run=run, outcome=named, original_outcome=named)
+
+
+def _merge(request: CheckedSubmission, active: Run) -> Run | None:
+    """Join the payload to the session's newest turn not started yet: its
+    last pending turn, else the active run if no claim has taken it; the
+    run it joined, or None (nothing to join: another kind, never started
+    none, or a merged payload over ``MAX_PAYLOAD_BYTES``)."""
+    target = _line(request).select_for_update(no_key=True).order_by("-place").first()
+    if target is None and active.status == RunStatus.QUEUED and active.started_at is None:
+        target = active
+    if target is None or target.kind != request.kind:
+        return None
+    payload = merged_payload(target.payload, request.payload)
+    if len(json.dumps(payload)) > get_settings().MAX_PAYLOAD_BYTES:
+        return None
+    joined = Run.objects.filter(
+        id=target.id, status=target.status, started_at__isnull=True
+    ).update(payload=payload)
+    if joined != 1:
+        return None
+    events.append(
+        target.id, events.MERGED, target.lease_epoch, {"turns": len(payload[MERGED_KEY])}
+    )
+    target.refresh_from_db()
+    return target
+
+
+def merged_payload(first: JSON, then: JSON) -> dict[str, list[JSON]]:
+    """``first`` with ``then`` joined: ``{"merged": [first, then]}``, or
+    ``then`` added to a payload merged already."""
+    return {MERGED_KEY: [*turn_payloads(first), then]}
+
+
+def turn_payloads(payload: JSON) -> list[JSON]:
+    """The payloads of the submits a run answers, in order: the payloads a
+    merge joined, or the run's own payload alone."""
+    if (
+        isinstance(payload, dict)
+        and set(payload) == {MERGED_KEY}
+        and isinstance(payload[MERGED_KEY], list)
+    ):
+        return list(payload[MERGED_KEY])
+    return [payload]
+
+
+def _create_run(
+    request: CheckedSubmission,
+    request_hash: str,
+    *,
+    place: int | None = None,
+    outcome: SubmitOutcome = SubmitOutcome.CREATED,
+    interrupted_id: uuid.UUID | None = None,
+) -> Run:
     """The run (and its key) in one statement, in a savepoint of the routing's
-    transaction."""
+    transaction; with a ``place``, a pending turn in its session's line."""
     try:
         with transaction.atomic():
-            (run,) = _insert_runs([request], [request_hash])
+            (run,) = _insert_runs(
+                [request],
+                [request_hash],
+                place=place,
+                key_outcome=outcome,
+                interrupted_id=interrupted_id,
+            )
     except IntegrityError as exc:
         if constraint_name(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
             raise
@@ -428,13 +620,19 @@ def _insert_runs(
     requests: Sequence[CheckedSubmission],
     hashes: Sequence[str],
     parent_id: uuid.UUID | None = None,
+    *,
+    place: int | None = None,
+    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
+    interrupted_id: uuid.UUID | None = None,
 ) -> list[Run]:
-    """``create_runs``: the runs, their events, keys and NOTIFYs in one statement."""
+    """``create_runs``: the runs, their events, keys and NOTIFYs in one
+    statement. With a ``place`` (one request): a pending turn, which wakes
+    no worker."""
     now = timezone.now()
     due = {
         notify_payload(r.priority)
         for r in requests
-        if not r.scheduled_for or r.scheduled_for <= now
+        if place is None and (not r.scheduled_for or r.scheduled_for <= now)
     }
     ids = [uuid.uuid4() for _ in requests]
     traceparent = tracing.current_traceparent()
@@ -457,6 +655,9 @@ def _insert_runs(
         "parent_ids": [parent_id] * len(requests),
         "start_within": [r.start_within for r in requests],
         "max_durations": [r.max_duration for r in requests],
+        "places": [place] * len(requests),
+        "interrupted_ids": [interrupted_id] * len(requests),
+        "key_outcome": str(key_outcome),
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
         "notify": sorted(due),
@@ -473,10 +674,14 @@ def _insert_runs(
     # The rows hold what was sent, and the defaults below; only created_at
     # and start_by come from the server. (Hydrating RETURNING * cost more
     # than the insert.)
-    return [
+    runs = [
         _inserted(r, run_id, *made[run_id], traceparent, parent_id)
         for r, run_id in zip(requests, ids, strict=True)
     ]
+    if place is not None:
+        for run in runs:
+            run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
+    return runs
 
 
 def _inserted(

@@ -19,7 +19,7 @@ from decimal import Decimal
 from django.db import models
 
 from runqueue import registry
-from runqueue.conf import Settings, get_settings
+from runqueue.conf import ON_BUSY, Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
@@ -105,6 +105,10 @@ class CheckedSubmission:
     #: The run tree's spend cap: once the cost its runs record reaches it,
     #: its live runs end (docs/decisions.md, "Usage and cost"). None: none.
     spend_cap: Decimal | None = None
+    #: What a submit to a busy session does (``ON_BUSY``): the submit's,
+    #: else ``RUNQUEUE["SESSION_ON_BUSY"]`` (docs/decisions.md, "Busy
+    #: sessions: on_busy").
+    on_busy: str = "reject"
 
 
 def check_submission(
@@ -123,6 +127,7 @@ def check_submission(
     start_within: object = None,
     max_duration: object = None,
     spend_cap: object = None,
+    on_busy: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -186,6 +191,7 @@ def check_submission(
     report("max_duration", detail)
     cap_value, detail = _spend_cap(spend_cap, from_json=from_json)
     report("spend_cap", detail)
+    report("on_busy", on_busy_problem(on_busy, from_json=from_json))
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -208,7 +214,16 @@ def check_submission(
             duration_value, registry.options(kind_text).max_duration, conf.MAX_DURATION_SECONDS
         ),
         spend_cap=cap_value,
+        on_busy=conf.SESSION_ON_BUSY if on_busy is None else str(on_busy),
     ), problems
+
+
+def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:
+    """Why ``value`` is not an ``on_busy`` policy (None: the default, or one)."""
+    if value is None or value in ON_BUSY:
+        return None
+    shown = _type_name(value, from_json=from_json) if not isinstance(value, str) else repr(value)
+    return f"must be one of {', '.join(ON_BUSY)}, got {shown}"
 
 
 def _first(*values: float | None) -> float | None:

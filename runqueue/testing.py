@@ -12,7 +12,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from django.apps import apps
-from django.db.models import Count, F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 
 from runqueue import events, leases, runtime
 from runqueue.failures import Failure
@@ -145,3 +145,45 @@ def missing_descendants() -> list[uuid.UUID]:
         seen |= spawned
         level = found
     return missing
+
+
+# --- a session's line (docs/decisions.md, "Busy sessions: on_busy") ---------
+
+
+def double_actives() -> list[tuple[str, str | None, int]]:
+    """Sessions with more than one active run: (tenant, session, how many)."""
+    rows = (
+        Run.objects.filter(status__in=ACTIVE_STATUSES, session_id__isnull=False)
+        .values("tenant", "session_id")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .order_by()
+    )
+    return [(r["tenant"], r["session_id"], r["n"]) for r in rows]
+
+
+def unpromoted_sessions() -> list[tuple[str, str | None]]:
+    """Sessions with pending turns but no active run: a line nothing will
+    move on (the statement that ended the active run queues the next)."""
+    active = Run.objects.filter(
+        tenant=OuterRef("tenant"), session_id=OuterRef("session_id"), status__in=ACTIVE_STATUSES
+    )
+    rows = (
+        Run.objects.filter(status=RunStatus.PENDING)
+        .filter(~Exists(active))
+        .values_list("tenant", "session_id")
+        .distinct()
+        .order_by()
+    )
+    return list(rows)
+
+
+def double_promotions() -> list[uuid.UUID]:
+    """Runs queued from their session's line more than once."""
+    rows = (
+        RunEvent.objects.filter(type=events.PROMOTED)
+        .values("run_id")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+    )
+    return [row["run_id"] for row in rows]

@@ -448,6 +448,8 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             # And counts finishes in their parents (0012): the column and the function.
             cursor.execute("ALTER TABLE runqueue_run ADD COLUMN parent_id uuid")
             cursor.execute(sql_functions()["runqueue_join"])
+            # And queues a session's next turn (0016): the function.
+            cursor.execute(sql_functions()["runqueue_promote"])
             # And skips runs past their start deadline (0015): the column.
             cursor.execute("ALTER TABLE runqueue_run ADD COLUMN start_by timestamptz")
             cursor.execute(
@@ -469,6 +471,7 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS parent_id")
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS start_by")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_join(uuid[], text)")
+            cursor.execute("DROP FUNCTION IF EXISTS runqueue_promote(text[], text[], text)")
         call_command("migrate", "runqueue", verbosity=0)
     after = _plain_plans()
     assert Run.objects.filter(concurrency_key="t3").count() > 0  # backfilled from the tenant

@@ -47,11 +47,13 @@ from hypothesis.stateful import (
 
 import runqueue
 from runqueue import aio, leases, partitions, runtime, testing
+from runqueue.conf import ON_BUSY
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidTransition,
     PermanentError,
     RunNotFound,
+    SessionQueueFull,
     TransientError,
 )
 from runqueue.models import Idempotency, Run, RunEvent, RunStatus
@@ -62,7 +64,7 @@ EXAMPLES = int(os.environ.get("RUNQUEUE_MODEL_EXAMPLES", "25"))
 STEPS = int(os.environ.get("RUNQUEUE_MODEL_STEPS", "30"))
 EXAMPLE_DB = DirectoryBasedExampleDatabase(str(Path(__file__).parent / "model_examples"))
 
-LIVE = ("queued", "running", "waiting_for_user", "waiting")
+LIVE = ("queued", "running", "waiting_for_user", "waiting", "pending")
 TENANT = "model"
 SESSIONS = ("s0", "s1")
 
@@ -145,7 +147,9 @@ def _idempotency(op: dict[str, Any]) -> str:
 def model_sync(ctx: runtime.RunContext) -> Any:
     """A program's steps from ``ctx.state["pc"]``, calls one after another."""
     pc = (ctx.state or {}).get("pc", 0)
-    program = ctx.payload["program"]
+    # A turn double texts were merged into (on_busy "merge") runs the
+    # program it was submitted with; the texts' own programs are empty.
+    program = ctx.payloads[0]["program"]
     steps = 0
     while pc < len(program):
         _crash_point(ctx, steps)
@@ -178,7 +182,9 @@ async def model_async(ctx: runtime.AsyncRunContext) -> Any:
     """``model_sync`` as an async handler: a step's spawns and tool calls
     are gathered, so they are made at once."""
     pc = (ctx.state or {}).get("pc", 0)
-    program = ctx.payload["program"]
+    # A turn double texts were merged into (on_busy "merge") runs the
+    # program it was submitted with; the texts' own programs are empty.
+    program = ctx.payloads[0]["program"]
     steps = 0
     while pc < len(program):
         _crash_point(ctx, steps)
@@ -425,18 +431,20 @@ class RunTree(RuleBasedStateMachine):
         except (InvalidTransition, RunNotFound):
             assert not Run.objects.filter(id=run_id, status="waiting_for_user").exists()
 
-    @rule(session=st.sampled_from(SESSIONS))
-    def answer(self, session: str) -> None:
+    @rule(session=st.sampled_from(SESSIONS), on_busy=st.sampled_from(ON_BUSY))
+    def answer(self, session: str, on_busy: str = "reject") -> None:
         """The user writes to a session: an answer if its run asks, a new
-        turn if it has none, refused while its run is busy."""
+        turn if it has none; while its run is busy, what ``on_busy`` says
+        (refused, in line, interrupting it, merged)."""
         try:
             runqueue.submit(
                 kind="model.sync",
                 payload={"program": []},
                 session_id=session,
                 tenant=TENANT,
+                on_busy=on_busy,
             )
-        except ActiveRunConflict:
+        except (ActiveRunConflict, SessionQueueFull):
             pass
 
     @rule(index=st.integers(0, 50), cascade=st.booleans(), now=st.integers(0, 2))
@@ -495,6 +503,12 @@ class RunTree(RuleBasedStateMachine):
     @invariant()
     def a_live_runs_descendants_exist(self) -> None:
         assert not (missing := testing.missing_descendants()), missing
+
+    @invariant()
+    def a_session_has_one_active_run_and_its_line_moves(self) -> None:
+        assert not (two := testing.double_actives()), two
+        assert not (stuck := testing.unpromoted_sessions()), stuck
+        assert not (twice := testing.double_promotions()), twice
 
     # -- the end: every wake-up given, every run must end --------------------------
 

@@ -29,6 +29,7 @@ STATUS_COLOURS = {
     "running": "#2e7d32",
     "waiting_for_user": "#8e6c00",
     "waiting": "#6a5acd",
+    "pending": "#00695c",
     "succeeded": "#5b6b73",
     "failed": "#ba2121",
     "cancelled": "#6d4c41",

@@ -164,6 +164,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "parent_display",
         "children_display",
         "wait_display",
+        "session_display_line",
     ]
     fieldsets = [
         (
@@ -193,6 +194,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             "Tree and wait",
             {"fields": ["parent_display", "children_display", "lineage_display", "wait_display"]},
         ),
+        ("Session", {"fields": ["session_display_line"]}),
         ("Usage and cost", {"fields": ["usage_display"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
@@ -427,6 +429,10 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     @admin.display(description="children")
     def children_display(self, run: Run) -> SafeString:
         return tree.children_html(run)
+
+    @admin.display(description="its line: active run, then pending turns")
+    def session_display_line(self, run: Run) -> SafeString:
+        return tree.session_html(run)
 
     @admin.display(description="wait, or why it waits")
     def wait_display(self, run: Run) -> SafeString:

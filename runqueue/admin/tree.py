@@ -1,7 +1,7 @@
-"""A run's place in its tree and its wait, as the run page shows them:
-the parent and the children as links both ways, what a waiting run waits
-for, since and until when, and what holds a queued one back
-(``runqueue.waiting.why``)."""
+"""A run's place in its tree, its session and its wait, as the run page
+shows them: the parent and the children as links both ways, the session's
+active run and pending turns in order, what a waiting run waits for, since
+and until when, and what holds a queued one back (``runqueue.waiting.why``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, Run, RunStatus, Wait
 
 #: The run page lists at most this many children.
 CHILDREN_LIMIT = 100
+#: The run page lists at most this many runs of the run's session's line.
+LINE_LIMIT = 100
 #: A cancel's confirmation walks at most this many runs below the selected.
 DESCENDANTS_LIMIT = 1000
 
@@ -101,7 +103,55 @@ def children_html(run: Run) -> SafeString:
     )
 
 
+def session_html(run: Run) -> SafeString:
+    """The session's line now: its active run, then its pending turns in the
+    order they will be queued (on_busy "enqueue")."""
+    if run.session_id is None:
+        return format_html("<span>{}</span>", "None: the run is in no session.")
+    line = list(
+        Run.objects.session_line(run.tenant, run.session_id).only(
+            "id", "kind", "status", "place", "created_at"
+        )[: LINE_LIMIT + 1]
+    )
+    if not line:
+        return format_html("<span>{}</span>", "No active run and no pending turn now.")
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                run_link(r.id, str(r.id)[:8]) if r.id != run.id else f"{str(r.id)[:8]} (this run)",
+                r.kind,
+                r.status,
+                r.place if r.status == RunStatus.PENDING else "active",
+                r.created_at,
+            )
+            for r in line[:LINE_LIMIT]
+        ),
+    )
+    pending = sum(1 for r in line if r.status == RunStatus.PENDING)
+    return format_html(
+        "<p>{} pending turn(s) behind the active run, first queued first.</p><table><tr>"
+        "<th>run</th><th>kind</th><th>status</th><th>place</th><th>submitted</th></tr>{}"
+        "</table>",
+        f"{pending}+" if len(line) > LINE_LIMIT else pending,
+        rows,
+    )
+
+
 def wait_html(run: Run) -> SafeString:
+    if run.status == RunStatus.PENDING:
+        ahead = Run.objects.filter(
+            tenant=run.tenant,
+            session_id=run.session_id,
+            status=RunStatus.PENDING,
+            place__lt=run.place,
+        ).count()
+        return format_html(
+            "<span>Pending in its session: queued when the session's active run ends and "
+            "the {} pending turn(s) ahead of it have run.</span>",
+            ahead,
+        )
     if run.status == RunStatus.QUEUED:
         return format_html_join(
             "", '<p class="rq-why">{}</p>', ((line,) for line in waiting.why(run))

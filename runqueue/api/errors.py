@@ -22,6 +22,7 @@ from runqueue.errors import (
     InvalidSubmission,
     InvalidTransition,
     RunNotFound,
+    SessionQueueFull,
     UnknownKind,
 )
 from runqueue.submission_rules import unregistered
@@ -42,6 +43,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
     "session-busy": (409, "Session already has an active run"),
+    "session-queue-full": (409, "Session already holds as many pending turns as it may"),
     "idempotency-request-in-progress": (409, "A request with this Idempotency-Key is in progress"),
     "run-not-cancellable": (409, "Run cannot be cancelled"),
     "run-not-signallable": (409, "Run is finished and takes no signal"),
@@ -164,11 +166,24 @@ def from_service_error(
         return ApiError(
             "session-busy",
             f"Session {exc.session_id!r} has a {exc.status} run. Wait for it to finish, "
-            "or answer it when it waits for the user.",
+            "answer it when it waits for the user, or send with on_busy (enqueue, "
+            "interrupt, rollback or merge).",
             extensions={
                 "session_id": exc.session_id,
                 "active_run": run_url(exc.run_id),
                 "active_run_status": exc.status,
+            },
+        )
+    if isinstance(exc, SessionQueueFull):
+        return ApiError(
+            "session-queue-full",
+            f"Session {exc.session_id!r} already has {exc.limit} turns waiting behind its "
+            "active run. Retry once one has run, or send with on_busy merge.",
+            headers={"Retry-After": "1"},
+            extensions={
+                "session_id": exc.session_id,
+                "active_run": run_url(exc.run_id),
+                "max_pending": exc.limit,
             },
         )
     if isinstance(exc, UnknownKind):

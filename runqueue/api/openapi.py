@@ -12,7 +12,7 @@ from django.urls import reverse
 from runqueue import registry
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
-from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, ON_BUSY, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
 from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
@@ -130,7 +130,21 @@ def _schemas() -> dict[str, JSON]:
                     "maximum": MAX_WAIT_SECONDS,
                     "description": "seconds: a run not claimed this long after it is due "
                     "ends cancelled with reason expired (its session freed); counts for its "
-                    "first start only. Default: the kind's, then the project's (none)",
+                    "first start only (a pending turn's from its submit). Default: the "
+                    "kind's, then the project's (none)",
+                },
+                "on_busy": {
+                    "type": ["string", "null"],
+                    "enum": [*ON_BUSY, None],
+                    "description": "what a submit to a session whose active run is busy "
+                    "(queued, running or waiting) does: reject (409 session-busy), enqueue "
+                    "(201, a pending run queued when the active run ends; 409 "
+                    "session-queue-full past the project's cap), interrupt (201, the active "
+                    "run is cancelled and this run starts now, told what it did), rollback "
+                    "(the same, told nothing), merge (202, the payload joins the session's "
+                    'turn not started yet as {"merged": [...]}; else as enqueue). A run '
+                    "waiting for the user takes the submit as its input whatever this says. "
+                    "Default: the project's (reject)",
                 },
             },
         },
@@ -226,6 +240,17 @@ def _schemas() -> dict[str, JSON]:
                 "wait": {"$ref": _REF + "Wait"},
                 "timed_out": {"type": "boolean"},
                 "session_id": {"type": ["string", "null"]},
+                "place": {
+                    "type": ["integer", "null"],
+                    "description": "a pending run's place in its session's line (lowest "
+                    "first); kept once it is queued",
+                },
+                "interrupted_id": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the run this one interrupted (on_busy interrupt)",
+                },
+                "session": {"$ref": _REF + "SessionLine"},
                 "concurrency_key": {
                     "type": "string",
                     "description": "runs with the same key share a concurrency cap per class "
@@ -276,6 +301,27 @@ def _schemas() -> dict[str, JSON]:
                         },
                     },
                 },
+            },
+        },
+        "SessionTurn": {
+            "type": "object",
+            "required": ["id", "status", "place"],
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "status": {"type": "string", "enum": list(RunStatus.values)},
+                "place": {"type": ["integer", "null"]},
+            },
+        },
+        "SessionLine": {
+            "type": ["object", "null"],
+            "description": "the run's session now: its active run, then its pending runs "
+            "in the order they will be queued (null for a run in no session)",
+            "required": ["active", "pending"],
+            "properties": {
+                "active": {
+                    "oneOf": [{"$ref": _REF + "SessionTurn"}, {"type": "null"}],
+                },
+                "pending": {"type": "array", "items": {"$ref": _REF + "SessionTurn"}},
             },
         },
         "Event": {
@@ -350,12 +396,16 @@ def document() -> dict[str, JSON]:
                     "requestBody": {"required": True, "content": _json("SubmitRun")},
                     "responses": {
                         "201": {
-                            "description": "run created (or a replay of that)",
+                            "description": "run created: queued, pending behind the "
+                            "session's active run (on_busy enqueue), or interrupting it (or "
+                            "a replay of that)",
                             "headers": _LOCATION | _REPLAYED,
                             "content": _json("Run"),
                         },
                         "202": {
-                            "description": "input delivered to the session's waiting run",
+                            "description": "input delivered to the session's waiting run, "
+                            "or the payload merged into its turn not started yet (on_busy "
+                            "merge)",
                             "headers": _LOCATION | _REPLAYED,
                             "content": _json("Run"),
                         },

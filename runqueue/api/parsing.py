@@ -43,6 +43,7 @@ SUBMIT_FIELDS = frozenset(
         "budget",
         "start_within",
         "spend_cap",
+        "on_busy",
     }
 )
 MAX_REASON = REASON_MAX_LENGTH
@@ -61,6 +62,7 @@ class SubmitBody(TypedDict):
     budget: NotRequired[BudgetBody | None]
     start_within: NotRequired[float | None]
     spend_cap: NotRequired[float | None]
+    on_busy: NotRequired[str | None]
 
 
 class BudgetBody(TypedDict):
@@ -81,6 +83,7 @@ class SubmitArgs(TypedDict):
     budget: tuple[str, int] | None
     start_within: float | None
     spend_cap: Decimal | None
+    on_busy: str | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -231,6 +234,7 @@ def submit_args(body: object) -> SubmitArgs:
         budget=body.get("budget"),
         start_within=body.get("start_within"),
         spend_cap=body.get("spend_cap"),
+        on_busy=body.get("on_busy"),
         from_json=True,
         registered_only=False,
     )
@@ -256,6 +260,8 @@ def submit_args(body: object) -> SubmitArgs:
         # submit's to apply (the same rule as any caller's).
         "start_within": checked.start_within if body.get("start_within") is not None else None,
         "spend_cap": checked.spend_cap,
+        # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
+        "on_busy": checked.on_busy if body.get("on_busy") is not None else None,
     }
 
 

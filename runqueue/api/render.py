@@ -55,6 +55,20 @@ class WaitBody(TypedDict):
     question: JSON
 
 
+class SessionTurn(TypedDict):
+    id: str
+    status: str
+    place: int | None
+
+
+class SessionLine(TypedDict):
+    """A session's line now: its active run, then its pending turns in the
+    order they will be queued (docs/decisions.md, "Busy sessions")."""
+
+    active: SessionTurn | None
+    pending: list[SessionTurn]
+
+
 class RunBody(TypedDict):
     id: str
     kind: str
@@ -67,6 +81,11 @@ class RunBody(TypedDict):
     wait: WaitBody | None
     timed_out: bool
     session_id: str | None
+    #: A pending turn's place in its session's line (kept once promoted).
+    place: int | None
+    #: The run this one interrupted (on_busy "interrupt").
+    interrupted_id: str | None
+    session: SessionLine | None
     concurrency_key: str
     priority: int
     priority_class: str
@@ -149,6 +168,23 @@ def forks_of(run: Run) -> list[str]:
     return [str(i) for i in forks.values_list("id", flat=True)[:FORKS_LISTED]]
 
 
+#: A run's body lists at most this many pending turns of its session.
+LINE_LIMIT = 100
+
+
+def session_line(run: Run) -> SessionLine | None:
+    """The run's session's line now (None for a run in no session)."""
+    if run.session_id is None:
+        return None
+    rows = Run.objects.session_line(run.tenant, run.session_id).values_list(
+        "id", "status", "place"
+    )[: LINE_LIMIT + 1]
+    turns = [SessionTurn(id=str(i), status=st, place=p) for i, st, p in rows]
+    active = turns[0] if turns and turns[0]["status"] != RunStatus.PENDING else None
+    pending = [t for t in turns if t["status"] == RunStatus.PENDING]
+    return {"active": active, "pending": pending[:LINE_LIMIT]}
+
+
 def run_body(run: Run) -> RunBody:
     failure = None
     if run.failure:
@@ -178,6 +214,9 @@ def run_body(run: Run) -> RunBody:
         "wait": wait_body(run),
         "timed_out": run.timed_out,
         "session_id": run.session_id,
+        "place": run.place,
+        "interrupted_id": str(run.interrupted_id) if run.interrupted_id else None,
+        "session": session_line(run),
         "concurrency_key": run.concurrency_key,
         "priority": run.priority,
         "priority_class": PriorityClass.of(run.priority).slug,

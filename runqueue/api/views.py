@@ -108,7 +108,8 @@ def _run_or_404(caller: Caller, run_id: str) -> Run:
 
 @api_view("POST")
 def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
-    """POST /runs/: create a run (201), deliver input (202), or replay either."""
+    """POST /runs/: create a run (201: queued, pending in its session's line,
+    or interrupting its active run), deliver input or merge (202), or replay."""
     admission.take_quota(caller)
     body = parsing.parse_json(request, parsing.read_body(request))
     key = parsing.idempotency_key(request)
@@ -120,7 +121,9 @@ def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
             )
     except RunqueueError as exc:
         raise _mapped(exc) from exc
-    status = 202 if sub.original_outcome == "input_delivered" else 201
+    # 202: no run of its own (input delivered, or the payload merged into a
+    # turn not started yet); 201: a run was created (queued or pending).
+    status = 202 if sub.original_outcome in ("input_delivered", "merged") else 201
     response = JsonResponse(run_body(sub.run), status=status)
     response["Location"] = run_url(sub.run.id)
     if sub.outcome == "replayed":

@@ -36,6 +36,7 @@ from runqueue.leases.forks import fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
+    cancel_in_transaction,
     cancel_tree,
     requeue,
     resolve_uncertain,
@@ -76,6 +77,7 @@ __all__ = [
     "backoff",
     "cancel",
     "cancel_tree",
+    "cancel_in_transaction",
     "checkpoint",
     "claim",
     "claim_one",

@@ -134,26 +134,7 @@ def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str, cascade: bool = 
 
 def _cancel(run_id: uuid.UUID, *, reason: str, actor: str, cascade: bool) -> Run:
     with transaction.atomic(durable=True):
-        params = {"run_id": run_id, "channel": get_settings().NOTIFY_CHANNEL}
-        with connection.cursor() as cursor:
-            row = execute(cursor, "cancel", params).fetchone()
-        if row is None:
-            status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
-            if status is None:
-                raise RunNotFound(run_id)
-            raise InvalidTransition(run_id, status, "cancel")
-        _cancelled(row[0], row[1], {"reason": reason, "actor": actor})
-        level = [row[0]]
-        while cascade and level:
-            # One statement per level, top-down: each sees the children
-            # committed before its parents were locked by the level above.
-            with connection.cursor() as cursor:
-                rows = execute(cursor, "cancel_children", {"parent_ids": level}).fetchall()
-            data = {"reason": reason, "actor": actor, "cascade_from": str(run_id)}
-            for child_id, epoch in rows:
-                if epoch is not None:
-                    _cancelled(child_id, epoch, data)
-            level = [child_id for child_id, _epoch in rows]
+        cancel_in_transaction(run_id, reason=reason, actor=actor, cascade=cascade)
     return Run.objects.get(id=run_id)
 
 
@@ -191,7 +172,11 @@ def _cancel_tree(
         data = {"reason": reason, "actor": actor, "cascade_from": str(root_id)}
         while level:
             with connection.cursor() as cursor:
-                rows = execute(cursor, "cancel_children", {"parent_ids": level}).fetchall()
+                rows = execute(
+                    cursor,
+                    "cancel_children",
+                    {"parent_ids": level, "channel": get_settings().NOTIFY_CHANNEL},
+                ).fetchall()
             for child_id, epoch in rows:
                 if epoch is not None:
                     _cancelled(child_id, epoch, data)
@@ -209,6 +194,44 @@ def _cancel_tree(
                     },
                 )
     return [run_id for run_id, _epoch in done]
+
+
+def cancel_in_transaction(
+    run_id: uuid.UUID,
+    *,
+    reason: str,
+    actor: str,
+    cascade: bool = True,
+    data: dict[str, str] | None = None,
+) -> None:
+    """``cancel``'s writes inside the caller's transaction (an interrupting
+    submit's): the run, its event (with ``data`` added), its interrupted
+    tool calls, the NOTIFY that stops its handler, and with ``cascade``
+    every level of its descendants. Raises RunNotFound, InvalidTransition."""
+    params = {"run_id": run_id, "channel": get_settings().NOTIFY_CHANNEL}
+    with connection.cursor() as cursor:
+        row = execute(cursor, "cancel", params).fetchone()
+    if row is None:
+        status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
+        if status is None:
+            raise RunNotFound(run_id)
+        raise InvalidTransition(run_id, status, "cancel")
+    _cancelled(row[0], row[1], {"reason": reason, "actor": actor, **(data or {})})
+    level = [row[0]]
+    while cascade and level:
+        # One statement per level, top-down: each sees the children
+        # committed before its parents were locked by the level above.
+        with connection.cursor() as cursor:
+            rows = execute(
+                cursor,
+                "cancel_children",
+                {"parent_ids": level, "channel": get_settings().NOTIFY_CHANNEL},
+            ).fetchall()
+        child_data = {"reason": reason, "actor": actor, "cascade_from": str(run_id)}
+        for child_id, epoch in rows:
+            if epoch is not None:
+                _cancelled(child_id, epoch, child_data)
+        level = [child_id for child_id, _epoch in rows]
 
 
 def _cancelled(run_id: uuid.UUID, epoch: int, data: dict[str, str]) -> None:

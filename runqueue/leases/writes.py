@@ -266,7 +266,7 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
     )
 
     def write(row: tuple) -> None:
-        _id, status, epoch, attempts, scheduled_for, _resumed = row
+        _id, status, epoch, attempts, scheduled_for, _resumed, _promoted = row
         if status == RunStatus.FAILED:
             events.append(lease.run_id, events.FAILED, epoch, failure_summary(failure))
         else:

@@ -18,7 +18,9 @@
 -- when a failover loses the claim's WAL, a random token cannot. JSON
 -- travels as text (NULL stays NULL). A finished run with a parent counts in
 -- its parent (joined: runqueue_join, functions.sql); for runs without one
--- joined has no row and calls nothing.
+-- joined has no row and calls nothing. A finished run in a session queues
+-- its session's next pending turn (promoted: runqueue_promote); for runs
+-- without a session promoted has no row and calls nothing.
 input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[],
@@ -40,11 +42,17 @@ input AS (
        -- By id, whatever the statistics say: without this the planner may
        -- hash-join the input against every running run.
        AND r.id = ANY(%(ids)s::uuid[])
-    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data, r.parent_id
+    RETURNING r.id, r.lease_epoch, i.event_type, i.event_data, r.parent_id, r.tenant,
+              r.session_id
 ), joined AS (
     SELECT runqueue_join(array_agg(f.parent_id), %(channel)s) AS resumed
       FROM finished f
      WHERE f.parent_id IS NOT NULL
+    HAVING count(*) > 0
+), promoted AS (
+    SELECT runqueue_promote(array_agg(f.tenant), array_agg(f.session_id), %(channel)s) AS n
+      FROM finished f
+     WHERE f.session_id IS NOT NULL
     HAVING count(*) > 0
 )
 
@@ -118,7 +126,8 @@ SELECT c.id, 'run.claimed', c.lease_epoch,
 -- finishes and of the claims, then the result. It has at least one row:
 -- finished_ids, then the claimed run's columns (all NULL when nothing was
 -- claimed), then how many parents the finishes resumed (joined, evaluated
--- once: the result always has a row).
+-- once: the result always has a row) and how many pending turns they
+-- queued (promoted).
 logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
@@ -127,7 +136,8 @@ logged AS (
     -- include: claimed_event --
 )
 SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*,
-       (SELECT j.resumed FROM joined j) AS joined_resumed
+       (SELECT j.resumed FROM joined j) AS joined_resumed,
+       (SELECT p.n FROM promoted p) AS promoted_turns
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
  ORDER BY c.priority, c.created_at
@@ -315,7 +325,8 @@ RETURNING r.id;
 -- first: one round trip per finish. Zero rows: fenced, nothing written.
 -- JSON travels as text, as in finish_and_claim; a failure is a
 -- runqueue.failures.Failure built in Python. A run with a parent counts in
--- it (runqueue_join), in this statement.
+-- it (runqueue_join), and a run in a session queues its session's next
+-- pending turn (runqueue_promote), in this statement.
 WITH finished AS (
     UPDATE runqueue_run
        SET status = %(status)s,
@@ -328,14 +339,16 @@ WITH finished AS (
      WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
        AND status = 'running'
        -- include: idle_limit --
-    RETURNING id, lease_epoch, parent_id
+    RETURNING id, lease_epoch, parent_id, tenant, session_id
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s::jsonb, now()
       FROM finished f
 )
 SELECT f.id, CASE WHEN f.parent_id IS NOT NULL
-                  THEN runqueue_join(ARRAY[f.parent_id], %(channel)s) END
+                  THEN runqueue_join(ARRAY[f.parent_id], %(channel)s) END,
+       CASE WHEN f.session_id IS NOT NULL
+            THEN runqueue_promote(ARRAY[f.tenant], ARRAY[f.session_id], %(channel)s) END
   FROM finished f;
 
 -- name: fence_wait --
@@ -370,9 +383,12 @@ UPDATE runqueue_run r
    AND r.status = 'running'
    -- include: idle_limit --
 RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
-          -- Dead-lettered: a terminal transition, counted in the parent.
+          -- Dead-lettered: a terminal transition, counted in the parent,
+          -- and the session's next pending turn queued.
           CASE WHEN r.status = 'failed' AND r.parent_id IS NOT NULL
-               THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END;
+               THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END,
+          CASE WHEN r.status = 'failed' AND r.session_id IS NOT NULL
+               THEN runqueue_promote(ARRAY[r.tenant], ARRAY[r.session_id], %(channel)s) END;
 
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown: due at once, the attempt
@@ -543,22 +559,26 @@ SELECT extract(epoch FROM least(
            (SELECT min(wait_until) FROM runqueue_run
              WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL),
            (SELECT min(start_by) FROM runqueue_run
-             WHERE status = 'queued' AND start_by IS NOT NULL)) - now());
+             WHERE status IN ('queued', 'pending') AND start_by IS NOT NULL)) - now());
 
 -- name: expire_unstarted --
 -- The deadline service: queued runs whose start deadline (start_within)
 -- passed on the database clock, through the start deadline index, oldest
 -- first, cancelled with reason expired (docs/decisions.md, "Run
--- deadlines"): a new epoch, %(failure)s as the record, run.cancelled. A row
--- a claim holds right now is stepped over (SKIP LOCKED); the UPDATE
--- re-checks status and deadline on the row's latest version, so a run is
--- claimed or expired, never both (a claim clears start_by and takes only
--- runs before it, the fragment claimable). An expired child counts in its
--- parent (runqueue_join), as any cancel. The expired runs' ids returned.
+-- deadlines"), and pending turns past theirs too (a turn's deadline counts
+-- from its submit: "Busy sessions: on_busy"): a new epoch, %(failure)s as
+-- the record, run.cancelled. A row a claim (or a promotion) holds right
+-- now is stepped over (SKIP LOCKED); the UPDATE re-checks status and
+-- deadline on the row's latest version, so a run is claimed or expired,
+-- never both (a claim clears start_by and takes only runs before it, the
+-- fragment claimable). An expired child counts in its parent
+-- (runqueue_join), and an expired run in a session queues its session's
+-- next pending turn if the session has no active run left
+-- (runqueue_promote), as any cancel. The expired runs' ids returned.
 WITH due AS (
     SELECT id
       FROM runqueue_run
-     WHERE status = 'queued' AND start_by IS NOT NULL AND start_by <= now()
+     WHERE status IN ('queued', 'pending') AND start_by IS NOT NULL AND start_by <= now()
      ORDER BY start_by
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -572,12 +592,17 @@ WITH due AS (
            lease_token = NULL,
            lease_expires_at = NULL
       FROM due d
-     WHERE r.id = d.id AND r.status = 'queued' AND r.start_by <= now()
-    RETURNING r.id, r.lease_epoch, r.parent_id, r.start_by
+     WHERE r.id = d.id AND r.status IN ('queued', 'pending') AND r.start_by <= now()
+    RETURNING r.id, r.lease_epoch, r.parent_id, r.start_by, r.tenant, r.session_id
 ), joined AS (
     SELECT runqueue_join(array_agg(e.parent_id), %(channel)s) AS resumed
       FROM expired e
      WHERE e.parent_id IS NOT NULL
+    HAVING count(*) > 0
+), promoted AS (
+    SELECT runqueue_promote(array_agg(e.tenant), array_agg(e.session_id), %(channel)s) AS n
+      FROM expired e
+     WHERE e.session_id IS NOT NULL
     HAVING count(*) > 0
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -590,7 +615,7 @@ WITH due AS (
       FROM expired e
 )
 SELECT e.id FROM expired e
- WHERE (SELECT count(*) FROM joined) >= 0;
+ WHERE (SELECT count(*) FROM joined) >= 0 AND (SELECT count(*) FROM promoted) >= 0;
 
 -- name: expired_leases --
 -- The sweeper's read: running runs whose lease expired on the database clock.
@@ -627,12 +652,18 @@ WITH candidates AS (
      WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
        AND r.status = 'running' AND r.lease_expires_at <= now()
     RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.max_attempts, r.scheduled_for,
-              c.epoch AS expired_epoch, r.parent_id
+              c.epoch AS expired_epoch, r.parent_id, r.tenant, r.session_id
 ), joined AS (
     -- The dead letters with a parent count in it (runqueue_join).
     SELECT runqueue_join(array_agg(s.parent_id), %(channel)s) AS resumed
       FROM swept s
      WHERE s.status = 'failed' AND s.parent_id IS NOT NULL
+    HAVING count(*) > 0
+), promoted AS (
+    -- The dead letters in a session queue its next pending turn.
+    SELECT runqueue_promote(array_agg(s.tenant), array_agg(s.session_id), %(channel)s) AS n
+      FROM swept s
+     WHERE s.status = 'failed' AND s.session_id IS NOT NULL
     HAVING count(*) > 0
 ), logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -646,12 +677,15 @@ WITH candidates AS (
       FROM swept s
 )
 SELECT id, status, lease_epoch, attempts FROM swept
- WHERE (SELECT count(*) FROM joined) >= 0;
+ WHERE (SELECT count(*) FROM joined) >= 0 AND (SELECT count(*) FROM promoted) >= 0;
 
 -- name: cancel --
--- Cancel a non-terminal run; the epoch bump fences a worker still running it.
--- A run with a parent counts in it (runqueue_join): cancelling a child wakes
--- a parent waiting for it.
+-- Cancel a non-terminal run (a pending turn too); the epoch bump fences a
+-- worker still running it. A run with a parent counts in it
+-- (runqueue_join): cancelling a child wakes a parent waiting for it. A run
+-- in a session queues the session's next pending turn once no run of it is
+-- active (runqueue_promote): cancelling the active run moves the line on,
+-- cancelling a pending turn leaves it where it is.
 WITH cancelled AS (
     UPDATE runqueue_run
        SET status = 'cancelled',
@@ -660,12 +694,15 @@ WITH cancelled AS (
            lease_owner = '',
            lease_token = NULL,
            lease_expires_at = NULL
-     WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting_for_user', 'waiting')
-    RETURNING id, lease_epoch, parent_id
+     WHERE id = %(run_id)s
+       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'pending')
+    RETURNING id, lease_epoch, parent_id, tenant, session_id
 )
 SELECT c.id, c.lease_epoch,
        CASE WHEN c.parent_id IS NOT NULL
-            THEN runqueue_join(ARRAY[c.parent_id], %(channel)s) END
+            THEN runqueue_join(ARRAY[c.parent_id], %(channel)s) END,
+       CASE WHEN c.session_id IS NOT NULL
+            THEN runqueue_promote(ARRAY[c.tenant], ARRAY[c.session_id], %(channel)s) END
   FROM cancelled c;
 
 -- name: cancel_children --
@@ -676,7 +713,8 @@ SELECT c.id, c.lease_epoch,
 -- commits under its parent's lock, so no child is missed and none is made
 -- after). Every child is returned, the cancelled with their new epoch: a
 -- finished child may have children still running. Their parents are
--- terminal: no join to count.
+-- terminal: no join to count. A child given a session (ctx.spawn's
+-- session_id) queues that session's next pending turn (runqueue_promote).
 WITH kids AS (
     SELECT id FROM runqueue_run WHERE parent_id = ANY(%(parent_ids)s::uuid[])
 ), cancelled AS (
@@ -688,10 +726,16 @@ WITH kids AS (
            lease_token = NULL,
            lease_expires_at = NULL
      WHERE id IN (SELECT id FROM kids)
-       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting')
-    RETURNING id, lease_epoch
+       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'pending')
+    RETURNING id, lease_epoch, tenant, session_id
+), promoted AS (
+    SELECT runqueue_promote(array_agg(c.tenant), array_agg(c.session_id), %(channel)s) AS n
+      FROM cancelled c
+     WHERE c.session_id IS NOT NULL
+    HAVING count(*) > 0
 )
-SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id;
+SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id
+ WHERE (SELECT count(*) FROM promoted) >= 0;
 
 -- name: operator_requeue --
 -- An operator sends a dead-lettered run back to the queue: a fresh attempt
@@ -769,6 +813,9 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 -- violation, writing nothing; submit then takes the routing path.
 -- JSON travels as text; ids are made by the caller, so it knows each row;
 -- the caller builds the Run from what it sent and the returned created_at.
+-- A run given a place is a pending turn (on_busy: it waits in line behind
+-- its session's active run, whose row lock the caller holds; it wakes no
+-- worker), its key's outcome %(key_outcome)s.
 WITH input AS (
     SELECT *
       FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(principals)s::text[],
@@ -778,10 +825,11 @@ WITH input AS (
                   %(traceparents)s::text[], %(concurrency_keys)s::text[],
                   %(budget_keys)s::text[], %(budget_tokens)s::int[],
                   %(parent_ids)s::uuid[], %(start_within)s::float8[],
-                  %(max_durations)s::float8[])
+                  %(max_durations)s::float8[], %(places)s::bigint[],
+                  %(interrupted_ids)s::uuid[])
            AS i(id, tenant, principal, session_id, kind, payload, priority, max_attempts,
                 scheduled_for, key, hash, traceparent, concurrency_key, budget_key,
-                budget_tokens, parent_id, start_within, max_duration)
+                budget_tokens, parent_id, start_within, max_duration, place, interrupted_id)
      -- With keys: wait at most %(lock_timeout)s on a concurrent submit's
      -- uncommitted key (set before the first row is inserted; local to the
      -- transaction, so in autocommit to this statement).
@@ -791,15 +839,17 @@ WITH input AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
                               lease_owner, traceparent, concurrency_key, budget_key,
-                              budget_tokens, parent_id, start_by, max_duration)
-    SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb, 'queued',
+                              budget_tokens, parent_id, start_by, max_duration, place,
+                              interrupted_id)
+    SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload::jsonb,
+           CASE WHEN i.place IS NULL THEN 'queued' ELSE 'pending' END,
            i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
            i.concurrency_key, i.budget_key, i.budget_tokens, i.parent_id,
            -- start_within counts from when the run is due (docs/decisions.md,
            -- "Run deadlines"), on the database clock.
            greatest(coalesce(i.scheduled_for, now()), now())
                + make_interval(secs => i.start_within),
-           i.max_duration
+           i.max_duration, i.place, i.interrupted_id
       FROM input i
     RETURNING *
 ), logged AS (
@@ -811,13 +861,17 @@ WITH input AS (
            -- A declared budget, so the log alone replays what claims reserved.
            || CASE WHEN c.budget_key IS NULL THEN '{}'::jsonb
                    ELSE jsonb_build_object('budget', jsonb_build_object(
-                            'key', c.budget_key, 'tokens', c.budget_tokens)) END,
+                            'key', c.budget_key, 'tokens', c.budget_tokens)) END
+           || CASE WHEN c.place IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('pending', true, 'place', c.place) END
+           || CASE WHEN c.interrupted_id IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('interrupted', c.interrupted_id) END,
            now()
       FROM created c
 ), keyed AS (
     INSERT INTO runqueue_idempotency_key (tenant, principal, key, request_hash, run_id,
                                           outcome, expires_at)
-    SELECT i.tenant, i.principal, i.key, i.hash, c.id, 'created',
+    SELECT i.tenant, i.principal, i.key, i.hash, c.id, %(key_outcome)s,
            now() + make_interval(secs => %(key_retention_seconds)s)
       FROM input i
       JOIN created c ON c.id = i.id
