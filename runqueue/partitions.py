@@ -143,6 +143,16 @@ def _make(table: DayPartitioned, day: dt.date) -> None:
     bounds = {"low": _start(day), "high": _start(day + DAY)}
     with transaction.atomic():
         set_config(connection, "lock_timeout", LOCK_TIMEOUT)
+        # Writers of the parent wait until the day is attached. Without this
+        # a row for the day routed to the default partition meanwhile (the
+        # new partition not yet attached) would either fail the ATTACH or,
+        # waiting for the default partition's lock, fail its own statement
+        # once the day is attached: "violates partition constraint" (a
+        # worker's finish, so a run's outcome). Waiting at the parent, a
+        # writer routes its row afresh after the commit, into the new day.
+        # Rows for a day exist before its partition only when housekeeping
+        # fell behind the clock; the wait is as long as this transaction.
+        _run(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(parent))
         # Made apart and attached: ATTACH locks the parent only against
         # other DDL (SHARE UPDATE EXCLUSIVE), and the default partition,
         # which it scans, is small.

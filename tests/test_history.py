@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -484,3 +485,61 @@ def test_rows_made_before_the_migration_are_read_after_it() -> None:
         runqueue.submit(kind="k", tenant="t", session_id="s")
     event = RunEvent.objects.create(run_id=queued, type="run.later", lease_epoch=0)
     assert event.id > max(e.id for e in RunEvent.objects.exclude(pk=event.pk))
+
+
+_WRITES = {
+    "runs": (
+        "INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, kind, payload, status,"
+        " priority, attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
+        " VALUES (%(id)s, 't', 't', '', 'k', '{}', 'succeeded', 10, 1, 3, 1, '', %(at)s, %(at)s)",
+        "runqueue_run",
+        "id",
+        partitions.RUNS,
+    ),
+    "events": (
+        "INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)"
+        " VALUES (%(id)s, 'run.created', 0, '{}', %(at)s)",
+        "runqueue_run_event",
+        "run_id",
+        partitions.EVENTS,
+    ),
+}
+
+
+@pytest.mark.parametrize("table", sorted(_WRITES))
+def test_a_write_racing_the_making_of_its_day_lands_in_the_day(raw_connect, table) -> None:
+    """A row for a day with no partition yet, written while housekeeping makes
+    that day: it waits for the day to be attached and lands in it, never an
+    error (a worker's finish writing it would otherwise fail with
+    "violates partition constraint", routed to the default partition just
+    before the attach)."""
+    statement, parent, column, days = _WRITES[table]
+    # A day of its own per table, long past (ensure makes both tables' days).
+    day = _today() - (30 + sorted(_WRITES).index(table)) * DAY
+    at = dt.datetime.combine(day, dt.time(12), tzinfo=dt.UTC)
+    row_id = uuid.uuid4()
+    writer = raw_connect()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            writer.execute(statement, {"id": row_id, "at": at})
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    try:
+        with transaction.atomic():
+            # The day made and attached, not yet committed: the writer comes now.
+            assert days.name(day) in partitions.ensure(today=day, ahead=0)
+            thread.start()
+            wait_until(lambda: is_blocked(writer.info.backend_pid), what="the writer to wait")
+        thread.join(30)
+        assert not thread.is_alive()
+        assert errors == []
+        assert _where(parent, column, row_id) == days.name(day)
+    finally:
+        # The days made here are DDL: gone again, for the tests that follow.
+        with connection.cursor() as cursor:
+            for made in (partitions.RUNS, partitions.EVENTS):
+                cursor.execute(f"DROP TABLE IF EXISTS {made.name(day)}")  # noqa: S608
