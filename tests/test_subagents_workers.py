@@ -121,6 +121,15 @@ def test_cancelling_a_tree_while_its_workers_run(start_worker) -> None:
         )
         for i in range(2)
     ]
+    # Both started (their signal handlers installed): on a loaded machine one
+    # worker can grow the tree while the other still imports Django, and a
+    # SIGTERM then would kill it before it could stop cleanly.
+    for worker in workers:
+        wait_until(
+            lambda w=worker: " started: slots " in w.output(),
+            what="a worker to start",
+            timeout=120,
+        )
     wait_until(lambda: len(_tree(root)) >= 20, what="the tree to grow", timeout=120)
     runqueue.cancel(root, reason="stop the tree", actor="test")
     at_cancel = {r.id for r in _tree(root)}
