@@ -125,7 +125,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "attempts_display",
         "age_display",
         "tenant_display",
-        "cost_display",
     ]
     list_display_links = ["short_id"]
     change_form_template = "admin/runqueue/run/change_form.html"
@@ -301,6 +300,13 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         if not getattr(run, "has_uncertain", False):
             return badge
         return format_html("{} {}", badge, display.uncertain_marker())
+
+    def get_list_display(self, request: HttpRequest) -> _ListDisplayT:
+        """The cost column when the list is filtered by model calls: on every
+        list it pushed the table past a support agent's 1366 px screen."""
+        if request.GET.get(UsageFilter.parameter_name):
+            return [*self.list_display, "cost_display"]
+        return self.list_display
 
     @admin.display(description="kind", ordering="kind")
     def kind_display(self, run: Run) -> SafeString | str:
