@@ -810,9 +810,9 @@ def decide(lease: leases.Lease) -> Outcome:
     An async handler runs on the process's loop; this thread waits for it.
     """
     try:
-        fn = registry.lookup(lease.run.kind)
+        fn = registry.lookup(lease.run.kind, lease.run.handler_version)
     except UnknownKind as exc:
-        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return _unhandled(lease, exc)
     if aio.is_async(fn):
         return aio.run(_decide_async(lease, fn)).result()
     ctx = build_context(lease)
@@ -832,12 +832,21 @@ async def decide_async(lease: leases.Lease) -> Outcome:
     """``decide`` for a slot on the loop: an async handler runs here, a sync
     one in a thread of its own (``aio.in_thread``)."""
     try:
-        fn = registry.lookup(lease.run.kind)
+        fn = registry.lookup(lease.run.kind, lease.run.handler_version)
     except UnknownKind as exc:
-        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return _unhandled(lease, exc)
     if not aio.is_async(fn):
         return await aio.in_thread(decide, lease)
     return await _decide_async(lease, fn)
+
+
+def _unhandled(lease: leases.Lease, exc: UnknownKind) -> Outcome:
+    """A claim takes only runs of the kinds and versions this process has
+    (``registry.served``), so this is a registry changed since the claim:
+    the run is given back, queued at once with its attempt returned, for a
+    worker that has its handler. Never a dead letter."""
+    logger.warning("Run id=%s: %s in this worker; giving it back", lease.run_id, exc)
+    return Released("unhandled")
 
 
 async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]]) -> Outcome:

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from dataclasses import field as default
 from functools import cache
 
 import psycopg
 from django.db import DatabaseError, connection, transaction
 
-from runqueue import budgets, concurrency
+from runqueue import budgets, concurrency, registry
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
@@ -39,12 +40,16 @@ _RETRY_ALONE = frozenset({"40001", "40P01"})
 
 @dataclass(frozen=True, slots=True)
 class ClaimSpec:
-    """Who claims, from which classes, how many at most, for how long."""
+    """Who claims, from which classes, how many at most, for how long, and
+    the kinds and versions it has handlers for (this process's registry:
+    a run of another kind, or pinned to a version it lacks, is left queued
+    for a worker that has it)."""
 
     owner: str
     classes: tuple[PriorityClass, ...]
     limit: int
     lease_seconds: float
+    served: registry.Served = default(default_factory=registry.served)
 
     def params(self) -> dict[str, object]:
         return {
@@ -54,7 +59,7 @@ class ClaimSpec:
             "min_priority": min(c.bounds[0] for c in self.classes),
             "max_priority": max(c.bounds[1] for c in self.classes),
             "class_indexes": sorted({c.index for c in self.classes}),
-        }
+        } | self.served.params()
 
 
 def claim(

@@ -307,7 +307,7 @@ def wait_for_user(
 
     def write(_row: tuple) -> None:
         if state is not None:
-            save_checkpoint(lease, state, tool_seq)
+            save_checkpoint(lease, state, tool_seq, turn_end=True)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
     params = {"timeout": timeout}

@@ -65,7 +65,13 @@ input AS (
            -- start_within is for the first start: a run claimed once is
            -- never expired (docs/decisions.md, "Run deadlines").
            start_by = NULL,
-           budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0)
+           budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0),
+           -- Pinned by its first claim, moved only between turns
+           -- (runqueue_claim_version, functions.sql).
+           handler_version = coalesce(runqueue_claim_version(
+               r.id, r.kind, r.handler_version, %(kinds)s::text[], %(kind_newest)s::int[],
+               %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
+               r.handler_version)
 
 -- fragment: claim_commit --
 -- The last condition of a claim's UPDATE: a statement that only claims
@@ -171,6 +177,12 @@ claimed AS (
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
                -- What may be claimed: functions.sql, as runqueue_claim_capped.
                -- include: claimable --
+               -- A kind and version this worker has (functions.sql): a
+               -- filter, the claim index stays the scan.
+               AND runqueue_claim_version(
+                       q.id, q.kind, q.handler_version, %(kinds)s::text[],
+                       %(kind_newest)s::int[], %(kind_versions)s::text[],
+                       %(kind_moves)s::text[], %(kind_move_to)s::int[]) IS NOT NULL
                -- A run with a budget waits for the walk, which reserves its
                -- call (finish_and_claim_capped; docs/decisions.md, "Budgets").
                AND q.budget_key IS NULL
@@ -210,7 +222,9 @@ claimed AS (
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
                %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[],
-               %(tokens)s::uuid[]))::uuid[])
+               %(tokens)s::uuid[], %(kinds)s::text[], %(kind_newest)s::int[],
+               %(kind_versions)s::text[], %(kind_moves)s::text[],
+               %(kind_move_to)s::int[]))::uuid[])
        -- The live partition's statuses, as in the plain claim: partition
        -- pruning, not a status test (it implies no partial index).
        AND r.status IN ('queued', 'running', 'waiting_for_user')
@@ -1130,10 +1144,13 @@ WITH original AS (
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, lease_epoch, lease_owner,
-                              traceparent, concurrency_key, max_duration, forked_from_id)
+                              traceparent, concurrency_key, max_duration, forked_from_id,
+                              handler_version)
     SELECT %(fork_id)s::uuid, o.tenant, o.principal, NULL, o.kind,
            coalesce(%(payload)s::jsonb, o.payload), 'queued', o.priority, 0, o.max_attempts,
-           0, '', %(traceparent)s::text, o.concurrency_key, o.max_duration, o.id
+           0, '', %(traceparent)s::text, o.concurrency_key, o.max_duration, o.id,
+           -- Copied steps are replayed by the version that made them.
+           CASE WHEN %(from_step)s::integer > 0 THEN o.handler_version END
       FROM original o
     RETURNING id, created_at, priority, lease_epoch
 ), copied AS (
