@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TypeVar
@@ -71,6 +71,25 @@ class Served:
     versions: tuple[str, ...]
     moves: tuple[str, ...]
     move_to: tuple[int, ...]
+
+    @classmethod
+    def build(cls, handlers: Mapping[str, Mapping[int, Iterable[int]]]) -> Served:
+        """From {kind: {version: the versions it migrates from}}: what a
+        worker with those handlers claims."""
+        names = sorted(k for k, versions in handlers.items() if versions)
+        moves: dict[str, int] = {}
+        for kind in names:
+            for version in sorted(handlers[kind]):
+                for old in handlers[kind][version]:
+                    # The newest version that names an older one takes its runs.
+                    moves[pair(kind, old)] = version
+        return cls(
+            kinds=tuple(names),
+            newest=tuple(max(handlers[k]) for k in names),
+            versions=tuple(pair(k, v) for k in names for v in sorted(handlers[k])),
+            moves=tuple(moves),
+            move_to=tuple(moves.values()),
+        )
 
     def params(self) -> dict[str, object]:
         return {
@@ -246,19 +265,11 @@ def served() -> Served:
 
 
 def _build_served() -> Served:
-    names = sorted(k for k, v in _handlers.items() if v)
-    moves: dict[str, int] = {}
-    for kind in names:
-        for version in sorted(_handlers[kind]):
-            for old in _handlers[kind][version].migrate_from:
-                # The newest version that names an older one takes its runs.
-                moves[pair(kind, old)] = version
-    return Served(
-        kinds=tuple(names),
-        newest=tuple(max(_handlers[k]) for k in names),
-        versions=tuple(pair(k, v) for k in names for v in sorted(_handlers[k])),
-        moves=tuple(moves),
-        move_to=tuple(moves.values()),
+    return Served.build(
+        {
+            kind: {version: r.migrate_from for version, r in versions.items()}
+            for kind, versions in _handlers.items()
+        }
     )
 
 
