@@ -1252,3 +1252,26 @@ UPDATE runqueue_run r
   FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS c(id, epoch)
  WHERE r.id = c.id AND r.lease_epoch = c.epoch AND r.status = 'cancelled'
    AND r.id = ANY(%(ids)s::uuid[]);
+
+-- name: due_by_handler --
+-- Why due runs wait (runqueue.versions): the first %(cap)s due runs of each
+-- class in claim order (the claim index), by kind and pinned version, with
+-- how many of the pinned ones are between turns (runqueue_between_turns,
+-- functions.sql) and how many runs of the class were read. Runs no live
+-- worker claims stay at the head of their class, so the first runs are
+-- where they show; a class read to the cap gives floors. Raw: a LATERAL
+-- per class, which the ORM cannot write.
+SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
+       count(*) FILTER (WHERE s.handler_version IS NOT NULL
+                          AND runqueue_between_turns(s.id)) AS between_turns,
+       sum(count(*)) OVER (PARTITION BY c.idx) AS sampled
+  FROM runqueue_priority_classes() AS c
+ CROSS JOIN LATERAL (
+     SELECT q.id, q.kind, q.handler_version
+       FROM runqueue_run q
+      WHERE q.priority BETWEEN c.low AND c.high
+        -- include: due --
+      ORDER BY q.priority, q.created_at
+      LIMIT %(cap)s) AS s
+ GROUP BY c.idx, s.kind, s.handler_version
+ ORDER BY c.idx, s.kind, s.handler_version NULLS FIRST;
