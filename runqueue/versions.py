@@ -12,13 +12,23 @@ class's due runs, as the other causes' are (``runqueue.waiting``).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, QuerySet
+from django.db.models.functions import Now
 
-from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, PriorityClass, Run, RunStatus
+from runqueue.conf import get_settings
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    WAIT_STATUSES,
+    PriorityClass,
+    Run,
+    RunStatus,
+    Worker,
+)
 from runqueue.sql import execute
 
 #: Live workers read, at most (as ``runqueue.waiting.MOST``).
@@ -49,10 +59,14 @@ class Handlers:
         return cls(worker=worker, kinds=kinds, moves=moves)
 
 
+def live_workers() -> QuerySet[Worker]:
+    """Workers seen within three heartbeats and not stopped."""
+    stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
+    return Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
+
+
 def live_handlers() -> list[Handlers]:
     """The live workers' kinds (the first MOST, by id)."""
-    from runqueue.waiting import live_workers
-
     rows = live_workers().order_by("id").values_list("id", "kinds")[:MOST]
     return [Handlers.of(worker, kinds) for worker, kinds in rows]
 

@@ -32,7 +32,6 @@ from runqueue.models import (
     Run,
     RunStatus,
     WaitReason,
-    Worker,
 )
 from runqueue.sql import execute
 
@@ -251,18 +250,12 @@ def _no_worker_words(cls: PriorityClass) -> str:
     return f"no live worker has a slot for {cls.slug}"
 
 
-def live_workers() -> QuerySet[Worker]:
-    """Workers seen within three heartbeats and not stopped."""
-    stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
-    return Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
-
-
 def slots_per_class() -> dict[str, int]:
     """Slots the live workers (the first MOST) have per class slug: a
     group that claims several classes counts for each, a group of
     coroutines (``async:loop``) as its classes."""
     per: dict[str, int] = {}
-    for slots in live_workers().values_list("slots", flat=True)[:MOST]:
+    for slots in versions.live_workers().values_list("slots", flat=True)[:MOST]:
         if not isinstance(slots, dict):
             continue
         for label, count in slots.items():
