@@ -6,8 +6,11 @@ handlers would give; the handlers run in this process."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
 import runqueue
 from runqueue import concurrency, leases, registry, testing
@@ -16,6 +19,7 @@ from runqueue.leases.claim import statement_params
 from runqueue.models import Checkpoint, ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.registry import Served
 from runqueue.sql import queries
+from tests.helpers import Worker
 
 pytestmark = pytest.mark.django_db
 
@@ -296,3 +300,66 @@ def test_which_worker_takes_which_run_is_one_function() -> None:
     for name in ("finish_and_claim", "finish_and_claim_capped", "claim", "claim_capped"):
         expected = 1 if name.endswith("_capped") else 2
         assert queries()[name].count("runqueue_claim_version(") == expected, name
+
+
+def test_a_run_whose_handler_the_worker_lost_is_given_back_never_failed() -> None:
+    """A claim made for a version this process does not have (its registry
+    changed since): the runtime gives the run back, queued at once with its
+    attempt returned, and writes no failure."""
+    run = runqueue.submit(kind=TURNS).run
+    lease = _claim(Served.build({TURNS: {9: ()}}))
+    assert lease is not None and lease.run.handler_version == 9
+    assert testing.execute(lease) == "given_back"
+    after = _run(run.id)
+    assert (after.status, after.attempts, after.failure) == (RunStatus.QUEUED, 0, None)
+    assert after.events.filter(type="run.requeued", data__reason="unhandled").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_workers_of_two_deploys_each_claim_a_run_once_on_their_own_version(
+    claim_path: str,
+) -> None:
+    """Threads with their own connections claim at once: workers with only
+    version 1, with only version 2 (no moves), and with version 2 that moves
+    1. Every run is claimed once, pinned to its claimer's version; runs
+    given back pinned to 1 (nothing recorded: between turns) are taken again
+    once each, never by the worker that has only version 2."""
+    runqueue.submit_many([runqueue.SubmitRequest(kind=TURNS)] * 60)
+    claimers = {"v1-a": V1, "v1-b": V1, "v2-a": V2_ONLY, "v2-b": V2_ONLY}
+    first = _race(claimers)
+    assert sorted(r for got in first.values() for r, _ in got) == sorted(
+        Run.objects.values_list("id", flat=True)
+    )
+    for name, got in first.items():
+        assert {v for _, v in got} <= {1 if name.startswith("v1") else 2}, name
+    pinned_to_1 = [r for name, got in first.items() if name.startswith("v1") for r, _ in got]
+    assert pinned_to_1  # both deploys claimed
+    Run.objects.filter(status=RunStatus.RUNNING).update(
+        status=RunStatus.QUEUED, lease_token=None, lease_expires_at=None, lease_owner=""
+    )
+    Run.objects.filter(handler_version=2).update(status=RunStatus.SUCCEEDED, finished_at=Now())
+    second = _race({"v1": V1, "v2-only": V2_ONLY, "mover-a": V2_MOVES, "mover-b": V2_MOVES})
+    assert second["v2-only"] == []
+    assert sorted(r for got in second.values() for r, _ in got) == sorted(pinned_to_1)
+    assert {v for _, v in second["v1"]} <= {1}
+    assert {v for _, v in second["mover-a"] + second["mover-b"]} <= {2}
+
+
+def _race(claimers: dict[str, Served]) -> dict[str, list[tuple[object, int]]]:
+    """Each claimer, in a thread of its own, claims until nothing is left for it."""
+    barrier = threading.Barrier(len(claimers))
+
+    def drain(name: str, served: Served) -> list[tuple[object, int]]:
+        barrier.wait()
+        got: list[tuple[object, int]] = []
+        while batch := leases.claim(name, limit=3, lease_seconds=60, served=served):
+            got.extend((lease.run_id, lease.run.handler_version) for lease in batch)
+        return got
+
+    threads = {
+        name: Worker(lambda n=name, s=served: drain(n, s), name=name)
+        for name, served in claimers.items()
+    }
+    for thread in threads.values():
+        thread.start()
+    return {name: thread.outcome() for name, thread in threads.items()}

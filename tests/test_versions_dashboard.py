@@ -72,6 +72,11 @@ def test_the_dashboard_counts_runs_per_kind_and_version_and_names_who_claims_the
     assert "w-new (to v2)" in table
     workers = html[html.index('id="rq-workers"') :]
     assert f"{TURNS} v2 (1 to 2)" in workers
+    pinned = Run.objects.get(handler_version=7)
+    page = login("bo", "view_run").get(f"/admin/runqueue/run/{pinned.id}/change/")
+    text = page.content.decode()
+    assert "Handler version" in text and ">7<" in text.replace(" ", "")
+    assert "No live worker has version 7 of kind versions.turns" in text
 
 
 def test_once_the_old_version_has_no_run_its_row_says_so() -> None:
