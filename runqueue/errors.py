@@ -112,11 +112,15 @@ class InvalidTransition(RunqueueError):
 
 
 class UnknownKind(RunqueueError, LookupError):
-    """No handler is registered for this kind."""
+    """No handler is registered for this kind (or this version of it)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, version: int | None = None) -> None:
         self.kind = kind
-        super().__init__(f"no handler registered for kind {kind!r}")
+        self.version = version
+        if version is None:
+            super().__init__(f"no handler registered for kind {kind!r}")
+        else:
+            super().__init__(f"no handler registered for kind {kind!r} version {version}")
 
 
 class PermanentError(RunqueueError):

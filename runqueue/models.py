@@ -348,6 +348,13 @@ class Run(models.Model):
         db_index=False,
         editable=False,
     )
+    #: The version of its kind's handler the run is pinned to: set by its
+    #: first claim (the claiming worker's newest version of the kind), and
+    #: only a worker with that version claims it again, unless a newer
+    #: version takes it over between turns (``migrate_from``;
+    #: docs/decisions.md, "Versions and rolling deploys"). NULL: never
+    #: claimed (a fork that copies steps starts pinned to its original's).
+    handler_version = models.IntegerField(null=True, blank=True, editable=False)
 
     objects = RunManager()
 
@@ -717,6 +724,11 @@ class Checkpoint(models.Model):
     #: How many tool invocations the handler had made when it saved this
     #: state: on resume, numbering continues from here.
     tool_seq = models.IntegerField(default=0)
+    #: Saved by the end of a turn (``ask_user``, a wait for children, a
+    #: signal or a time), not by ``ctx.checkpoint`` or a budget wait inside
+    #: one: a newer handler version may take a run over only from a turn's
+    #: end (docs/decisions.md, "Versions and rolling deploys").
+    turn_end = models.BooleanField(default=False, db_default=False)
     lease_epoch = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())
 
@@ -1033,6 +1045,10 @@ class Worker(models.Model):
     #: had been held when the worker wrote ``last_seen_at``, on the worker's
     #: own monotonic clock: no host time is stored).
     cancelled_slots = models.JSONField(default=list, blank=True)
+    #: The kinds it has handlers for and their versions, as its claims ask
+    #: for them: ``{kind: {"versions": [1, 2], "moves": {"1": 2}}}`` (a run
+    #: pinned to 1 moves to 2 at a turn boundary; ``registry.Served.row``).
+    kinds = models.JSONField(default=dict, db_default={}, blank=True)
 
     class Meta:
         db_table = "runqueue_worker"

@@ -1,13 +1,18 @@
-"""Handlers by kind: ``@runqueue.handler("kind")``, lookup and discovery.
+"""Handlers by kind and version: ``@runqueue.handler("kind", version=N)``,
+lookup and discovery.
 
 The worker dispatches only through this registry, never through a dotted
-path stored in the database.
+path stored in the database. A kind may have several versions registered
+at once (the code a run was pinned to and its successor, during a rolling
+deploy); ``served()`` is what this process's claims ask for
+(docs/decisions.md, "Versions and rolling deploys").
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TypeVar
@@ -24,7 +29,8 @@ from runqueue.validation import duration
 type Handler = Callable[..., JSON]
 F = TypeVar("F", bound=Handler)
 
-_handlers: dict[str, Handler] = {}
+#: The highest handler version (a run's ``handler_version`` is an integer column).
+VERSION_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +42,108 @@ class KindOptions:
     max_duration: float | None = None
 
 
-_options: dict[str, KindOptions] = {}
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One version of a kind's handler, and the older versions whose runs it
+    takes over at a turn boundary."""
+
+    fn: Handler
+    version: int
+    migrate_from: tuple[int, ...]
+    options: KindOptions
+
+
+#: {kind: {version: Registration}}
+_handlers: dict[str, dict[int, Registration]] = {}
+_lock = threading.Lock()
+_served: Served | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What this process's workers claim, as the claim's parameters: its
+    kinds with each one's newest version, every (kind, version) it has, and
+    the moves it makes at a turn boundary (an older version's run to the
+    newest version that names it in ``migrate_from``)."""
+
+    kinds: tuple[str, ...]
+    newest: tuple[int, ...]
+    versions: tuple[str, ...]
+    moves: tuple[str, ...]
+    move_to: tuple[int, ...]
+
+    @classmethod
+    def build(cls, handlers: Mapping[str, Mapping[int, Iterable[int]]]) -> Served:
+        """From {kind: {version: the versions it migrates from}}: what a
+        worker with those handlers claims."""
+        names = sorted(k for k, versions in handlers.items() if versions)
+        moves: dict[str, int] = {}
+        for kind in names:
+            for version in sorted(handlers[kind]):
+                for old in handlers[kind][version]:
+                    # The newest version that names an older one takes its runs.
+                    moves[pair(kind, old)] = version
+        return cls(
+            kinds=tuple(names),
+            newest=tuple(max(handlers[k]) for k in names),
+            versions=tuple(pair(k, v) for k in names for v in sorted(handlers[k])),
+            moves=tuple(moves),
+            move_to=tuple(moves.values()),
+        )
+
+    def params(self) -> dict[str, object]:
+        return {
+            "kinds": list(self.kinds),
+            "kind_newest": list(self.newest),
+            "kind_versions": list(self.versions),
+            "kind_moves": list(self.moves),
+            "kind_move_to": list(self.move_to),
+        }
+
+    def row(self) -> dict[str, dict[str, object]]:
+        """The worker row's ``kinds``: {kind: {"versions": [1, 2], "moves":
+        {"1": 2}}} (a run pinned to 1 moves to 2 at a turn boundary)."""
+        row: dict[str, dict[str, object]] = {}
+        for kind in self.kinds:
+            versions = sorted(int(v.rpartition(":")[2]) for v in self.versions if _of(v, kind))
+            moves = {
+                m.rpartition(":")[2]: to
+                for m, to in zip(self.moves, self.move_to, strict=True)
+                if _of(m, kind)
+            }
+            row[kind] = {"versions": versions, "moves": moves}
+        return row
+
+
+def _of(pair: str, kind: str) -> bool:
+    return pair.rpartition(":")[0] == kind
+
+
+def pair(kind: str, version: int) -> str:
+    """A (kind, version) as the claim compares it: ``kind:version`` (the
+    version is an integer, so the last colon splits it)."""
+    return f"{kind}:{version}"
 
 
 def handler(
     kind: str,
     *,
+    version: int = 1,
+    migrate_from: Iterable[int] = (),
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
 ) -> Callable[[F], F]:
-    """Register ``fn(ctx)`` as the handler of runs of this kind, with the
-    kind's default ``start_within`` and ``max_duration`` (a submit's own win)."""
+    """Register ``fn(ctx)`` as version ``version`` of the handler of runs of
+    this kind, with the kind's default ``start_within`` and ``max_duration``
+    (a submit's own win). A run is pinned to the version that first claimed
+    it; ``migrate_from`` names older versions whose runs this version takes
+    over when they are between turns (docs/decisions.md, "Versions and
+    rolling deploys")."""
     if not isinstance(kind, str) or not kind or len(kind) > KIND_MAX_LENGTH:
         raise ValueError(f"a handler kind is a 1-{KIND_MAX_LENGTH} character string, got {kind!r}")
+    if not _is_version(version):
+        raise ValueError(f"version of kind {kind!r} must be an integer from 1 to {VERSION_MAX}")
+    moves = _migrate_from(kind, version, migrate_from)
     start_seconds, problem = duration(start_within)
     if problem is not None:
         raise ValueError(f"start_within of kind {kind!r} {problem}")
@@ -58,46 +153,124 @@ def handler(
     options = KindOptions(start_within=start_seconds, max_duration=duration_seconds)
 
     def register(fn: F) -> F:
-        existing = _handlers.get(kind)
-        if existing is not None and _name(existing) != _name(fn):
-            raise ValueError(f"kind {kind!r} is already handled by {_name(existing)}")
-        _handlers[kind] = fn
-        _options[kind] = options
+        global _served
+        with _lock:
+            existing = _handlers.get(kind, {}).get(version)
+            if existing is not None and _name(existing.fn) != _name(fn):
+                raise ValueError(
+                    f"kind {kind!r} version {version} is already handled by {_name(existing.fn)}"
+                )
+            _handlers.setdefault(kind, {})[version] = Registration(fn, version, moves, options)
+            _served = None
         return fn
 
     return register
+
+
+def _is_version(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= VERSION_MAX
+
+
+def _migrate_from(kind: str, version: int, migrate_from: Iterable[int]) -> tuple[int, ...]:
+    if isinstance(migrate_from, int | str):
+        raise ValueError(
+            f"migrate_from of kind {kind!r} is a list of versions, got {migrate_from!r}"
+        )
+    moves = tuple(migrate_from)
+    for old in moves:
+        if not _is_version(old) or old >= version:
+            raise ValueError(
+                f"migrate_from of kind {kind!r} version {version} names older versions "
+                f"(integers from 1 to {version - 1}), got {old!r}"
+            )
+    return tuple(sorted(set(moves)))
+
+
+def unregister(kind: str, version: int | None = None) -> None:
+    """Forget a kind (every version, or one): for tests and tools that
+    register handlers for a while."""
+    global _served
+    with _lock:
+        if version is None:
+            _handlers.pop(kind, None)
+        elif kind in _handlers:
+            _handlers[kind].pop(version, None)
+            if not _handlers[kind]:
+                del _handlers[kind]
+        _served = None
 
 
 def _name(fn: Handler) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def lookup(kind: str) -> Handler:
+def lookup(kind: str, version: int | None = None) -> Handler:
+    """The handler of ``kind`` at ``version`` (None: the newest); UnknownKind
+    when this process has no such handler."""
+    return registration(kind, version).fn
+
+
+def registration(kind: str, version: int | None = None) -> Registration:
+    versions = _handlers.get(kind)
+    if not versions:
+        raise UnknownKind(kind)
+    if version is None:
+        return versions[max(versions)]
     try:
-        return _handlers[kind]
+        return versions[version]
     except KeyError:
-        raise UnknownKind(kind) from None
+        raise UnknownKind(kind, version) from None
+
+
+def newest(kind: str) -> int:
+    """The newest version of ``kind`` registered here (UnknownKind without one)."""
+    return registration(kind).version
+
+
+def versions(kind: str) -> list[int]:
+    """The versions of ``kind`` registered here, oldest first."""
+    return sorted(_handlers.get(kind, {}))
 
 
 def options(kind: str) -> KindOptions:
-    """The kind's defaults (none for a kind without a handler)."""
-    return _options.get(kind, _NO_OPTIONS)
+    """The kind's defaults: its newest version's (none for a kind without a handler)."""
+    versions = _handlers.get(kind)
+    return versions[max(versions)].options if versions else _NO_OPTIONS
 
 
 _NO_OPTIONS = KindOptions()
 
 
 def is_registered(kind: str) -> bool:
-    return kind in _handlers
+    return bool(_handlers.get(kind))
 
 
 def kinds() -> list[str]:
-    return sorted(_handlers)
+    return sorted(k for k, versions in _handlers.items() if versions)
 
 
 def kind_choices() -> list[tuple[str, str]]:
     """The registered kinds as form choices, read each time a form is made."""
     return [(k, k) for k in kinds()]
+
+
+def served() -> Served:
+    """This process's kinds and versions as the claim asks for them (built
+    once per change of the registry)."""
+    global _served
+    with _lock:
+        if _served is None:
+            _served = _build_served()
+        return _served
+
+
+def _build_served() -> Served:
+    return Served.build(
+        {
+            kind: {version: r.migrate_from for version, r in versions.items()}
+            for kind, versions in _handlers.items()
+        }
+    )
 
 
 def autodiscover() -> None:

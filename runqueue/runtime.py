@@ -76,7 +76,7 @@ from runqueue.outcomes import (
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
 from runqueue.types import JSON
-from runqueue.validation import json_text
+from runqueue.validation import json_text, text_problem
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -347,6 +347,43 @@ class RunContext:
         if child is None:
             raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
         return child
+
+    def patched(self, name: str) -> bool:
+        """Branch in place for a change of code: True when this run reaches
+        this point for the first time in code that has the patch ``name``
+        (the decision is recorded as a step, so every later attempt gets
+        True again); False when the run recorded another step here, made by
+        code without the patch, so its replay takes the old path. ValueError
+        for a name that is not 1-255 characters of text."""
+        self.check()
+        seq, known = self._patch_number(name)
+        return known if known is not None else self._record_patch(seq, name)
+
+    def _patch_number(self, name: str) -> tuple[int, bool | None]:
+        """The patch decision at the next call's number: True or False when
+        the run's records decide it, None when it is decided now, as call
+        ``seq`` (``_record_patch``). A False takes no number: the recorded
+        step here is the old code's next call."""
+        if (problem := patch_name_problem(name)) is not None:
+            raise ValueError(f"a patch's name {problem}")
+        seq = self._seq
+        recorded = self._recorded.get(seq)
+        if recorded is not None and not _is_patch(recorded, name):
+            return seq, False
+        self._seq += 1
+        if recorded is not None:
+            del self._recorded[seq]
+            return seq, True
+        return seq, None
+
+    def _record_patch(self, seq: int, name: str) -> bool:
+        """Record that this run took patch ``name`` as call ``seq``; True.
+        A fenced handler records nothing (RunCancelled)."""
+        if not leases.record_step(
+            self.lease, seq=seq, tool=PATCH_TOOL, arguments={"name": name}, result=True
+        ):
+            raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
+        return True
 
     def children(self) -> list[Run]:
         """The runs this run spawned, in spawn order, as they are now: every
@@ -737,6 +774,19 @@ class AsyncRunContext:
     def idempotency_key(self, seq: int) -> str:
         return self.sync.idempotency_key(seq)
 
+    def patched(self, name: str) -> Coroutine[Any, Any, bool]:
+        """``RunContext.patched``, awaited. Numbered when called, as
+        ``invoke_tool`` is (ValueError for a bad name then)."""
+        self.check()
+        seq, known = self.sync._patch_number(name)
+        return self._patched(seq, name, known)
+
+    async def _patched(self, seq: int, name: str, known: bool | None) -> bool:
+        if known is not None:
+            return known
+        self.check()
+        return await aio.db(self.sync._record_patch, seq, name)
+
     def invoke_tool(
         self,
         name: str,
@@ -809,6 +859,31 @@ def _accepts_key(fn: Callable[..., object]) -> bool:
 def _jsonable(value: JSON) -> JSON:
     """A tool's value as it will be replayed: JSON, with str() for the rest."""
     return json.loads(json.dumps(value, default=str))
+
+
+#: The tool name of a patch decision's step (``ctx.patched``).
+PATCH_TOOL = "runqueue.patched"
+#: The longest patch name (it is stored in the step's arguments).
+PATCH_NAME_MAX_LENGTH = 255
+
+
+def patch_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a patch, or None."""
+    if not isinstance(name, str):
+        return f"must be a string, got {type(name).__name__}"
+    if not name or len(name) > PATCH_NAME_MAX_LENGTH:
+        return f"must be 1-{PATCH_NAME_MAX_LENGTH} characters, got {len(name)}"
+    return text_problem(name)
+
+
+def _is_patch(recorded: ToolInvocation, name: str) -> bool:
+    """``recorded`` is the decision to take patch ``name``."""
+    arguments = recorded.arguments
+    return (
+        recorded.tool == PATCH_TOOL
+        and isinstance(arguments, dict)
+        and arguments.get("name") == name
+    )
 
 
 #: Why a replay that does not match its record is refused.
@@ -906,9 +981,9 @@ def decide(lease: leases.Lease) -> Outcome:
     An async handler runs on the process's loop; this thread waits for it.
     """
     try:
-        fn = registry.lookup(lease.run.kind)
+        fn = registry.lookup(lease.run.kind, lease.run.handler_version)
     except UnknownKind as exc:
-        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return _unhandled(lease, exc)
     if aio.is_async(fn):
         return aio.run(_decide_async(lease, fn)).result()
     ctx = build_context(lease)
@@ -928,12 +1003,21 @@ async def decide_async(lease: leases.Lease) -> Outcome:
     """``decide`` for a slot on the loop: an async handler runs here, a sync
     one in a thread of its own (``aio.in_thread``)."""
     try:
-        fn = registry.lookup(lease.run.kind)
+        fn = registry.lookup(lease.run.kind, lease.run.handler_version)
     except UnknownKind as exc:
-        return Failed(failure_record(exc, classification=PERMANENT, attempt=lease.attempt))
+        return _unhandled(lease, exc)
     if not aio.is_async(fn):
         return await aio.in_thread(decide, lease)
     return await _decide_async(lease, fn)
+
+
+def _unhandled(lease: leases.Lease, exc: UnknownKind) -> Outcome:
+    """A claim takes only runs of the kinds and versions this process has
+    (``registry.served``), so this is a registry changed since the claim:
+    the run is given back, queued at once with its attempt returned, for a
+    worker that has its handler. Never a dead letter."""
+    logger.warning("Run id=%s: %s in this worker; giving it back", lease.run_id, exc)
+    return Released("unhandled")
 
 
 async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]]) -> Outcome:

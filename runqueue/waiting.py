@@ -1,5 +1,6 @@
 """Why runs wait: due runs held back by paused kinds, keys at their cap,
-budgets whose window has no room for their call, classes no worker claims;
+budgets whose window has no room for their call, classes no worker claims,
+kinds and versions no live worker has (``runqueue.versions``);
 and runs that wait by their own choice (their children, a signal, a time,
 the user), counted by reason.
 
@@ -21,7 +22,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runqueue import db
+from runqueue import db, versions
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -31,7 +32,6 @@ from runqueue.models import (
     Run,
     RunStatus,
     WaitReason,
-    Worker,
 )
 from runqueue.sql import execute
 
@@ -44,8 +44,9 @@ PAUSED_KIND = "paused_kind"
 KEY_AT_CAP = "key_at_cap"
 BUDGET = "budget"
 NO_WORKER = "no_worker"
+NO_HANDLER = "no_handler"
 #: Every cause's reason, as /metrics labels them.
-REASONS = (PAUSED_KIND, KEY_AT_CAP, BUDGET, NO_WORKER)
+REASONS = (PAUSED_KIND, KEY_AT_CAP, BUDGET, NO_WORKER, NO_HANDLER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,18 +250,12 @@ def _no_worker_words(cls: PriorityClass) -> str:
     return f"no live worker has a slot for {cls.slug}"
 
 
-def live_workers() -> QuerySet[Worker]:
-    """Workers seen within three heartbeats and not stopped."""
-    stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
-    return Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
-
-
 def slots_per_class() -> dict[str, int]:
     """Slots the live workers (the first MOST) have per class slug: a
     group that claims several classes counts for each, a group of
     coroutines (``async:loop``) as its classes."""
     per: dict[str, int] = {}
-    for slots in live_workers().values_list("slots", flat=True)[:MOST]:
+    for slots in versions.live_workers().values_list("slots", flat=True)[:MOST]:
         if not isinstance(slots, dict):
             continue
         for label, count in slots.items():
@@ -291,9 +286,30 @@ def unclaimed_classes() -> list[Cause]:
     return causes
 
 
+def unhandled() -> list[Cause]:
+    """Due runs of a kind, or pinned to a version of it, that no live
+    worker has a handler for (the first CAP due runs of each class read)."""
+    return [
+        Cause(
+            held.cls,
+            NO_HANDLER,
+            held.subject,
+            held.n,
+            f"{held.detail}: {'at least ' if held.floor else ''}{held.n:,} due run(s) wait",
+        )
+        for held in versions.held(CAP)
+    ]
+
+
 def causes() -> list[Cause]:
     """Every cause found, in class order."""
-    found = [*unclaimed_classes(), *paused_kinds(), *keys_at_cap(), *budgets_held()]
+    found = [
+        *unclaimed_classes(),
+        *paused_kinds(),
+        *keys_at_cap(),
+        *budgets_held(),
+        *unhandled(),
+    ]
     return sorted(found, key=lambda c: c.cls.index)
 
 
@@ -346,6 +362,8 @@ def why(run: Run) -> list[str]:
     slots = slots_per_class().get(cls.slug, 0)
     if not slots:
         found.append(_no_worker_words(cls) + ".")
+    elif (words := versions.why(run)) is not None:
+        found.append(words)
     if found:
         return found
     running = _running(cls)

@@ -25,13 +25,13 @@ def soak_kind() -> Iterator[None]:
     kind), and the registry as it was afterwards."""
     from bench import handlers
 
-    before = dict(registry._handlers)
-    registry._handlers[budget_soak.KIND] = handlers.budget_call
+    registered = registry.is_registered(budget_soak.KIND)
+    registry.handler(budget_soak.KIND)(handlers.budget_call)
     try:
         yield
     finally:
-        registry._handlers.clear()
-        registry._handlers.update(before)
+        if not registered:
+            registry.unregister(budget_soak.KIND)
 
 
 def _database_url() -> str:

@@ -330,7 +330,7 @@ def test_walking_past_a_capped_backlog_locks_none_of_it(raw_connect) -> None:
     claimer = raw_connect(autocommit=False)
     (chosen,) = claimer.execute(
         "SELECT runqueue_claim_capped(10, 0, 32767, '{0,1,2}', '{NULL,NULL,NULL}', '{}', '{}',"
-        " '{}')"
+        " '{}', '{k}', '{1}', '{k:1}', '{}', '{}')"
     ).fetchone()
     assert chosen == [b]
     lockable = raw_connect().execute(
@@ -452,6 +452,15 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             cursor.execute(sql_functions()["runqueue_promote"])
             # And skips runs past their start deadline (0015): the column.
             cursor.execute("ALTER TABLE runqueue_run ADD COLUMN start_by timestamptz")
+            # And claims only its kinds and versions (0019): the column,
+            # the checkpoint's, and the functions.
+            cursor.execute("ALTER TABLE runqueue_run ADD COLUMN handler_version integer")
+            cursor.execute(
+                "ALTER TABLE runqueue_checkpoint"
+                " ADD COLUMN turn_end boolean NOT NULL DEFAULT false"
+            )
+            cursor.execute(sql_functions()["runqueue_between_turns"])
+            cursor.execute(sql_functions()["runqueue_claim_version"])
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -470,6 +479,13 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             )
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS parent_id")
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS start_by")
+            cursor.execute(
+                "DROP FUNCTION IF EXISTS runqueue_claim_version(uuid, text, integer, text[],"
+                " integer[], text[], text[], integer[])"
+            )
+            cursor.execute("DROP FUNCTION IF EXISTS runqueue_between_turns(uuid)")
+            cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS handler_version")
+            cursor.execute("ALTER TABLE runqueue_checkpoint DROP COLUMN IF EXISTS turn_end")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_join(uuid[], text)")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_promote(text[], text[], text)")
         call_command("migrate", "runqueue", verbosity=0)

@@ -60,7 +60,7 @@ def chaos(monkeypatch, no_sleep: list[float]) -> Any:
     from chaos import handlers
 
     if not was_registered:
-        registry._handlers.pop("chaos.turn", None)
+        registry.unregister("chaos.turn")
     monkeypatch.setattr(handlers.time, "sleep", no_sleep.append)
     return handlers
 

@@ -8,8 +8,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 import runqueue
-from runqueue import leases, pausing, waiting
-from runqueue.models import ConcurrencyLimit, PriorityClass, Worker
+from runqueue import leases, pausing, registry, waiting
+from runqueue.models import ConcurrencyLimit, PriorityClass, Run, Worker
 from tests.test_admin import DASHBOARD, login
 
 pytestmark = pytest.mark.django_db
@@ -17,11 +17,18 @@ pytestmark = pytest.mark.django_db
 INTERACTIVE, ASYNC, MAINTENANCE = (int(c) for c in PriorityClass)
 
 
+def _worker(worker_id: str, *, slots: dict) -> Worker:
+    """A live worker with every kind this process has (as its claims ask)."""
+    return Worker.objects.create(
+        id=worker_id, hostname="h", pid=1, slots=slots, kinds=registry.served().row()
+    )
+
+
 @pytest.fixture
 def stuck() -> dict:
     """acme at its interactive cap of 1 (one running, one due); test.echo
     paused in async; nothing serves maintenance."""
-    Worker.objects.create(id="w-live", hostname="h", pid=1, slots={"interactive": 1, "async": 1})
+    _worker("w-live", slots={"interactive": 1, "async": 1})
     ConcurrencyLimit.objects.create(key="acme", priority_class=INTERACTIVE, max_running=1)
     running = runqueue.submit(kind="k", tenant="acme", priority=INTERACTIVE).run
     lease = leases.claim_one("w-live")
@@ -79,7 +86,7 @@ def test_metrics_count_held_runs_by_cause(stuck) -> None:
 
 
 def test_a_key_limited_to_zero_is_a_cause_without_running_runs() -> None:
-    Worker.objects.create(id="w", hostname="h", pid=1, slots={"interactive,async,maintenance": 3})
+    _worker("w", slots={"interactive,async,maintenance": 3})
     ConcurrencyLimit.objects.create(key="beta", priority_class=ASYNC, max_running=0)
     runqueue.submit(kind="k", tenant="beta", priority=ASYNC)
     [cause] = waiting.causes()
@@ -98,7 +105,7 @@ def _held(reason: str) -> tuple[object, str, str, str, int]:
     reason label, how many due runs it holds)."""
     from runqueue.models import Budget
 
-    Worker.objects.create(id="w-live", hostname="h", pid=1, slots=LIVE)
+    _worker("w-live", slots=LIVE)
     if reason == "budget_requests":
         Budget.objects.create(key="gpt", requests=1, per_seconds=60)
         first = runqueue.submit(kind="k", tenant="acme", budget=("gpt", 10)).run
@@ -133,6 +140,25 @@ def _held(reason: str) -> tuple[object, str, str, str, int]:
         run = runqueue.submit(kind="test.echo").run
         words = "kind test.echo is paused (provider down, by staff:ann)"
         return run, f"{words}: 1 due run(s) wait", words, "paused_kind", 1
+    if reason == "no_handler":
+        # The live worker's code has no handler for test.echo (an older deploy).
+        Worker.objects.filter(id="w-live").update(kinds={"k": {"versions": [1], "moves": {}}})
+        run = runqueue.submit(kind="test.echo").run
+        words = "no live worker has kind test.echo"
+        return (
+            run,
+            f"{words}: 1 due run(s) wait",
+            "No live worker has kind test.echo",
+            waiting.NO_HANDLER,
+            1,
+        )
+    if reason == "no_handler_version":
+        run = runqueue.submit(kind="k").run
+        # Pinned to version 3 by a worker that has stopped since.
+        Run.objects.filter(id=run.id).update(handler_version=3)
+        words = "no live worker has version 3 of kind k, which they are pinned to"
+        page = "No live worker has version 3 of kind k, which the run is pinned to."
+        return run, f"{words}: 1 due run(s) wait", page, waiting.NO_HANDLER, 1
     if reason == "no_worker":
         Worker.objects.filter(id="w-live").update(slots={"async": 1})
         run = runqueue.submit(kind="k").run
@@ -159,6 +185,8 @@ def _samples() -> dict:
         "key_at_cap",
         "paused_kind",
         "no_worker",
+        "no_handler",
+        "no_handler_version",
     ],
 )
 def test_each_reason_is_named_on_the_dashboard_the_run_page_and_in_metrics(reason) -> None:
@@ -186,7 +214,7 @@ def test_a_parent_waiting_for_its_children_is_named_everywhere() -> None:
     from runqueue import runtime
     from runqueue.outcomes import Suspended
 
-    Worker.objects.create(id="w-live", hostname="h", pid=1, slots=LIVE)
+    _worker("w-live", slots=LIVE)
     runqueue.submit(kind="test.fanout")
     lease = leases.claim_one("w-live", [PriorityClass.INTERACTIVE])
     child = runtime.build_context(lease).spawn("test.echo", priority=ASYNC)
@@ -201,7 +229,7 @@ def test_a_parent_waiting_for_its_children_is_named_everywhere() -> None:
 
 
 def test_a_due_run_nothing_holds_waits_for_a_slot_and_says_how_many(django_assert_max_num_queries):
-    Worker.objects.create(id="w-live", hostname="h", pid=1, slots=LIVE)
+    _worker("w-live", slots=LIVE)
     run = runqueue.submit(kind="k").run
     page = login("ann", "view_run").get(f"/admin/runqueue/run/{run.id}/change/")
     text = page.content.decode()
@@ -222,7 +250,7 @@ def test_a_run_scheduled_later_says_so() -> None:
 
 def test_a_worker_with_loop_slots_serves_its_classes() -> None:
     """A slot group of coroutines is recorded as "async:loop": it claims async."""
-    Worker.objects.create(id="w", hostname="h", pid=1, slots={"interactive,async:loop": 3})
+    _worker("w", slots={"interactive,async:loop": 3})
     runqueue.submit(kind="k", priority=ASYNC)
     runqueue.submit(kind="k", priority=MAINTENANCE)
     assert [(c.cls, c.reason) for c in waiting.causes()] == [

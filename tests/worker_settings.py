@@ -12,6 +12,10 @@ DATABASES = {
         os.environ.get("RUNQUEUE_TEST_DIRECT_DATABASE") or os.environ["RUNQUEUE_TEST_DATABASE"]
     ),
 }
+# The handler modules: tests.handlers, or the test's own (a worker of an
+# older or newer deploy, tests/test_versions_workers.py).
 RUNQUEUE = json.loads(os.environ.get("RUNQUEUE_TEST_SETTINGS", "{}")) | {
-    "HANDLER_MODULES": ["tests.handlers"]
+    "HANDLER_MODULES": json.loads(
+        os.environ.get("RUNQUEUE_TEST_HANDLER_MODULES", '["tests.handlers"]')
+    )
 }

@@ -20,6 +20,7 @@ from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     Aggregate,
+    CharField,
     Count,
     DurationField,
     ExpressionWrapper,
@@ -28,6 +29,7 @@ from django.db.models import (
     IntegerField,
     Min,
     Q,
+    Value,
 )
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform
@@ -36,7 +38,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import budgets, events, waiting
+from runqueue import budgets, events, versions, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
@@ -174,11 +176,15 @@ def live_workers() -> Sequence[Worker]:
     stale = dt.timedelta(seconds=3 * get_settings().HEARTBEAT_SECONDS)
     workers = list(
         Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=Now() - stale)
-        .annotate(seen_ago=ExpressionWrapper(Now() - F("last_seen_at"), DurationField()))
+        .annotate(
+            seen_ago=ExpressionWrapper(Now() - F("last_seen_at"), DurationField()),
+            kinds_line=Value("", output_field=CharField()),
+        )
         .order_by("id")[:100]
     )
     for worker in workers:
         worker.seen_ago = display.duration(worker.seen_ago)
+        worker.kinds_line = versions.worker_kinds(worker.kinds)
     return workers
 
 
@@ -239,6 +245,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         raise PermissionDenied
     stats = class_stats()
     buckets = throughput()
+    workers = live_workers()
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Run queue dashboard",
@@ -246,12 +253,13 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "stats": stats,
         "totals": totals(),
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
-        "workers": live_workers(),
+        "workers": workers,
         "causes": waiting.causes(),
         "any_due": any(s.oldest_due != "-" for s in stats),
         "budgets": budgets.windows(),
         "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
         "holders": waiting.slot_holders(),
+        "kind_versions": versions.table([versions.Handlers.of(w.id, w.kinds) for w in workers]),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,
     }

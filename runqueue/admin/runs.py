@@ -171,7 +171,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
             {
                 "fields": [
                     ("id", "status_display"),
-                    ("kind", "class_display"),
+                    ("kind", "handler_version", "class_display"),
                     ("tenant", "principal", "session_id"),
                     "concurrency_key",
                     ("created_at", "started_at", "finished_at"),

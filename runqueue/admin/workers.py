@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
+from runqueue import versions
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
@@ -24,6 +25,7 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
         "hostname",
         "pid",
         "slot_groups",
+        "kinds_display",
         "held",
         "held_by_cancelled",
         "live",
@@ -60,6 +62,12 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
     def slot_groups(self, worker: Worker) -> str:
         """{"interactive": 2, "async,maintenance": 1} -> "interactive 2 · async,maintenance 1"."""
         return " · ".join(f"{label} {n}" for label, n in (worker.slots or {}).items()) or "-"
+
+    @admin.display(description="kinds and versions")
+    def kinds_display(self, worker: Worker) -> str:
+        """What its claims take: "a v1,v2 (1 to 2) · b v1" (1 to 2: a run
+        pinned to 1 moves to 2 between turns)."""
+        return versions.worker_kinds(worker.kinds)
 
     @admin.display(description="started", ordering="started_at")
     def started(self, worker: Worker) -> str:

@@ -18,9 +18,15 @@ def _next_checkpoint_seq(run_id: uuid.UUID) -> int:
     return 0 if last is None else last + 1
 
 
-def save_checkpoint(lease: Lease, state: JSON, tool_seq: int) -> None:
+def save_checkpoint(lease: Lease, state: JSON, tool_seq: int, *, turn_end: bool = False) -> None:
+    """``turn_end``: saved by the end of a turn (a wait), not inside one."""
     seq = _next_checkpoint_seq(lease.run_id)
     Checkpoint.objects.create(
-        run_id=lease.run_id, seq=seq, state=state, tool_seq=tool_seq, lease_epoch=lease.epoch
+        run_id=lease.run_id,
+        seq=seq,
+        state=state,
+        tool_seq=tool_seq,
+        lease_epoch=lease.epoch,
+        turn_end=turn_end,
     )
     events.append(lease.run_id, events.CHECKPOINTED, lease.epoch, {"seq": seq})

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from dataclasses import field as default
 from functools import cache
 
 import psycopg
 from django.db import DatabaseError, connection, transaction
 
-from runqueue import budgets, concurrency
+from runqueue import budgets, concurrency, registry
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
@@ -39,12 +40,16 @@ _RETRY_ALONE = frozenset({"40001", "40P01"})
 
 @dataclass(frozen=True, slots=True)
 class ClaimSpec:
-    """Who claims, from which classes, how many at most, for how long."""
+    """Who claims, from which classes, how many at most, for how long, and
+    the kinds and versions it has handlers for (this process's registry:
+    a run of another kind, or pinned to a version it lacks, is left queued
+    for a worker that has it)."""
 
     owner: str
     classes: tuple[PriorityClass, ...]
     limit: int
     lease_seconds: float
+    served: registry.Served = default(default_factory=registry.served)
 
     def params(self) -> dict[str, object]:
         return {
@@ -54,7 +59,7 @@ class ClaimSpec:
             "min_priority": min(c.bounds[0] for c in self.classes),
             "max_priority": max(c.bounds[1] for c in self.classes),
             "class_indexes": sorted({c.index for c in self.classes}),
-        }
+        } | self.served.params()
 
 
 def claim(
@@ -63,11 +68,13 @@ def claim(
     *,
     limit: int = 1,
     lease_seconds: float | None = None,
+    served: registry.Served | None = None,
 ) -> list[Lease]:
-    """Claim up to ``limit`` due runs from ``classes``, by priority then age."""
+    """Claim up to ``limit`` due runs from ``classes``, by priority then age,
+    of the kinds and versions ``served`` (this process's handlers if None)."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    spec = claim_spec(owner, classes, limit=limit, lease_seconds=lease_seconds)
+    spec = claim_spec(owner, classes, limit=limit, lease_seconds=lease_seconds, served=served)
     if connection.in_atomic_block:
         with transaction.atomic(durable=True):  # raises: a claim is never nested
             return _statement((), spec)[1]
@@ -81,9 +88,10 @@ def claim_one(
     classes: Iterable[PriorityClass] = ALL_CLASSES,
     *,
     lease_seconds: float | None = None,
+    served: registry.Served | None = None,
 ) -> Lease | None:
     """Claim the next due run from ``classes``, or None."""
-    leases = claim(owner, classes, limit=1, lease_seconds=lease_seconds)
+    leases = claim(owner, classes, limit=1, lease_seconds=lease_seconds, served=served)
     return leases[0] if leases else None
 
 
@@ -93,15 +101,17 @@ def claim_spec(
     *,
     limit: int,
     lease_seconds: float | None = None,
+    served: registry.Served | None = None,
 ) -> ClaimSpec:
-    """A checked ClaimSpec; ``lease_seconds`` defaults to LEASE_SECONDS."""
+    """A checked ClaimSpec; ``lease_seconds`` defaults to LEASE_SECONDS,
+    ``served`` to this process's handlers."""
     chosen = tuple(PriorityClass(c) for c in classes)
     if not chosen:
         raise ValueError("claim needs at least one priority class")
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     seconds = get_settings().LEASE_SECONDS if lease_seconds is None else lease_seconds
-    return ClaimSpec(owner, chosen, limit, float(seconds))
+    return ClaimSpec(owner, chosen, limit, float(seconds), served or registry.served())
 
 
 def finish_and_claim(

@@ -80,7 +80,7 @@ def suspend(
 
     def write(_row: tuple) -> None:
         if state is not None:
-            save_checkpoint(lease, state, tool_seq)
+            save_checkpoint(lease, state, tool_seq, turn_end=True)
         params = {
             "run_id": lease.run_id,
             "reason": str(reason),

@@ -26,6 +26,7 @@ from runqueue.leases.fence import fenced, record_fenced, renew_params
 from runqueue.leases.reservations import refund
 from runqueue.leases.waits import suspend
 from runqueue.models import (
+    Idempotency,
     RunStatus,
     ToolInvocation,
     ToolStatus,
@@ -150,6 +151,33 @@ def record_tool_outcome(
 
     check_json(result, "tool result")
     return fenced(lease, "tool." + status, "fence_renew", renew_params(lease), write) is not None
+
+
+def record_step(lease: Lease, *, seq: int, tool: str, arguments: JSON, result: JSON) -> bool:
+    """Record a step with no side effect (a patch decision, ``ctx.patched``)
+    as completed, in one fenced transaction; False once fenced. Replayed as
+    any completed tool call is."""
+
+    def write(_row: tuple) -> None:
+        ToolInvocation.objects.update_or_create(
+            run_id=lease.run_id,
+            seq=seq,
+            defaults={
+                "tool": tool,
+                "idempotency": Idempotency.IDEMPOTENT,
+                "status": ToolStatus.COMPLETED,
+                "arguments": arguments,
+                "result": result,
+                "error": None,
+                "lease_epoch": lease.epoch,
+                "lease_token": lease.token,
+                "finished_at": Now(),
+            },
+        )
+        events.append(lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": tool})
+
+    check_json(arguments, "step arguments")
+    return fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is not None
 
 
 def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
@@ -307,7 +335,7 @@ def wait_for_user(
 
     def write(_row: tuple) -> None:
         if state is not None:
-            save_checkpoint(lease, state, tool_seq)
+            save_checkpoint(lease, state, tool_seq, turn_end=True)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
 
     params = {"timeout": timeout}

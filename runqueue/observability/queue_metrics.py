@@ -212,8 +212,10 @@ def why_waiting() -> Iterator[Metric]:
         "runqueue_due_runs_held",
         f"Due queued runs held back, per class and cause: paused_kind, key_at_cap "
         f"(a concurrency key at its cap), budget (a budget paused or without room in its "
-        f"window for their call), no_worker (no live worker has a slot for the class); "
-        f"counted up to {waiting.CAP:,} per paused kind, key or budget.",
+        f"window for their call), no_worker (no live worker has a slot for the class), "
+        f"no_handler (no live worker has their kind, or the version they are pinned to); "
+        f"counted up to {waiting.CAP:,} per paused kind, key or budget, and among the "
+        f"first {waiting.CAP:,} due runs of a class for no_handler.",
         labels=["class", "reason"],
     )
     totals: dict[tuple[str, str], int] = {

@@ -79,6 +79,62 @@ AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
                            = runqueue_priority_class_low(
                                  runqueue_priority_class(q.priority))))
 
+-- function: runqueue_between_turns --
+-- A run is between turns when a newer version of its handler would replay
+-- none of its steps: its last checkpoint ended a turn (ask_user, a wait for
+-- children, a signal or a time: turn_end) and no step (tool call, spawn,
+-- patch decision) was recorded from that checkpoint's tool_seq on; or it
+-- has no checkpoint and no step at all. Two probes of unique (run, seq)
+-- indexes. docs/decisions.md, "Versions and rolling deploys".
+CREATE OR REPLACE FUNCTION runqueue_between_turns(p_run uuid) RETURNS boolean
+LANGUAGE sql STABLE
+AS $fn$
+SELECT coalesce(c.turn_end, true)
+       AND NOT EXISTS (SELECT 1
+                         FROM runqueue_tool_invocation t
+                        WHERE t.run_id = p_run AND t.seq >= coalesce(c.tool_seq, 0))
+  FROM (SELECT 1) AS one
+  LEFT JOIN LATERAL (SELECT k.turn_end, k.tool_seq
+                       FROM runqueue_checkpoint k
+                      WHERE k.run_id = p_run
+                      ORDER BY k.seq DESC
+                      LIMIT 1) AS c ON true
+$fn$;
+
+-- function: runqueue_claim_version --
+-- The version of its kind's handler a worker runs a run at, or NULL when
+-- that worker must not claim it: the one rule of which worker takes which
+-- run (docs/decisions.md, "Versions and rolling deploys"), in the plain
+-- claim's filter, in runqueue_claim_capped's and in what a claim writes
+-- (claim_set). The worker's kinds (p_kinds, each one's newest version in
+-- p_newest), the versions it has ('kind:version', p_versions) and the
+-- moves it makes ('kind:from' in p_moves, to the version in p_move_to):
+-- a run never claimed (p_pinned NULL) takes the newest version; a pinned
+-- one keeps its version, or moves when its version is one the worker moves
+-- and it is between turns. A one-line LANGUAGE sql function without a
+-- subquery of its own: the planner inlines it, a filter on the claim
+-- index's rows (runqueue_between_turns, called only for a move).
+CREATE OR REPLACE FUNCTION runqueue_claim_version(
+    p_run uuid,
+    p_kind text,
+    p_pinned integer,
+    p_kinds text[],
+    p_newest integer[],
+    p_versions text[],
+    p_moves text[],
+    p_move_to integer[]
+) RETURNS integer
+LANGUAGE sql STABLE
+AS $fn$
+SELECT CASE
+           WHEN NOT (p_kind = ANY(p_kinds)) THEN NULL
+           WHEN p_pinned IS NULL THEN p_newest[array_position(p_kinds, p_kind)]
+           WHEN (p_kind || ':' || p_pinned) = ANY(p_moves) AND runqueue_between_turns(p_run)
+               THEN p_move_to[array_position(p_moves, p_kind || ':' || p_pinned)]
+           WHEN (p_kind || ':' || p_pinned) = ANY(p_versions) THEN p_pinned
+       END
+$fn$;
+
 -- function: runqueue_claim_capped --
 -- The capped claim's walk (docs/decisions.md, "Concurrency caps"), called
 -- once by finish_and_claim_capped. VOLATILE: in READ COMMITTED every
@@ -108,7 +164,13 @@ CREATE OR REPLACE FUNCTION runqueue_claim_capped(
     p_default_caps integer[],
     p_finishing_ids uuid[],
     p_finishing_epochs bigint[],
-    p_finishing_tokens uuid[]
+    p_finishing_tokens uuid[],
+    -- The worker's kinds and versions (runqueue_claim_version).
+    p_kinds text[],
+    p_newest integer[],
+    p_versions text[],
+    p_moves text[],
+    p_move_to integer[]
 ) RETURNS uuid[]
 LANGUAGE plpgsql VOLATILE
 -- Plan the candidate cursors for all their rows (they are LIMITed), not for
@@ -170,6 +232,10 @@ BEGIN
                         OR NOT (q.budget_key = ANY(budgets_blocked)
                                 OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
                    -- include: claimable --
+                   -- A kind and version this worker has (functions.sql).
+                   AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
+                                              p_newest, p_versions, p_moves,
+                                              p_move_to) IS NOT NULL
                  ORDER BY q.priority, q.created_at
                  LIMIT 64;
         ELSE
@@ -216,6 +282,9 @@ BEGIN
                         -- A paused kind is not filtered here: the lock's
                         -- re-check below does it.
                         -- include: due --
+                        AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
+                                                   p_newest, p_versions, p_moves,
+                                                   p_move_to) IS NOT NULL
                       ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
                       LIMIT p_limit) AS h
                  WHERE keys.key IS NOT NULL
@@ -308,6 +377,11 @@ BEGIN
               FROM runqueue_run q
              WHERE q.id = cand.id
                -- include: claimable --
+               -- Its pin read again: a claim and a release since the
+               -- candidates were read may have moved it to another version.
+               AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
+                                          p_newest, p_versions, p_moves,
+                                          p_move_to) IS NOT NULL
                FOR NO KEY UPDATE SKIP LOCKED;
             locked := FOUND;
             IF locked AND cand_budget IS NOT NULL THEN

@@ -73,7 +73,13 @@ input AS (
            -- start_within is for the first start: a run claimed once is
            -- never expired (docs/decisions.md, "Run deadlines").
            start_by = NULL,
-           budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0)
+           budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0),
+           -- Pinned by its first claim, moved only between turns
+           -- (runqueue_claim_version, functions.sql).
+           handler_version = coalesce(runqueue_claim_version(
+               r.id, r.kind, r.handler_version, %(kinds)s::text[], %(kind_newest)s::int[],
+               %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
+               r.handler_version)
 
 -- fragment: claim_commit --
 -- The last condition of a claim's UPDATE: a statement that only claims
@@ -181,6 +187,12 @@ claimed AS (
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
                -- What may be claimed: functions.sql, as runqueue_claim_capped.
                -- include: claimable --
+               -- A kind and version this worker has (functions.sql): a
+               -- filter, the claim index stays the scan.
+               AND runqueue_claim_version(
+                       q.id, q.kind, q.handler_version, %(kinds)s::text[],
+                       %(kind_newest)s::int[], %(kind_versions)s::text[],
+                       %(kind_moves)s::text[], %(kind_move_to)s::int[]) IS NOT NULL
                -- A run with a budget waits for the walk, which reserves its
                -- call (finish_and_claim_capped; docs/decisions.md, "Budgets").
                AND q.budget_key IS NULL
@@ -220,7 +232,9 @@ claimed AS (
      WHERE r.id = ANY((SELECT runqueue_claim_capped(
                %(limit)s, %(min_priority)s, %(max_priority)s, %(class_indexes)s::int[],
                %(default_caps)s::int[], %(ids)s::uuid[], %(epochs)s::bigint[],
-               %(tokens)s::uuid[]))::uuid[])
+               %(tokens)s::uuid[], %(kinds)s::text[], %(kind_newest)s::int[],
+               %(kind_versions)s::text[], %(kind_moves)s::text[],
+               %(kind_move_to)s::int[]))::uuid[])
        -- The live partition's statuses, as in the plain claim: partition
        -- pruning, not a status test (it implies no partial index).
        AND r.status IN ('queued', 'running', 'waiting_for_user')
@@ -1184,10 +1198,13 @@ WITH original AS (
 ), created AS (
     INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status,
                               priority, attempts, max_attempts, lease_epoch, lease_owner,
-                              traceparent, concurrency_key, max_duration, forked_from_id)
+                              traceparent, concurrency_key, max_duration, forked_from_id,
+                              handler_version)
     SELECT %(fork_id)s::uuid, o.tenant, o.principal, NULL, o.kind,
            coalesce(%(payload)s::jsonb, o.payload), 'queued', o.priority, 0, o.max_attempts,
-           0, '', %(traceparent)s::text, o.concurrency_key, o.max_duration, o.id
+           0, '', %(traceparent)s::text, o.concurrency_key, o.max_duration, o.id,
+           -- Copied steps are replayed by the version that made them.
+           CASE WHEN %(from_step)s::integer > 0 THEN o.handler_version END
       FROM original o
     RETURNING id, created_at, priority, lease_epoch
 ), copied AS (
@@ -1289,3 +1306,26 @@ UPDATE runqueue_run r
   FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS c(id, epoch)
  WHERE r.id = c.id AND r.lease_epoch = c.epoch AND r.status = 'cancelled'
    AND r.id = ANY(%(ids)s::uuid[]);
+
+-- name: due_by_handler --
+-- Why due runs wait (runqueue.versions): the first %(cap)s due runs of each
+-- class in claim order (the claim index), by kind and pinned version, with
+-- how many of the pinned ones are between turns (runqueue_between_turns,
+-- functions.sql) and how many runs of the class were read. Runs no live
+-- worker claims stay at the head of their class, so the first runs are
+-- where they show; a class read to the cap gives floors. Raw: a LATERAL
+-- per class, which the ORM cannot write.
+SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
+       count(*) FILTER (WHERE s.handler_version IS NOT NULL
+                          AND runqueue_between_turns(s.id)) AS between_turns,
+       sum(count(*)) OVER (PARTITION BY c.idx) AS sampled
+  FROM runqueue_priority_classes() AS c
+ CROSS JOIN LATERAL (
+     SELECT q.id, q.kind, q.handler_version
+       FROM runqueue_run q
+      WHERE q.priority BETWEEN c.low AND c.high
+        -- include: due --
+      ORDER BY q.priority, q.created_at
+      LIMIT %(cap)s) AS s
+ GROUP BY c.idx, s.kind, s.handler_version
+ ORDER BY c.idx, s.kind, s.handler_version NULLS FIRST;

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
-from runqueue import aio, budgets, concurrency, housekeeping, leases, schedules
+from runqueue import aio, budgets, concurrency, housekeeping, leases, registry, schedules
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import MAX_DURATION
@@ -254,6 +254,9 @@ class Pool:
                         "hostname": socket.gethostname(),
                         "pid": os.getpid(),
                         "slots": shape(self.config.slots),
+                        # What its claims ask for: the dashboard's "which
+                        # workers serve each kind and version".
+                        "kinds": registry.served().row(),
                         "started_at": Now(),
                         "last_seen_at": Now(),
                         "stopped_at": None,

@@ -75,9 +75,9 @@ class Slot(threading.Thread):
 
 def _async_handler(lease: leases.Lease) -> bool:
     try:
-        return aio.is_async(registry.lookup(lease.run.kind))
+        return aio.is_async(registry.lookup(lease.run.kind, lease.run.handler_version))
     except UnknownKind:
-        return False  # the runtime fails the run, in the slot
+        return False  # the runtime gives the run back, in the slot
 
 
 async def decide_on_loop(lease: leases.Lease) -> Outcome | None:
