@@ -117,3 +117,13 @@ def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
     from runqueue.admin.display import duration
 
     assert duration(dt.timedelta(seconds=seconds)) == text
+
+
+def test_a_sessions_pending_turns_count_in_the_depth_and_show_on_the_page(admin_client) -> None:
+    runqueue.submit(kind="test.echo", session_id="chat-1", priority=1)
+    for _ in range(2):
+        runqueue.submit(kind="test.echo", session_id="chat-1", priority=1, on_busy="enqueue")
+    stats = {s.cls: s for s in dashboard.class_stats()}
+    assert stats[PriorityClass.INTERACTIVE].depth == {"queued": 1, "pending": 2}
+    html = admin_client.get(reverse("admin:runqueue_run_dashboard")).content.decode()
+    assert "pending turns" in html and "<td>2</td>" in html

@@ -56,6 +56,9 @@ from runqueue.models import (
 WINDOW = dt.timedelta(hours=1)
 CLASSES = list(PriorityClass)
 #: The statuses' colours are the badges' (one palette); the latency bars' own.
+#: The live runs the depth counts: the active ones and a session's pending
+#: turns (on_busy "enqueue"), which wait for its active run to end.
+DEPTH_STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, RunStatus.PENDING)
 COLOURS: dict[str, str] = {
     **display.STATUS_COLOURS,
     "p50": "#417690",
@@ -100,7 +103,7 @@ def class_stats() -> list[ClassStats]:
     """Depth by status, oldest due run, and claim latency, per class."""
     stats = [ClassStats(cls=c) for c in CLASSES]
     depth = (
-        Run.objects.filter(status__in=ACTIVE_STATUSES)
+        Run.objects.filter(status__in=DEPTH_STATUSES)
         .annotate(ci=PriorityClass.orm_index("priority"))
         .values("ci", "status")
         .annotate(n=Count("*"))
@@ -198,7 +201,7 @@ def charts(stats: list[ClassStats], buckets: list[tuple[dt.datetime, dict[str, i
                     svg.Segment(
                         name=RunStatus(st).label, value=s.depth.get(st, 0), colour=COLOURS[st]
                     )
-                    for st in ACTIVE_STATUSES
+                    for st in DEPTH_STATUSES
                 ),
             )
             for s in stats
