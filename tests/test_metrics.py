@@ -224,3 +224,13 @@ def test_runworker_refuses_a_bad_metrics_port() -> None:
     )
     assert proc.returncode != 0
     assert "expected a TCP port (1-65535), got '70000'" in proc.stderr
+
+
+def test_a_sessions_pending_turns_are_a_status_of_the_runs_gauge() -> None:
+    runqueue.submit(kind="k", session_id="chat-1", priority=ASYNC)
+    for _ in range(3):
+        runqueue.submit(kind="k", session_id="chat-1", priority=ASYNC, on_busy="enqueue")
+    samples = _scrape()
+    assert _runs(samples, "async", "queued") == 1
+    assert _runs(samples, "async", "pending") == 3
+    assert _runs(samples, "interactive", "pending") == 0

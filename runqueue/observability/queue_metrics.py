@@ -116,12 +116,12 @@ class QueueCollector(Collector):
         figures = read()
         runs = GaugeMetricFamily(
             "runqueue_runs",
-            f"Active runs by priority class and status: exact up to {CAP:,}, "
-            "the planner's estimate above.",
+            f"Live runs (active, and sessions' pending turns) by priority class and "
+            f"status: exact up to {CAP:,}, the planner's estimate above.",
             labels=["class", "status"],
         )
         for cls in PriorityClass:
-            for status in ACTIVE_STATUSES:
+            for status in (*ACTIVE_STATUSES, RunStatus.PENDING):
                 runs.add_metric([cls.slug, str(status)], figures.runs.get((cls.index, status), 0))
         yield runs
         oldest = GaugeMetricFamily(

@@ -966,6 +966,13 @@ UNION ALL
 SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
          ORDER BY wait_reason, id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+-- A session's pending turns (on_busy "enqueue"): in the line index's order
+-- (runqueue_run_pending_place), so read through it.
+SELECT 'pending', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'pending'
+         ORDER BY tenant, session_id, place LIMIT %(cap)s) AS q
  GROUP BY 2;
 
 -- name: waiting_by_reason --
