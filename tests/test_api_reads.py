@@ -171,3 +171,11 @@ def test_cancel_body_is_checked(client, alice, data, status, slug) -> None:
     )
     problem(response, status, slug)
     assert Run.objects.get(id=run.id).status == "queued"
+
+
+def test_a_runs_body_names_the_handler_version_its_first_claim_pinned(client, alice) -> None:
+    run = _run_of(alice, priority=PriorityClass.ASYNC)
+    url = f"/api/runs/{run.id}/"
+    assert client.get(url, headers=alice.headers()).json()["handler_version"] is None
+    assert leases.claim_one("w", [PriorityClass.ASYNC]) is not None
+    assert client.get(url, headers=alice.headers()).json()["handler_version"] == 1

@@ -237,6 +237,11 @@ def _schemas() -> dict[str, JSON]:
                     "description": "the runs forked from this one, newest first (at most 100)",
                 },
                 "children_open": {"type": "integer", "minimum": 0},
+                "handler_version": {
+                    "type": ["integer", "null"],
+                    "description": "the version of its kind's handler the run is pinned to "
+                    "(set by its first claim; null until then)",
+                },
                 "wait": {"$ref": _REF + "Wait"},
                 "timed_out": {"type": "boolean"},
                 "session_id": {"type": ["string", "null"]},

@@ -78,6 +78,8 @@ class RunBody(TypedDict):
     forked_from: str | None
     forks: list[str]
     children_open: int
+    #: The version of its kind's handler the run is pinned to (first claim's).
+    handler_version: int | None
     wait: WaitBody | None
     timed_out: bool
     session_id: str | None
@@ -211,6 +213,7 @@ def run_body(run: Run) -> RunBody:
         "forked_from": str(run.forked_from_id) if run.forked_from_id else None,
         "forks": forks_of(run),
         "children_open": run.children_open,
+        "handler_version": run.handler_version,
         "wait": wait_body(run),
         "timed_out": run.timed_out,
         "session_id": run.session_id,
