@@ -44,3 +44,15 @@ def test_the_worker_page_shows_slots_held_by_cancelled_runs(admin_client) -> Non
     page = admin_client.get("/admin/runqueue/worker/")
     assert page.status_code == 200
     assert "run 1b2c (cancelled)" in page.content.decode()
+
+
+def test_the_worker_list_names_its_kinds_and_versions_in_the_slots_title(admin_client) -> None:
+    Worker.objects.create(
+        id="W-kinds",
+        hostname="h",
+        pid=1,
+        slots={"async": 2},
+        kinds={"demo.turn": {"1": [], "2": [1]}},
+    )
+    page = admin_client.get("/admin/runqueue/worker/").content.decode()
+    assert 'title="kinds: demo.turn' in page and ">async 2</span>" in page

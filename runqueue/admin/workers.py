@@ -8,6 +8,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from runqueue import versions
 from runqueue.admin import display
@@ -25,7 +27,6 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
         "hostname",
         "pid",
         "slot_groups",
-        "kinds_display",
         "held",
         "held_by_cancelled",
         "live",
@@ -59,9 +60,15 @@ class WorkerAdmin(NoBulkDelete, GuardedAdmin):
         ).count()
 
     @admin.display(description="slots")
-    def slot_groups(self, worker: Worker) -> str:
-        """{"interactive": 2, "async,maintenance": 1} -> "interactive 2 · async,maintenance 1"."""
-        return " · ".join(f"{label} {n}" for label, n in (worker.slots or {}).items()) or "-"
+    def slot_groups(self, worker: Worker) -> SafeString:
+        """{"interactive": 2, "async,maintenance": 1} -> "interactive 2 · async,maintenance 1",
+        its kinds and versions in the title: a column of their own pushed the
+        list past a 1366 px screen (the dashboard's "Kinds and versions" table
+        lists the workers that serve each kind)."""
+        slots = " · ".join(f"{label} {n}" for label, n in (worker.slots or {}).items()) or "-"
+        return format_html(
+            '<span title="kinds: {}">{}</span>', self.kinds_display(worker) or "-", slots
+        )
 
     @admin.display(description="kinds and versions")
     def kinds_display(self, worker: Worker) -> str:
