@@ -23,22 +23,27 @@ from tests.workers import REPO
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_workers_per_run_lines_carry_structured_fields() -> None:
-    run = runqueue.submit(kind="k", priority=12).run
+def _burst_lines(level: int, worker_id: str) -> tuple[list[dict], str]:
+    """What a burst worker's runqueue.worker logger writes at ``level``, as JSON lines."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter())
     worker_logger = logging.getLogger("runqueue.worker")
     worker_logger.addHandler(handler)
-    level = worker_logger.level
-    worker_logger.setLevel(logging.DEBUG)
+    before = worker_logger.level
+    worker_logger.setLevel(level)
     try:
-        config = PoolConfig(slots=(SlotSpec.parse("async=1"),), burst=True, worker_id="log1")
+        config = PoolConfig(slots=(SlotSpec.parse("async=1"),), burst=True, worker_id=worker_id)
         assert Pool(config).run() == 0
     finally:
         worker_logger.removeHandler(handler)
-        worker_logger.setLevel(level)
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        worker_logger.setLevel(before)
+    return [json.loads(line) for line in out.getvalue().splitlines()], out.getvalue()
+
+
+def test_the_workers_per_run_lines_carry_structured_fields() -> None:
+    run = runqueue.submit(kind="k", priority=12).run
+    lines, _text = _burst_lines(logging.DEBUG, "log1")
     per_run = {line["message"].split(" run ")[0]: line for line in lines if "run_id" in line}
     claimed, finished = per_run["Claimed"], per_run["Finished"]
     for line in (claimed, finished):
@@ -57,25 +62,12 @@ def test_the_workers_per_run_lines_carry_structured_fields() -> None:
 def test_at_info_only_runs_that_did_not_succeed_are_logged() -> None:
     ok = runqueue.submit(kind="k", priority=12).run
     bad = runqueue.submit(kind="test.fail", payload={"error": "permanent"}, priority=12).run
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(JsonFormatter())
-    worker_logger = logging.getLogger("runqueue.worker")
-    worker_logger.addHandler(handler)
-    level = worker_logger.level
-    worker_logger.setLevel(logging.INFO)
-    try:
-        config = PoolConfig(slots=(SlotSpec.parse("async=1"),), burst=True, worker_id="log2")
-        assert Pool(config).run() == 0
-    finally:
-        worker_logger.removeHandler(handler)
-        worker_logger.setLevel(level)
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    lines, text = _burst_lines(logging.INFO, "log2")
     per_run = [
         (line["message"].split(" run ")[0], line["run_id"]) for line in lines if "run_id" in line
     ]
     assert per_run == [("Finished", str(bad.id))], lines
-    assert str(ok.id) not in out.getvalue()
+    assert str(ok.id) not in text
 
 
 def test_json_lines_keep_exceptions_on_one_line() -> None:
