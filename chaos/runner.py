@@ -420,7 +420,10 @@ class ChaosRun:
         their first claim, some while they run, some while they wait."""
 
         def go() -> None:
-            for run_id in sorted(self.signal_runs - set(self.signals_sent), key=str):
+            # A run the retention pass dropped (it finished unsignalled: a
+            # fault cancelled or dead-lettered it) is gone; it gets no signal.
+            unsent = self.signal_runs - set(self.signals_sent) - self.dropped
+            for run_id in sorted(unsent, key=str):
                 if self.rng.random() < 0.5:
                     self._signal(run_id)
 

@@ -252,7 +252,7 @@ def test_the_capped_statement_differs_from_the_plain_one_only_in_the_claims_wher
             if "ANY((" in text
             else text.index("WHERE r.id = ANY(ARRAY(")
         )
-        end = text.index("    RETURNING r.*", start)
+        end = text.index("\nRETURNING r.*", start)
         return text[:start], text[end:]
 
     assert outside_where(plain) == outside_where(capped)

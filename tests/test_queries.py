@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from runqueue.models import PRIORITY_MAX, PriorityClass
-from runqueue.sql import load, parse, queries
+from runqueue.sql import MAX_STATEMENT_BYTES, load, parse, queries
 from runqueue.sql.classes import functions
 
 RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
@@ -230,7 +230,7 @@ def test_a_fragment_is_put_in_where_a_statement_includes_it() -> None:
         "-- name: b --\n"
         "-- include: where_due --\n"
     )
-    assert parse(text) == {"a": "SELECT 1 FROM t\n WHERE due", "b": "WHERE due"}
+    assert parse(text) == {"a": "SELECT 1 FROM t\nWHERE due", "b": "WHERE due"}
 
 
 def test_a_function_keeps_its_comments_and_an_include_takes_its_lines_indent() -> None:
@@ -252,7 +252,23 @@ def test_a_function_keeps_its_comments_and_an_include_takes_its_lines_indent() -
     assert loaded.functions == {
         "fn": "CREATE FUNCTION fn() AS $$\n  WHERE x\n    -- why\n    AND a\n    AND b\n$$;\n"
     }
-    assert loaded.statements == {"s": "SELECT 1 WHERE x\n  AND a\n  AND b"}
+    assert loaded.statements == {"s": "SELECT 1 WHERE x\nAND a\nAND b"}
+
+
+def test_every_statement_fits_psycopgs_statement_cache() -> None:
+    """psycopg converts a query to the server's form once and caches it
+    only for texts up to a length; a longer hot statement (the finish and
+    claim) is converted on every call. A statement is sent unindented."""
+    from psycopg import _queries
+
+    assert MAX_STATEMENT_BYTES == _queries.MAX_CACHED_STATEMENT_LENGTH
+    too_long = {
+        name: len(text) for name, text in queries().items() if len(text) > MAX_STATEMENT_BYTES
+    }
+    assert too_long == {}
+    assert not any(
+        line != line.strip() for text in queries().values() for line in text.splitlines()
+    )
 
 
 @pytest.mark.parametrize(
