@@ -2,13 +2,17 @@
 public operations (submit, spawn sync and gathered async, claim, finish, fail,
 crash and lease expiry, waits for children, signals, times and the user,
 signals early and late, cancel with and without cascade, an operator's requeue
-of a dead letter, retention passes with the clock moved past every day) against
+of a dead letter, retention passes with the clock moved past every day, forks
+of finished runs from any recorded step, model calls' usage under a spend cap,
+and a rolling deploy: workers of an old and a new handler version) against
 real PostgreSQL, with the run tree's invariants checked against the database
 after every step (docs/decisions.md, "Rules a run-tree feature keeps").
 
 Each run's handler is a small program drawn by Hypothesis (``PROGRAM`` in its
 payload): spawn children (gathered in an async handler), call tools (gathered
-too), wait, fail once. A crash is an attempt whose outcome is never written
+too), record model usage, wait, fail once. A program's calls name its
+lineage (the payload's, kept by a fork), not the run id, so a fork's copied
+records are checked as its original's were. A crash is an attempt whose outcome is never written
 (the worker died), before any step or after the last; its lease then expires
 and the sweeper takes the run. At the end of each example every wake-up the
 system can get is given (signals, answers, deadlines, lease expiry) and every
@@ -28,13 +32,14 @@ import asyncio
 import datetime as dt
 import os
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.apps import apps
 from django.db import connection
-from django.db.models import Count, F
+from django.db.models import Count, F, Sum
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -46,17 +51,20 @@ from hypothesis.stateful import (
 )
 
 import runqueue
-from runqueue import aio, leases, partitions, runtime, testing
+from runqueue import aio, forking, leases, partitions, registry, runtime, testing
 from runqueue.conf import ON_BUSY
 from runqueue.errors import (
     ActiveRunConflict,
+    ForkRefused,
     InvalidTransition,
     PermanentError,
     RunNotFound,
     SessionQueueFull,
+    SpendCapReached,
     TransientError,
 )
-from runqueue.models import Idempotency, Run, RunEvent, RunStatus
+from runqueue.models import Idempotency, Run, RunEvent, RunStatus, TreeSpend, Usage
+from runqueue.registry import Served
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -77,6 +85,18 @@ _FAILED_ONCE: set[tuple[str, int, str]] = set()
 #: Run id -> the number of steps its current attempt may take before the
 #: worker "dies" (SimulatedCrash): the model's crash.
 CRASH_AT: dict[str, int] = {}
+#: Runs left live in a tree after a usage record found it over its spend cap.
+CAP_LEAKS: list[tuple[str, list[str]]] = []
+#: Claims that broke the version rules: (run, what).
+VERSION_BREAKS: list[tuple[str, str]] = []
+#: What the rules reached, over every example: forks made, runs moved to a
+#: new version between turns, trees ended by their spend cap.
+REACHED: Counter[str] = Counter()
+#: What the old release's worker has: every model kind at version 1 only.
+OLD_WORKER = Served.build({"model.sync": {1: ()}, "model.async": {1: ()}})
+#: The spend cap of the roots the model submits with one (a few usage calls reach it).
+SPEND_CAP = 0.05
+USAGE_COST = 0.02
 
 
 class SimulatedCrash(Exception):  # noqa: N818 - what the model does to a worker
@@ -95,20 +115,69 @@ def _tool(*, run: str, pc: int, j: int) -> dict[str, Any]:
     return {"run": run, "pc": pc, "j": j}
 
 
-def _check_child(run_id: uuid.UUID, child_id: uuid.UUID, pc: int, j: int) -> None:
+def _lineage(ctx: Any) -> str:
+    """Who a program's calls are made by: its payload's lineage, which a
+    fork keeps (so the fork's copied records must match it as the
+    original's did), else the run."""
+    return str(ctx.payloads[0].get("lineage") or ctx.run.id)
+
+
+def _check_child(run_id: str, child_id: uuid.UUID, pc: int, j: int) -> None:
     origin = Run.objects.filter(id=child_id).values_list("payload", flat=True).first()
-    want = [str(run_id), pc, j]
+    want = [run_id, pc, j]
     if origin is None or origin.get("origin") != want:
         MISMATCHES.append((str(run_id), pc, j, f"spawn got {child_id} made for {origin}"))
 
 
-def _check_tool(run_id: uuid.UUID, outcome: runtime.ToolOutcome, pc: int, j: int) -> None:
-    if outcome.status == "completed" and outcome.value != _tool(run=str(run_id), pc=pc, j=j):
-        MISMATCHES.append((str(run_id), pc, j, f"tool got {outcome.value}"))
+def _check_tool(run_id: str, outcome: runtime.ToolOutcome, pc: int, j: int) -> None:
+    if outcome.status == "completed" and outcome.value != _tool(run=run_id, pc=pc, j=j):
+        MISMATCHES.append((run_id, pc, j, f"tool got {outcome.value}"))
 
 
-def _child_payload(run_id: uuid.UUID, pc: int, j: int, child: dict[str, Any]) -> dict[str, Any]:
-    return {"program": child["program"], "origin": [str(run_id), pc, j]}
+def _child_payload(run_id: str, pc: int, j: int, child: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "program": child["program"],
+        "origin": [run_id, pc, j],
+        "lineage": f"{run_id}/{pc}/{j}",
+    }
+
+
+def _usage(ctx: runtime.RunContext, n: int) -> None:
+    """``n`` model calls; one that finds the tree over its spend cap must
+    leave no run of the tree live (it cancelled them)."""
+    try:
+        for _ in range(n):
+            ctx.record_usage(model="m", input_tokens=10, output_tokens=5, cost=USAGE_COST)
+    except SpendCapReached as exc:
+        REACHED["spend cap"] += 1
+        if live := _live_in_tree(exc.root_id):
+            CAP_LEAKS.append((str(ctx.run.id), live))
+        raise
+
+
+async def _ausage(ctx: runtime.AsyncRunContext, n: int) -> None:
+    """``_usage`` in an async handler."""
+    try:
+        for _ in range(n):
+            await ctx.record_usage(model="m", input_tokens=10, output_tokens=5, cost=USAGE_COST)
+    except SpendCapReached as exc:
+        REACHED["spend cap"] += 1
+        if live := await aio.db(_live_in_tree, exc.root_id):
+            CAP_LEAKS.append((str(ctx.run.id), live))
+        raise
+
+
+def _live_in_tree(root_id: uuid.UUID) -> list[str]:
+    rows = _sql(
+        """WITH RECURSIVE tree AS (
+               SELECT id FROM runqueue_run WHERE id = %s
+               UNION ALL
+               SELECT r.id FROM runqueue_run r JOIN tree t ON r.parent_id = t.id)
+           SELECT r.id FROM runqueue_run r JOIN tree USING (id)
+            WHERE r.status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'pending')""",
+        [root_id],
+    )
+    return [str(r[0]) for r in rows]
 
 
 def _crash_point(ctx: Any, steps: int) -> None:
@@ -150,6 +219,7 @@ def model_sync(ctx: runtime.RunContext) -> Any:
     # A turn double texts were merged into (on_busy "merge") runs the
     # program it was submitted with; the texts' own programs are empty.
     program = ctx.payloads[0]["program"]
+    who = _lineage(ctx)
     steps = 0
     while pc < len(program):
         _crash_point(ctx, steps)
@@ -157,13 +227,15 @@ def model_sync(ctx: runtime.RunContext) -> Any:
         op = program[pc]
         if op["op"] == "spawn":
             for j, child in enumerate(op["children"]):
-                payload = _child_payload(ctx.run.id, pc, j, child)
-                _check_child(ctx.run.id, ctx.spawn(child["kind"], payload), pc, j)
+                payload = _child_payload(who, pc, j, child)
+                _check_child(who, ctx.spawn(child["kind"], payload), pc, j)
         elif op["op"] == "tools":
             for j in range(op["n"]):
-                args = {"run": str(ctx.run.id), "pc": pc, "j": j}
+                args = {"run": who, "pc": pc, "j": j}
                 out = ctx.invoke_tool(f"t{pc}", _tool, args=args, idempotency=_idempotency(op))
-                _check_tool(ctx.run.id, out, pc, j)
+                _check_tool(who, out, pc, j)
+        elif op["op"] == "usage":
+            _usage(ctx, op["n"])
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
@@ -185,6 +257,7 @@ async def model_async(ctx: runtime.AsyncRunContext) -> Any:
     # A turn double texts were merged into (on_busy "merge") runs the
     # program it was submitted with; the texts' own programs are empty.
     program = ctx.payloads[0]["program"]
+    who = _lineage(ctx)
     steps = 0
     while pc < len(program):
         _crash_point(ctx, steps)
@@ -193,32 +266,40 @@ async def model_async(ctx: runtime.AsyncRunContext) -> Any:
         if op["op"] == "spawn":
             made = await asyncio.gather(
                 *(
-                    ctx.spawn(child["kind"], _child_payload(ctx.run.id, pc, j, child))
+                    ctx.spawn(child["kind"], _child_payload(who, pc, j, child))
                     for j, child in enumerate(op["children"])
                 )
             )
             for j, child_id in enumerate(made):
-                await aio.db(_check_child, ctx.run.id, child_id, pc, j)
+                await aio.db(_check_child, who, child_id, pc, j)
         elif op["op"] == "tools":
             outs = await asyncio.gather(
                 *(
                     ctx.invoke_tool(
                         f"t{pc}",
                         _atool,
-                        args={"run": str(ctx.run.id), "pc": pc, "j": j},
+                        args={"run": who, "pc": pc, "j": j},
                         idempotency=_idempotency(op),
                     )
                     for j in range(op["n"])
                 )
             )
             for j, out in enumerate(outs):
-                _check_tool(ctx.run.id, out, pc, j)
+                _check_tool(who, out, pc, j)
+        elif op["op"] == "usage":
+            await _ausage(ctx, op["n"])
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
         pc += 1
     _crash_point(ctx, steps)
     return {"children": [[str(c.id), c.status] for c in await ctx.children()]}
+
+
+# A rolling deploy: version 2 of each kind (the same program) takes over
+# version 1's runs between turns; the old release's worker has version 1 only.
+runqueue.handler("model.sync", version=2, migrate_from=(1,))(model_sync)
+runqueue.handler("model.async", version=2, migrate_from=(1,))(model_async)
 
 
 # --- the programs ---------------------------------------------------------------
@@ -229,6 +310,7 @@ _LEAF_STEPS = st.one_of(
     ),
     st.builds(lambda t: {"op": "signal", "timeout": t}, st.sampled_from([None, 30.0])),
     st.just({"op": "sleep"}),
+    st.builds(lambda n: {"op": "usage", "n": n}, st.integers(1, 2)),
     st.just({"op": "fail"}),
     st.just({"op": "transient"}),
 )
@@ -297,6 +379,8 @@ class RunTree(RuleBasedStateMachine):
         _truncate()
         MISMATCHES.clear()
         CRASH_AT.clear()
+        CAP_LEAKS.clear()
+        VERSION_BREAKS.clear()
         #: How many runs are in each status after the last step: rules that
         #: need a run of some status are enabled only when there is one.
         self.statuses: dict[str, int] = {}
@@ -320,6 +404,7 @@ class RunTree(RuleBasedStateMachine):
         session=st.sampled_from([None, *SESSIONS]),
         sync=st.booleans(),
         start_within=st.sampled_from([None, None, 3600.0]),
+        capped=st.booleans(),
     )
     def submit(
         self,
@@ -327,26 +412,34 @@ class RunTree(RuleBasedStateMachine):
         session: str | None,
         sync: bool,
         start_within: float | None = None,
+        capped: bool = False,
     ) -> None:
         kind = "model.sync" if sync else "model.async"
         try:
             runqueue.submit(
                 kind=kind,
-                payload={"program": program},
+                payload={"program": program, "lineage": str(uuid.uuid4())},
                 session_id=session,
                 tenant=TENANT,
                 start_within=start_within,
+                spend_cap=SPEND_CAP if capped else None,
             )
         except ActiveRunConflict:
             pass  # the session's run is busy: refused, nothing written
 
-    @rule(runs=st.integers(1, 4), crash=st.one_of(st.none(), st.integers(0, 3)))
-    def step(self, runs: int, crash: int | None) -> None:
-        """A worker claims the next due runs, one after another, and runs
-        each handler; with ``crash`` it dies in the last one after that
-        many of its steps (that attempt's outcome is lost)."""
+    @rule(
+        runs=st.integers(1, 4),
+        crash=st.one_of(st.none(), st.integers(0, 3)),
+        release=st.sampled_from(["new", "new", "old"]),
+    )
+    def step(self, runs: int, crash: int | None, release: str = "new") -> None:
+        """A worker of the new or the old release claims the next due runs,
+        one after another, and runs each handler; with ``crash`` it dies in
+        the last one after that many of its steps (that attempt's outcome is
+        lost)."""
+        served = OLD_WORKER if release == "old" else None
         for n in range(runs):
-            lease = leases.claim_one("model", leases.ALL_CLASSES)
+            lease = self._claim(served)
             if lease is None:
                 return
             if crash is None or n < runs - 1:
@@ -357,6 +450,65 @@ class RunTree(RuleBasedStateMachine):
                 runtime.decide(lease)  # its outcome is never written: the worker died
             finally:
                 CRASH_AT.pop(str(lease.run_id), None)
+
+    def _claim(self, served: Served | None) -> leases.Lease | None:
+        """One claim, checked against the version rules: a run never
+        claimed takes the worker's newest version; a pinned one keeps its
+        version, which the worker must have, or moves to the version that
+        names it in ``migrate_from``, and only between turns."""
+        before = {
+            row[0]: (row[1], row[2])
+            for row in _sql(
+                "SELECT id, handler_version, runqueue_between_turns(id) FROM runqueue_run"
+                " WHERE status = 'queued'"
+            )
+        }
+        lease = leases.claim_one("model", leases.ALL_CLASSES, served=served)
+        if lease is None:
+            return None
+        have = served or registry.served()
+        run = lease.run
+        pinned, between = before.get(run.id, (None, None))
+        now = run.handler_version
+        if f"{run.kind}:{now}" not in have.versions:
+            VERSION_BREAKS.append((str(run.id), f"claimed at {now}, a version the worker lacks"))
+        if pinned is None and now != have.newest[have.kinds.index(run.kind)]:
+            VERSION_BREAKS.append((str(run.id), f"first claim at {now}, not the newest"))
+        if pinned is not None and now != pinned:
+            moved = f"{run.kind}:{pinned}" in have.moves and between
+            REACHED["move"] += 1
+            if not moved:
+                VERSION_BREAKS.append((str(run.id), f"moved {pinned} -> {now} inside a turn"))
+        return lease
+
+    @rule(index=st.integers(0, 50), step=st.integers(0, 6), failure=st.booleans())
+    def fork(self, index: int, step: int, failure: bool) -> None:
+        """An operator forks a finished run from one of its recorded steps
+        (or a dead letter from where it failed): refused while a copied
+        step's child is live; the fork keeps the original's version if it
+        keeps a step, none if not."""
+        run_id = self._pick(index, "succeeded", "failed", "cancelled")
+        if run_id is None:
+            return
+        original = Run.objects.get(id=run_id)
+        keep = step % (leases.recorded_steps(run_id) + 1)
+        try:
+            if failure and original.status == RunStatus.FAILED:
+                keep = leases.recorded_steps(run_id)
+                made = forking.fork_from_failure(run_id, actor="model", reason="model")
+            else:
+                made = forking.fork(run_id, from_step=keep, actor="model", reason="model")
+        except ForkRefused:
+            REACHED["fork refused"] += 1
+            return
+        REACHED["fork"] += 1
+        want = original.handler_version if keep else None
+        if made.handler_version != want:
+            VERSION_BREAKS.append(
+                (str(made.id), f"fork pinned {made.handler_version}, not {want}")
+            )
+        if made.parent_id is not None or made.session_id is not None:
+            VERSION_BREAKS.append((str(made.id), "a fork is a root holding no session slot"))
 
     @rule()
     def leases_expire(self) -> None:
@@ -485,6 +637,32 @@ class RunTree(RuleBasedStateMachine):
         assert not MISMATCHES, MISMATCHES
 
     @invariant()
+    def a_claim_keeps_the_version_rules(self) -> None:
+        assert not VERSION_BREAKS, VERSION_BREAKS
+
+    @invariant()
+    def a_tree_over_its_spend_cap_has_no_live_run(self) -> None:
+        """Checked where the cap is met (the recording handler): whatever
+        a requeue does later, the record that met it ended the tree."""
+        assert not CAP_LEAKS, CAP_LEAKS
+
+    @invariant()
+    def a_trees_totals_are_its_usage_records(self) -> None:
+        """Each recorded call counts once in its root's totals, whatever
+        replays, crashes and late records did."""
+        sums = {
+            root: (n, cost)
+            for root, n, cost in Usage.objects.values_list("root_id")
+            .annotate(n=Count("id"), cost=Sum("cost"))
+            .values_list("root_id", "n", "cost")
+        }
+        totals = {
+            row[0]: (row[1], row[2] if row[1] else None)
+            for row in TreeSpend.objects.values_list("run_id", "calls", "cost")
+        }
+        assert {k: v for k, v in totals.items() if v[0]} == sums
+
+    @invariant()
     def children_open_counts_the_live_children(self) -> None:
         assert not (wrong := testing.children_open_mismatches()), wrong
 
@@ -561,6 +739,7 @@ def test_the_run_tree_keeps_its_promises() -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+    print(f"reached: {dict(REACHED)}")
 
 
 #: Sequences of rules the machine once failed on (or that random search
@@ -629,5 +808,46 @@ def test_a_sequence_the_machine_once_failed_on_keeps_the_promises(name: str) -> 
             getattr(machine, rule_name)(**arguments)
             for check in invariants:
                 check()
+    finally:
+        machine.teardown()
+
+
+_TURNS = [
+    {"op": "tools", "n": 1, "idempotent": True},
+    {"op": "signal", "timeout": None},
+    {"op": "tools", "n": 1, "idempotent": True},
+]
+
+
+@pytest.mark.parametrize(
+    ("crash", "version", "status"),
+    [
+        pytest.param(None, 2, "succeeded", id="waiting-between-turns-moves"),
+        pytest.param(1, 1, "waiting", id="lost-inside-a-turn-keeps-its-version"),
+    ],
+)
+def test_a_rolling_deploy_moves_a_run_only_between_turns(
+    crash: int | None, version: int, status: str
+) -> None:
+    """The old release's worker starts a run (pinned to version 1); it
+    either waits for a signal (between turns: the new release's worker
+    moves it to version 2) or dies after its first tool call (inside a
+    turn: the new worker, which still has version 1, keeps it there and
+    replays its turn up to the wait)."""
+    machine = RunTree()
+    try:
+        machine.submit(program=_TURNS, session=None, sync=True)
+        machine.step(runs=1, crash=crash, release="old")
+        run = Run.objects.get()
+        assert run.handler_version == 1
+        if crash is None:
+            machine.signal(index=0)
+        else:
+            machine.leases_expire()
+        machine.step(runs=1, crash=None, release="new")
+        machine.a_claim_keeps_the_version_rules()
+        machine.replays_map_each_call_to_its_own_record()
+        run.refresh_from_db()
+        assert (run.handler_version, run.status) == (version, status)
     finally:
         machine.teardown()
