@@ -36,7 +36,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, budgets, events, leases, registry, submission, usage
+from runqueue import aio, budgets, events, leases, registry, spawning, usage
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -75,6 +75,7 @@ from runqueue.outcomes import (
 )
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
+from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 from runqueue.validation import json_text, text_problem
 
@@ -205,7 +206,7 @@ class RunContext:
     def payloads(self) -> list[JSON]:
         """The payloads of the submits this turn answers, in order: several
         when ``on_busy="merge"`` joined them, else ``[ctx.payload]``."""
-        return submission.turn_payloads(self.lease.run.payload)
+        return turn_payloads(self.lease.run.payload)
 
     @property
     def run(self) -> Run:
@@ -335,7 +336,7 @@ class RunContext:
         """``spawn`` as call ``seq``: the recorded child, or a new one."""
         if recorded is not None:
             return _respawned(recorded, kind, payload)
-        child = submission.spawn(
+        child = spawning.spawn(
             self.lease,
             seq,
             kind=kind,
@@ -391,7 +392,7 @@ class RunContext:
         (retention keeps a run while an ancestor is live, so only a delete
         does that): a fan-in never goes on with part of its children."""
         records = ToolInvocation.objects.filter(
-            run_id=self.run.id, tool=submission.SPAWN_TOOL
+            run_id=self.run.id, tool=leases.SPAWN_TOOL
         ).order_by("seq")
         results = records.values_list("result", flat=True)
         ids = [uuid.UUID(str(r["run_id"])) for r in results if isinstance(r, dict)]
@@ -919,7 +920,7 @@ def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
     the record has its hash: records made before it have the kind only)
     another payload."""
     seq, arguments = recorded.seq, recorded.arguments
-    if recorded.tool != submission.SPAWN_TOOL or not isinstance(recorded.result, dict):
+    if recorded.tool != leases.SPAWN_TOOL or not isinstance(recorded.result, dict):
         raise PermanentError(
             f"tool call #{seq} was {recorded.tool!r} on an earlier attempt and is a "
             f"spawn of {kind!r} now: {_SAME_ORDER}"
@@ -930,8 +931,8 @@ def _respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
             f"tool call #{seq} was a spawn of {recorded_kind!r} on an earlier attempt and is a "
             f"spawn of {kind!r} now: {_SAME_ORDER}"
         )
-    digest = arguments.get(submission.PAYLOAD_DIGEST) if isinstance(arguments, dict) else None
-    if digest is not None and digest != submission.payload_digest(payload):
+    digest = arguments.get(leases.PAYLOAD_DIGEST) if isinstance(arguments, dict) else None
+    if digest is not None and digest != leases.payload_digest(payload):
         raise PermanentError(
             f"tool call #{seq} was a spawn of {kind!r} with another payload on an earlier "
             f"attempt: {_SAME_ARGUMENTS}"
