@@ -52,6 +52,7 @@ from runqueue.outcomes import (
 )
 from runqueue.sql import prepared
 from runqueue.types import JSON
+from runqueue.validation import check_state
 
 if TYPE_CHECKING:
     from runqueue.submission_rules import CheckedSubmission
@@ -86,7 +87,7 @@ def checkpoint(lease: Lease, state: JSON, *, tool_seq: int = 0) -> bool:
     ``tool_seq`` is how many tool invocations the handler has made so far:
     on resume from this checkpoint, numbering continues from it.
     """
-    check_json(state, "checkpoint state")
+    check_state(state)
     return (
         fenced(
             lease,

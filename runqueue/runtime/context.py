@@ -44,7 +44,7 @@ from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
 from runqueue.turns import turn_payloads
 from runqueue.types import JSON
-from runqueue.validation import json_text
+from runqueue.validation import check_state
 
 
 class RunContext:
@@ -340,7 +340,7 @@ class RunContext:
         """``wait_for_budget`` after the first ``tool_seq`` calls."""
         key, tokens = budgets.declared("wait_for_budget", key, tokens)
         state = self.state if state is None else state
-        json_text(state, "checkpoint state")
+        check_state(state)
         return BudgetWait(key, tokens, state, tool_seq)
 
     def record_usage(

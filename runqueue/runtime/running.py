@@ -47,7 +47,7 @@ from runqueue.runtime.context import RunContext
 from runqueue.runtime.interrupted import interrupted_of
 from runqueue.runtime.returns import AskUser, Wait
 from runqueue.types import JSON
-from runqueue.validation import json_text
+from runqueue.validation import check_state
 
 logger = logging.getLogger("runqueue.runtime")
 
@@ -236,7 +236,7 @@ def _returned(
         if isinstance(result, AskUser):
             return Waiting.of(result.question, result.state, ctx._seq, result.timeout)
         if isinstance(result, Wait):
-            json_text(result.state, "checkpoint state")
+            check_state(result.state)
             return Suspended(
                 reason=result.reason,
                 wait_name=result.name,
