@@ -1,12 +1,13 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``runqueue.submission`` (and the retention's drop of finished days, ``runqueue.partitions``),
-the only writers of runs. Every worker transaction starts
-with an UPDATE of the run row that asserts ``id``, ``lease_epoch``, the
-claim's random ``lease_token`` and ``status = 'running'``; it writes other
-rows only if that returned a row. Zero rows means fenced: the transaction
-rolls back, ``run.fenced`` is appended in a transaction of its own, and the
-worker writes nothing else. Every transition made by anyone but the owner
+With ``runqueue.submission`` (its inserts in ``runqueue.inserts``) and the
+retention's drop of finished days (``runqueue.partitions``), the only
+writers of runs. Every worker transaction starts with an UPDATE of the run
+row that asserts ``id``, ``lease_epoch``, the claim's random
+``lease_token`` and ``status = 'running'``; it writes other rows only if
+that returned a row. Zero rows means fenced: the transaction rolls back,
+``run.fenced`` is appended in a transaction of its own, and the worker
+writes nothing else. Every transition made by anyone but the owner
 bumps ``lease_epoch`` and clears ``lease_token``.
 
 This module is the package's public surface: runqueue's other modules use

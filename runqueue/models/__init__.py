@@ -11,7 +11,8 @@ Foreign keys to ``Run`` have no database constraint (PostgreSQL cannot
 reference a partitioned table's id alone): deletes cascade in the ORM, and
 retention drops a finished day with everything of its runs.
 
-Run state is written by ``runqueue.submission`` (new runs, input delivered)
+Run state is written by ``runqueue.submission`` (new runs, through
+``runqueue.inserts``; input delivered)
 and ``runqueue.leases`` (every other transition) only; ``runqueue.partitions``
 drops finished days past the retention.
 
