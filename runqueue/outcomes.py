@@ -20,7 +20,7 @@ from typing import ClassVar, Literal
 from runqueue.failures import Failure
 from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.types import JSON
-from runqueue.validation import as_utc, json_text
+from runqueue.validation import as_utc, check_state, json_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class Waiting:
         check of both, for the runtime and a direct ``wait_for_user``), or
         the timeout is not a positive number of seconds."""
         json_text(question, "question")
-        json_text(state, "checkpoint state")
+        check_state(state)
         return cls(question, state, tool_seq, positive_seconds(timeout))
 
 

@@ -42,8 +42,8 @@ from runqueue.runtime import (
     AsyncRunContext,
     RunContext,
     Wait,
-    _respawned,
-    _same_tool_call,
+    respawned,
+    same_tool_call,
 )
 from runqueue.types import JSON
 
@@ -122,7 +122,7 @@ class ReplayContext(RunContext):
         if recorded is None:
             self._stop(RecordsEnd(seq))
         try:
-            _same_tool_call(recorded, name, args)
+            same_tool_call(recorded, name, args)
         except PermanentError:
             self._stop(
                 Diverged(
@@ -139,7 +139,7 @@ class ReplayContext(RunContext):
         if recorded is None:
             self._stop(RecordsEnd(seq))
         try:
-            return _respawned(recorded, kind, payload)
+            return respawned(recorded, kind, payload)
         except PermanentError:
             self._stop(
                 Diverged(
@@ -243,7 +243,7 @@ class _Driver:
             ctx = self._context(resume)
             self.stopped = None
             try:
-                result = self._call(ctx)
+                result = self.call(ctx)
             except _Stop:
                 return self._stopped()
             except Exception as exc:  # noqa: BLE001 - the handler's failure is its outcome
@@ -278,7 +278,7 @@ class _Driver:
         state, seq = self.checkpoint
         return ReplayContext(self, lease, state, seq)
 
-    def _call(self, ctx: ReplayContext) -> Any:
+    def call(self, ctx: ReplayContext) -> Any:
         if aio.is_async(self.fn):
             return aio.run(self.fn(AsyncRunContext(ctx))).result()
         return self.fn(ctx)

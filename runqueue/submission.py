@@ -10,19 +10,21 @@ pending turn in line behind it (``enqueue``), a new run that cancels it
 yet (``merge``); otherwise a new run is created (docs/decisions.md, "Busy
 sessions: on_busy"). Concurrent submits are resolved by the database's
 unique constraints and the active run's row lock, never by a Python check.
-What a submission may hold is ``runqueue.submission_rules``'s to say.
+What a submission may hold is ``runqueue.submission_rules``'s to say; the
+statement that writes new runs is ``runqueue.inserts``'s. A spawn's names
+(``spawn``, ``child_priority``, ``SPAWN_TOOL``, ``payload_digest``) and
+``turn_payloads`` are still importable from here, where they were first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
@@ -32,16 +34,14 @@ from django.db.models import (
     BooleanField,
     Count,
     ExpressionWrapper,
-    Field,
     Max,
     Min,
     Q,
     QuerySet,
 )
 from django.db.models.functions import Now
-from django.utils import timezone
 
-from runqueue import budgets, events, leases
+from runqueue import events, leases
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
@@ -52,23 +52,26 @@ from runqueue.errors import (
     RunqueueError,
     SessionQueueFull,
 )
-from runqueue.leases import notify_payload
+from runqueue.inserts import KEY_CONSTRAINT, SESSION_CONSTRAINT, insert_runs
+from runqueue.leases import PAYLOAD_DIGEST as PAYLOAD_DIGEST
+from runqueue.leases import SPAWN_TOOL as SPAWN_TOOL
+from runqueue.leases import payload_digest as payload_digest
 from runqueue.leases.base import moved_by_another
 from runqueue.models import (
     ACTIVE_STATUSES,
-    Idempotency,
     IdempotencyKey,
     PriorityClass,
     Run,
     RunStatus,
     SubmitOutcome,
-    ToolInvocation,
-    ToolStatus,
-    TreeSpend,
 )
 from runqueue.observability import tracing
-from runqueue.sql import prepared, set_config
-from runqueue.submission_rules import CheckedSubmission, Problem, check_submission
+from runqueue.spawning import child_priority as child_priority
+from runqueue.spawning import spawn as spawn
+from runqueue.sql import set_config
+from runqueue.submission_rules import CheckedSubmission, check_submission, require
+from runqueue.turns import MERGED_KEY, merged_payload
+from runqueue.turns import turn_payloads as turn_payloads
 from runqueue.types import JSON
 
 Outcome = Literal[
@@ -83,12 +86,6 @@ _KEY_OUTCOMES: dict[str, Outcome] = {
     SubmitOutcome.INTERRUPTED: "interrupted",
     SubmitOutcome.ROLLED_BACK: "rolled_back",
 }
-#: A merged payload: ``{MERGED_KEY: [first payload, second, ...]}``
-#: (docs/decisions.md, "Busy sessions: on_busy"; ``turn_payloads`` reads it).
-MERGED_KEY = "merged"
-
-_SESSION_CONSTRAINT = "runqueue_run_one_active_per_session"
-_KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,7 +198,7 @@ def submit(
     IdempotencyInProgress.
     """
     # locals(): the keyword arguments exactly as given, nothing else yet.
-    return _submit(_checked(check_submission(**locals())), durable=True)
+    return _submit(require(check_submission(**locals())), durable=True)
 
 
 def submit_in_transaction(
@@ -229,7 +226,7 @@ def submit_in_transaction(
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
     # locals(): the keyword arguments exactly as given, nothing else yet.
-    return _submit(_checked(check_submission(**locals())), durable=False)
+    return _submit(require(check_submission(**locals())), durable=False)
 
 
 def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
@@ -247,7 +244,7 @@ def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
             (run,) = _insert_runs([request], [request_hash])
         return Submission(run=run, outcome="created", original_outcome="created")
     except IntegrityError as exc:
-        if constraint_name(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+        if constraint_name(exc) not in (SESSION_CONSTRAINT, KEY_CONSTRAINT):
             raise
     except OperationalError as exc:
         if sqlstate(exc) == "55P03":  # lock_not_available
@@ -490,24 +487,6 @@ def _merge(request: CheckedSubmission, active: Run) -> Run | None:
     return target
 
 
-def merged_payload(first: JSON, then: JSON) -> dict[str, list[JSON]]:
-    """``first`` with ``then`` joined: ``{"merged": [first, then]}``, or
-    ``then`` added to a payload merged already."""
-    return {MERGED_KEY: [*turn_payloads(first), then]}
-
-
-def turn_payloads(payload: JSON) -> list[JSON]:
-    """The payloads of the submits a run answers, in order: the payloads a
-    merge joined, or the run's own payload alone."""
-    if (
-        isinstance(payload, dict)
-        and set(payload) == {MERGED_KEY}
-        and isinstance(payload[MERGED_KEY], list)
-    ):
-        return list(payload[MERGED_KEY])
-    return [payload]
-
-
 def _create_run(
     request: CheckedSubmission,
     request_hash: str,
@@ -528,7 +507,7 @@ def _create_run(
                 interrupted_id=interrupted_id,
             )
     except IntegrityError as exc:
-        if constraint_name(exc) not in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT):
+        if constraint_name(exc) not in (SESSION_CONSTRAINT, KEY_CONSTRAINT):
             raise
         # Another submit won the session slot or the key while we routed; its
         # key, if it is the same request, is committed now and is the answer.
@@ -556,7 +535,7 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
             checked.append(
-                _checked(
+                require(
                     check_submission(
                         **{f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
                     )
@@ -571,7 +550,7 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 with transaction.atomic():
                     runs = _insert_runs(chunk, hashes)
             except (IntegrityError, OperationalError) as exc:
-                taken = constraint_name(exc) in (_SESSION_CONSTRAINT, _KEY_CONSTRAINT)
+                taken = constraint_name(exc) in (SESSION_CONSTRAINT, KEY_CONSTRAINT)
                 if not taken and sqlstate(exc) != "55P03":
                     raise
                 # A key or a session is taken, or a key is in flight (perhaps
@@ -585,17 +564,6 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 Submission(run=run, outcome="created", original_outcome="created") for run in runs
             )
     return out
-
-
-def _checked(result: tuple[CheckedSubmission | None, list[Problem]]) -> CheckedSubmission:
-    """The submission, or its first problem raised (nothing is written); a
-    declared budget must exist and its call fit a whole window."""
-    checked, problems = result
-    if checked is None:
-        raise problems[0].error()
-    if checked.budget is not None and (detail := budgets.problem(*checked.budget)):
-        raise InvalidSubmission("budget", detail)
-    return checked
 
 
 @contextmanager
@@ -616,131 +584,6 @@ def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:
     return _route(request, request_hash, durable=False)
 
 
-def _insert_runs(
-    requests: Sequence[CheckedSubmission],
-    hashes: Sequence[str],
-    parent_id: uuid.UUID | None = None,
-    *,
-    place: int | None = None,
-    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
-    interrupted_id: uuid.UUID | None = None,
-) -> list[Run]:
-    """``create_runs``: the runs, their events, keys and NOTIFYs in one
-    statement. With a ``place`` (one request): a pending turn, which wakes
-    no worker."""
-    now = timezone.now()
-    due = {
-        notify_payload(r.priority)
-        for r in requests
-        if place is None and (not r.scheduled_for or r.scheduled_for <= now)
-    }
-    ids = [uuid.uuid4() for _ in requests]
-    traceparent = tracing.current_traceparent()
-    params = {
-        "ids": ids,
-        "tenants": [r.tenant for r in requests],
-        "principals": [r.principal for r in requests],
-        "session_ids": [r.session_id for r in requests],
-        "kinds": [r.kind for r in requests],
-        "payloads": [r.payload_text or json.dumps(r.payload) for r in requests],
-        "priorities": [r.priority for r in requests],
-        "max_attempts": [r.max_attempts for r in requests],
-        "scheduled_for": [r.scheduled_for for r in requests],
-        "traceparents": [traceparent] * len(requests),
-        "keys": [r.idempotency_key for r in requests],
-        "hashes": [h or None for h in hashes],
-        "concurrency_keys": [r.concurrency_key for r in requests],
-        "budget_keys": [r.budget[0] if r.budget else None for r in requests],
-        "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
-        "parent_ids": [parent_id] * len(requests),
-        "start_within": [r.start_within for r in requests],
-        "max_durations": [r.max_duration for r in requests],
-        "places": [place] * len(requests),
-        "interrupted_ids": [interrupted_id] * len(requests),
-        "key_outcome": str(key_outcome),
-        "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
-        "channel": get_settings().NOTIFY_CHANNEL,
-        "notify": sorted(due),
-        "lock_timeout": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"
-        if any(r.idempotency_key is not None for r in requests)
-        else None,
-    }
-    capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
-    with transaction.atomic() if capped else nullcontext():
-        with prepared("create_runs", params) as cursor:
-            made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
-        # The trees' spend caps, in the runs' transaction (usage.py).
-        TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
-    # The rows hold what was sent, and the defaults below; only created_at
-    # and start_by come from the server. (Hydrating RETURNING * cost more
-    # than the insert.)
-    runs = [
-        _inserted(r, run_id, *made[run_id], traceparent, parent_id)
-        for r, run_id in zip(requests, ids, strict=True)
-    ]
-    if place is not None:
-        for run in runs:
-            run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
-    return runs
-
-
-def _inserted(
-    request: CheckedSubmission,
-    run_id: uuid.UUID,
-    created_at: dt.datetime,
-    start_by: dt.datetime | None,
-    tp: str,
-    parent_id: uuid.UUID | None = None,
-) -> Run:
-    """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
-    values = {
-        "id": run_id,
-        "tenant": request.tenant,
-        "principal": request.principal,
-        "session_id": request.session_id,
-        "kind": request.kind,
-        "payload": request.payload,
-        "priority": request.priority,
-        "max_attempts": request.max_attempts,
-        "scheduled_for": request.scheduled_for,
-        "traceparent": tp,
-        "concurrency_key": request.concurrency_key,
-        "budget_key": request.budget[0] if request.budget else None,
-        "budget_tokens": request.budget[1] if request.budget else None,
-        "created_at": created_at,
-        "parent_id": parent_id,
-        "max_duration": request.max_duration,
-        "start_by": start_by,
-    }
-    # Every other column as the model's default makes it (status queued,
-    # epoch 0, ...), as the statement inserts it.
-    names, constant, per_run = _defaults()
-    row = constant | values
-    for field in per_run:
-        if field.attname not in values:
-            row[field.attname] = field.get_default()
-    return Run.from_db(connection.alias, names, [row[name] for name in names])
-
-
-@functools.cache
-def _defaults() -> tuple[list[str], dict[str, object], list[Field]]:
-    """The run's columns, the defaults every new run shares (immutable:
-    text, numbers, None), and the fields whose default is made per run (a
-    callable's, or a mutable one, so no two runs share it): built once, as
-    asking every field for its default per run was a fifth of a bulk
-    submit's CPU."""
-    fields = Run._meta.concrete_fields
-    constant: dict[str, object] = {}
-    per_run: list[Field] = []
-    for field in fields:
-        default = field.default if field.has_default() else None
-        if callable(default) or isinstance(default, dict | list | set):
-            per_run.append(field)
-        else:
-            constant[field.attname] = field.get_default()
-    return [f.attname for f in fields], constant, per_run
-
-
 def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outcome: str) -> None:
     if request.idempotency_key is None:
         return
@@ -757,118 +600,25 @@ def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outco
                 expires_at=Now() + retention,
             )
     except IntegrityError as exc:
-        if constraint_name(exc) != _KEY_CONSTRAINT:
+        if constraint_name(exc) != KEY_CONSTRAINT:
             raise
         raise _Retry from exc
 
 
-#: The tool name a spawn is recorded under, in the parent's tool-call order.
-SPAWN_TOOL = "runqueue.spawn"
-#: The spawn record's argument that holds ``payload_digest(payload)``.
-PAYLOAD_DIGEST = "payload_sha256"
-
-
-def payload_digest(payload: JSON) -> str:
-    """SHA-256 of a payload as canonical JSON (None is ``{}``, keys sorted,
-    an integral float as its integer: payloads equal as JSON hash equal).
-    A spawn's record keeps it, so a replay can tell another payload."""
-    try:
-        value = json.loads(
-            json.dumps({} if payload is None else payload, allow_nan=False),
-            parse_float=_canonical_float,
-        )
-    except (TypeError, ValueError):
-        return ""  # not JSON: no spawn recorded it
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _canonical_float(text: str) -> int | float:
-    number = float(text)
-    return int(number) if number.is_integer() else number
-
-
-def child_priority(parent_priority: int) -> int:
-    """A child's default priority: its parent's, but never more urgent than
-    the async class. An interactive run's sub-agents are background work of
-    its turn: on the async slots, under the async cap of the parent's key,
-    they neither run one by one under the interactive cap their waiting
-    parent gave up nor hold the tenant's next turn behind them
-    (docs/decisions.md, "Children run as async work")."""
-    return max(parent_priority, PriorityClass.ASYNC.value)
-
-
-def spawn(
-    lease: leases.Lease,
-    seq: int,
+def _insert_runs(
+    requests: Sequence[CheckedSubmission],
+    hashes: Sequence[str],
     *,
-    kind: str,
-    payload: JSON = None,
-    priority: int | None = None,
-    concurrency_key: str | None = None,
-    session_id: str | None = None,
-) -> uuid.UUID | None:
-    """Create a child of the leased run, recorded as its tool call ``seq``:
-    the child's id, or None if the parent's lease is lost (nothing written).
-
-    The child follows ``submit``'s rules (its kind registered, its payload
-    checked; InvalidSubmission or UnknownKind before anything is written)
-    and is the parent's tenant and principal; its concurrency key is the
-    parent's and its priority ``child_priority(parent)`` unless given. With
-    a ``session_id`` it is that session's active run (ActiveRunConflict if
-    the session has one); without one it holds no session slot, so its
-    parent keeps its own.
-    """
-    parent = lease.run
-    request = _checked(
-        check_submission(
-            kind=kind,
-            payload=payload,
-            session_id=session_id,
-            tenant=parent.tenant,
-            principal=parent.principal,
-            priority=child_priority(parent.priority) if priority is None else priority,
-            concurrency_key=parent.concurrency_key if concurrency_key is None else concurrency_key,
-        )
+    place: int | None = None,
+    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
+    interrupted_id: uuid.UUID | None = None,
+) -> list[Run]:
+    """``insert_runs`` under the submitting trace."""
+    return insert_runs(
+        requests,
+        hashes,
+        traceparent=tracing.current_traceparent(),
+        place=place,
+        key_outcome=key_outcome,
+        interrupted_id=interrupted_id,
     )
-    created: list[Run] = []
-
-    def write() -> None:
-        try:
-            with transaction.atomic():
-                (child,) = _insert_runs([request], [""], parent_id=parent.id)
-        except IntegrityError as exc:
-            if constraint_name(exc) != _SESSION_CONSTRAINT:
-                raise
-            active = Run.objects.active().filter(
-                tenant=request.tenant, session_id=request.session_id
-            )
-            found = active.values_list("id", "status").first()
-            raise ActiveRunConflict(request.session_id or "", *(found or (None, None))) from exc
-        ToolInvocation.objects.create(
-            run_id=parent.id,
-            seq=seq,
-            tool=SPAWN_TOOL,
-            idempotency=Idempotency.IDEMPOTENT,
-            status=ToolStatus.COMPLETED,
-            arguments={
-                "kind": request.kind,
-                "session_id": request.session_id,
-                PAYLOAD_DIGEST: payload_digest(request.payload),
-            },
-            result={"run_id": str(child.id)},
-            lease_epoch=lease.epoch,
-            lease_token=lease.token,
-            finished_at=Now(),
-        )
-        events.append(
-            parent.id,
-            events.SPAWNED,
-            lease.epoch,
-            {"seq": seq, "child": str(child.id), "kind": request.kind},
-        )
-        created.append(child)
-
-    if not leases.spawn_write(lease, write):
-        return None
-    return created[0].id

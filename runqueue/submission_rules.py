@@ -18,7 +18,7 @@ from decimal import Decimal
 
 from django.db import models
 
-from runqueue import registry
+from runqueue import budgets, registry
 from runqueue.conf import ON_BUSY, Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
@@ -216,6 +216,18 @@ def check_submission(
         spend_cap=cap_value,
         on_busy=conf.SESSION_ON_BUSY if on_busy is None else str(on_busy),
     ), problems
+
+
+def require(result: tuple[CheckedSubmission | None, list[Problem]]) -> CheckedSubmission:
+    """``check_submission``'s submission, or its first problem raised
+    (nothing is written); a declared budget must exist and its call fit a
+    whole window. What ``submit()``, ``submit_many()`` and a spawn accept."""
+    checked, problems = result
+    if checked is None:
+        raise problems[0].error()
+    if checked.budget is not None and (detail := budgets.problem(*checked.budget)):
+        raise InvalidSubmission("budget", detail)
+    return checked
 
 
 def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:

@@ -16,6 +16,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 
 from runqueue import events, leases, runtime
 from runqueue.failures import Failure
+from runqueue.leases import SPAWN_TOOL
 from runqueue.models import (
     ACTIVE_STATUSES,
     Run,
@@ -26,7 +27,6 @@ from runqueue.models import (
     WaitReason,
 )
 from runqueue.outcomes import Failed, Succeeded
-from runqueue.submission import SPAWN_TOOL
 from runqueue.types import JSON
 
 if TYPE_CHECKING:

@@ -64,6 +64,14 @@ def json_text(value: object, what: str) -> str:
     return text
 
 
+def check_state(state: object) -> None:
+    """ValueError unless a handler's state can be stored: the one check of
+    the state a checkpoint, a wait (for the user, children, a signal, a
+    time or a budget) or a turn's end saves, made before anything is
+    written, by the runtime and by the lease writes alike."""
+    json_text(state, "checkpoint state")
+
+
 def json_problem(value: object) -> tuple[str, str | None]:
     """``value`` as JSON text, and why jsonb cannot store it (or None).
 

@@ -1,12 +1,13 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``runqueue.submission`` (and the retention's drop of finished days, ``runqueue.partitions``),
-the only writers of runs. Every worker transaction starts
-with an UPDATE of the run row that asserts ``id``, ``lease_epoch``, the
-claim's random ``lease_token`` and ``status = 'running'``; it writes other
-rows only if that returned a row. Zero rows means fenced: the transaction
-rolls back, ``run.fenced`` is appended in a transaction of its own, and the
-worker writes nothing else. Every transition made by anyone but the owner
+With ``runqueue.submission`` (its inserts in ``runqueue.inserts``) and the
+retention's drop of finished days (``runqueue.partitions``), the only
+writers of runs. Every worker transaction starts with an UPDATE of the run
+row that asserts ``id``, ``lease_epoch``, the claim's random
+``lease_token`` and ``status = 'running'``; it writes other rows only if
+that returned a row. Zero rows means fenced: the transaction rolls back,
+``run.fenced`` is appended in a transaction of its own, and the worker
+writes nothing else. Every transition made by anyone but the owner
 bumps ``lease_epoch`` and clears ``lease_token``.
 
 This module is the package's public surface: runqueue's other modules use
@@ -52,18 +53,21 @@ from runqueue.leases.waits import (
     suspend,
 )
 from runqueue.leases.writes import (
+    PAYLOAD_DIGEST,
+    SPAWN_TOOL,
     append_event,
     checkpoint,
     give_up,
     heartbeat,
     heartbeat_many,
     label,
+    payload_digest,
     publish_text,
     record_step,
     record_tool_outcome,
     record_tool_started,
     release,
-    spawn_write,
+    spawn,
     wait_for_budget,
     wait_for_user,
     write,
@@ -71,6 +75,8 @@ from runqueue.leases.writes import (
 
 __all__ = [
     "ALL_CLASSES",
+    "PAYLOAD_DIGEST",
+    "SPAWN_TOOL",
     "ClaimSpec",
     "Failure",
     "Lease",
@@ -99,6 +105,7 @@ __all__ = [
     "notify_cancel",
     "notify_payload",
     "parse_cancel",
+    "payload_digest",
     "permanent_failure",
     "publish_text",
     "recorded_steps",
@@ -114,7 +121,7 @@ __all__ = [
     "resume_due",
     "signal",
     "signal_name_problem",
-    "spawn_write",
+    "spawn",
     "suspend",
     "sweep",
     "wait_for_budget",

@@ -14,7 +14,7 @@ through the ordinary fence.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from dataclasses import field as default
@@ -29,7 +29,8 @@ from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
 from runqueue.leases.fence import fenced_transaction, record_fenced
 from runqueue.leases.writes import finish_params
-from runqueue.models import PriorityClass, Run
+from runqueue.models import PriorityClass
+from runqueue.models.rows import run_from_row
 from runqueue.outcomes import Finish
 from runqueue.sql import prepared
 
@@ -222,34 +223,3 @@ def _decoded(raw: tuple[bytes | None, ...]) -> tuple[str, ...]:
 
 def _lease(names: tuple[str, ...], row: tuple, spec: ClaimSpec) -> Lease:
     return Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
-
-
-@cache
-def _loaders(names: tuple[str, ...]) -> list[tuple[int, str, tuple[Callable[..., object], ...]]]:
-    """Per field of a claimed row, in the model's field order (``from_db``
-    expects it; the table's column order differs once a migration added a
-    column): its column's position, its attname and the converters Django
-    applies to values read from the database (JSON)."""
-    position = {name: index for index, name in enumerate(names)}
-    loaders = []
-    for field in Run._meta.concrete_fields:
-        index = position.get(field.column) if field.column else None
-        if index is None:
-            continue
-        col = field.get_col(Run._meta.db_table)
-        converters = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
-        loaders.append((index, field.attname, tuple(converters)))
-    return loaders
-
-
-def run_from_row(names: Sequence[str], row: tuple) -> Run:
-    """A Run from a raw row of ``runqueue_run`` (what ``raw()`` does), extra
-    columns ignored: the claim's rows."""
-    loaders = _loaders(tuple(names))
-    values = []
-    for index, _attname, converters in loaders:
-        value = row[index]
-        for convert in converters:
-            value = convert(value, None, connection)
-        values.append(value)
-    return Run.from_db(connection.alias, [attname for _i, attname, _c in loaders], values)

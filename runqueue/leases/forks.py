@@ -28,6 +28,7 @@ from runqueue.errors import (
 )
 from runqueue.leases.base import notify_payload, retry_moved
 from runqueue.leases.transitions import checked_operation
+from runqueue.leases.writes import SPAWN_TOOL
 from runqueue.models import (
     TERMINAL_STATUSES,
     Idempotency,
@@ -40,10 +41,6 @@ from runqueue.models import (
 from runqueue.sql import execute
 from runqueue.types import JSON
 from runqueue.validation import json_problem
-
-#: The tool name a spawn is recorded under (runqueue.submission.SPAWN_TOOL,
-#: which imports this package).
-_SPAWN_TOOL = "runqueue.spawn"
 
 
 def fork(
@@ -191,7 +188,7 @@ def _check_steps(run_id: uuid.UUID, from_step: int) -> None:
                 f"step #{seq} ({tool}) started and its outcome was never recorded: it may "
                 f"or may not have happened; fork from step {seq} or before",
             )
-        if tool == _SPAWN_TOOL and isinstance(result, dict):
+        if tool == SPAWN_TOOL and isinstance(result, dict):
             _check_child(run_id, seq, result.get("run_id"))
 
 

@@ -26,7 +26,7 @@ from runqueue.errors import (
     RunNotFound,
     SignalTooLarge,
 )
-from runqueue.leases.base import Lease, check_json, notify, retry_moved
+from runqueue.leases.base import Lease, notify, retry_moved
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import checked_operation
@@ -34,7 +34,7 @@ from runqueue.models import TERMINAL_STATUSES, Run, RunStatus, Signal, WaitReaso
 from runqueue.outcomes import positive_seconds, wake_time
 from runqueue.sql import execute, prepared
 from runqueue.types import JSON
-from runqueue.validation import json_text, text_problem
+from runqueue.validation import check_state, json_text, text_problem
 
 #: The longest signal name: its column's length.
 SIGNAL_NAME_MAX_LENGTH = Signal._meta.get_field("name").max_length or 255
@@ -76,7 +76,7 @@ def suspend(
     until, timeout = wake_time(until), positive_seconds(timeout)
     if reason == WaitReason.SIGNAL and (problem := signal_name_problem(name)) is not None:
         raise ValueError(f"a signal's name {problem}")
-    check_json(state, "checkpoint state")
+    check_state(state)
 
     def write(_row: tuple) -> None:
         if state is not None:

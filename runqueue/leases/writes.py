@@ -1,10 +1,14 @@
 """The owning worker's writes, each behind the fence: heartbeat,
-checkpoint, tool records, events, finish, give up, wait, release."""
+checkpoint, tool records (a spawn's among them), events, finish, give up,
+wait, release."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+import json
+from collections.abc import Sequence
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
@@ -15,6 +19,7 @@ from runqueue.errors import (
     TRANSIENT,
 )
 from runqueue.failures import failure_record, failure_summary
+from runqueue.inserts import insert_child
 from runqueue.leases.base import (
     Lease,
     backoff,
@@ -27,6 +32,7 @@ from runqueue.leases.reservations import refund
 from runqueue.leases.waits import suspend
 from runqueue.models import (
     Idempotency,
+    Run,
     RunStatus,
     ToolInvocation,
     ToolStatus,
@@ -46,6 +52,10 @@ from runqueue.outcomes import (
 )
 from runqueue.sql import prepared
 from runqueue.types import JSON
+from runqueue.validation import check_state
+
+if TYPE_CHECKING:
+    from runqueue.submission_rules import CheckedSubmission
 
 # --- worker writes -------------------------------------------------------------
 
@@ -77,7 +87,7 @@ def checkpoint(lease: Lease, state: JSON, *, tool_seq: int = 0) -> bool:
     ``tool_seq`` is how many tool invocations the handler has made so far:
     on resume from this checkpoint, numbering continues from it.
     """
-    check_json(state, "checkpoint state")
+    check_state(state)
     return (
         fenced(
             lease,
@@ -178,6 +188,71 @@ def record_step(lease: Lease, *, seq: int, tool: str, arguments: JSON, result: J
 
     check_json(arguments, "step arguments")
     return fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is not None
+
+
+#: The tool name a spawn is recorded under, in the parent's tool-call order.
+SPAWN_TOOL = "runqueue.spawn"
+#: The spawn record's argument that holds ``payload_digest(payload)``.
+PAYLOAD_DIGEST = "payload_sha256"
+
+
+def payload_digest(payload: JSON) -> str:
+    """SHA-256 of a payload as canonical JSON (None is ``{}``, keys sorted,
+    an integral float as its integer: payloads equal as JSON hash equal).
+    A spawn's record keeps it, so a replay can tell another payload."""
+    try:
+        value = json.loads(
+            json.dumps({} if payload is None else payload, allow_nan=False),
+            parse_float=_canonical_float,
+        )
+    except (TypeError, ValueError):
+        return ""  # not JSON: no spawn recorded it
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical_float(text: str) -> int | float:
+    number = float(text)
+    return int(number) if number.is_integer() else number
+
+
+def spawn(lease: Lease, seq: int, request: CheckedSubmission, *, traceparent: str) -> Run | None:
+    """Create ``request`` (checked) as a child of the leased run, recorded
+    as its completed tool call ``seq``, behind the parent's fence
+    (``fence_spawn``: the lease renewed and the child counted open under the
+    parent's row lock); the child, or None once fenced (nothing written).
+    ActiveRunConflict (nothing written) if the child's session is busy."""
+    created: list[Run] = []
+
+    def write(_row: tuple) -> None:
+        child = insert_child(request, parent_id=lease.run_id, traceparent=traceparent)
+        ToolInvocation.objects.create(
+            run_id=lease.run_id,
+            seq=seq,
+            tool=SPAWN_TOOL,
+            idempotency=Idempotency.IDEMPOTENT,
+            status=ToolStatus.COMPLETED,
+            arguments={
+                "kind": request.kind,
+                "session_id": request.session_id,
+                PAYLOAD_DIGEST: payload_digest(request.payload),
+            },
+            result={"run_id": str(child.id)},
+            lease_epoch=lease.epoch,
+            lease_token=lease.token,
+            finished_at=Now(),
+        )
+        events.append(
+            lease.run_id,
+            events.SPAWNED,
+            lease.epoch,
+            {"seq": seq, "child": str(child.id), "kind": request.kind},
+        )
+        created.append(child)
+
+    if fenced(lease, "spawn", "fence_spawn", renew_params(lease), write) is None:
+        return None
+    return created[0]
 
 
 def finish_params(lease: Lease, outcome: Finish) -> dict[str, object]:
@@ -340,16 +415,6 @@ def wait_for_user(
 
     params = {"timeout": timeout}
     return fenced(lease, "wait_for_user", "fence_wait", params, write, closes=True) is not None
-
-
-def spawn_write(lease: Lease, write: Callable[[], None]) -> bool:
-    """A child's creation behind its parent's fence (``fence_spawn``: the
-    lease renewed and the child counted open under the parent's row lock),
-    ``write`` in the same transaction; False once fenced, nothing written."""
-    return (
-        fenced(lease, "spawn", "fence_spawn", renew_params(lease), lambda _row: write())
-        is not None
-    )
 
 
 def release(lease: Lease, reason: str, *, unstarted: bool = False) -> bool:

@@ -1,0 +1,146 @@
+"""New runs written: the one statement (``create_runs``) that inserts a
+submit's runs, a ``submit_many`` chunk's, and a spawn's child, with their
+events, keys and NOTIFYs. ``runqueue.submission`` routes a submit to it;
+``runqueue.leases`` writes a child with it behind the parent's fence."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runqueue.conf import get_settings
+from runqueue.db import constraint_name
+from runqueue.errors import ActiveRunConflict
+from runqueue.models import PriorityClass, Run, RunStatus, SubmitOutcome, TreeSpend
+from runqueue.models.rows import inserted_run
+from runqueue.sql import prepared
+
+if TYPE_CHECKING:
+    from runqueue.submission_rules import CheckedSubmission
+
+#: The unique constraints a new run can meet: one active run per session,
+#: one key per (tenant, principal).
+SESSION_CONSTRAINT = "runqueue_run_one_active_per_session"
+KEY_CONSTRAINT = "runqueue_idempotency_key_unique"
+
+
+def insert_runs(
+    requests: Sequence[CheckedSubmission],
+    hashes: Sequence[str],
+    *,
+    traceparent: str,
+    parent_id: uuid.UUID | None = None,
+    place: int | None = None,
+    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
+    interrupted_id: uuid.UUID | None = None,
+) -> list[Run]:
+    """``create_runs``: the runs, their events, keys and NOTIFYs in one
+    statement. With a ``place`` (one request): a pending turn, which wakes
+    no worker."""
+    now = timezone.now()
+    due = {
+        # The class's NOTIFY payload (leases.notify_payload).
+        PriorityClass.of(r.priority).slug
+        for r in requests
+        if place is None and (not r.scheduled_for or r.scheduled_for <= now)
+    }
+    ids = [uuid.uuid4() for _ in requests]
+    params = {
+        "ids": ids,
+        "tenants": [r.tenant for r in requests],
+        "principals": [r.principal for r in requests],
+        "session_ids": [r.session_id for r in requests],
+        "kinds": [r.kind for r in requests],
+        "payloads": [r.payload_text or json.dumps(r.payload) for r in requests],
+        "priorities": [r.priority for r in requests],
+        "max_attempts": [r.max_attempts for r in requests],
+        "scheduled_for": [r.scheduled_for for r in requests],
+        "traceparents": [traceparent] * len(requests),
+        "keys": [r.idempotency_key for r in requests],
+        "hashes": [h or None for h in hashes],
+        "concurrency_keys": [r.concurrency_key for r in requests],
+        "budget_keys": [r.budget[0] if r.budget else None for r in requests],
+        "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
+        "parent_ids": [parent_id] * len(requests),
+        "start_within": [r.start_within for r in requests],
+        "max_durations": [r.max_duration for r in requests],
+        "places": [place] * len(requests),
+        "interrupted_ids": [interrupted_id] * len(requests),
+        "key_outcome": str(key_outcome),
+        "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
+        "channel": get_settings().NOTIFY_CHANNEL,
+        "notify": sorted(due),
+        "lock_timeout": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"
+        if any(r.idempotency_key is not None for r in requests)
+        else None,
+    }
+    capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
+    with transaction.atomic() if capped else nullcontext():
+        with prepared("create_runs", params) as cursor:
+            made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
+        # The trees' spend caps, in the runs' transaction (usage.py).
+        TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
+    # The rows hold what was sent, and the defaults; only created_at and
+    # start_by come from the server. (Hydrating RETURNING * cost more
+    # than the insert.)
+    runs = [
+        _inserted(r, run_id, *made[run_id], traceparent, parent_id)
+        for r, run_id in zip(requests, ids, strict=True)
+    ]
+    if place is not None:
+        for run in runs:
+            run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
+    return runs
+
+
+def insert_child(request: CheckedSubmission, *, parent_id: uuid.UUID, traceparent: str) -> Run:
+    """A spawn's child, in a savepoint of its parent's fenced transaction;
+    ActiveRunConflict if it names a session that has an active run."""
+    try:
+        with transaction.atomic():
+            (child,) = insert_runs([request], [""], traceparent=traceparent, parent_id=parent_id)
+    except IntegrityError as exc:
+        if constraint_name(exc) != SESSION_CONSTRAINT:
+            raise
+        active = Run.objects.active().filter(tenant=request.tenant, session_id=request.session_id)
+        found = active.values_list("id", "status").first()
+        raise ActiveRunConflict(request.session_id or "", *(found or (None, None))) from exc
+    return child
+
+
+def _inserted(
+    request: CheckedSubmission,
+    run_id: uuid.UUID,
+    created_at: object,
+    start_by: object,
+    tp: str,
+    parent_id: uuid.UUID | None = None,
+) -> Run:
+    """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
+    return inserted_run(
+        {
+            "id": run_id,
+            "tenant": request.tenant,
+            "principal": request.principal,
+            "session_id": request.session_id,
+            "kind": request.kind,
+            "payload": request.payload,
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "scheduled_for": request.scheduled_for,
+            "traceparent": tp,
+            "concurrency_key": request.concurrency_key,
+            "budget_key": request.budget[0] if request.budget else None,
+            "budget_tokens": request.budget[1] if request.budget else None,
+            "created_at": created_at,
+            "parent_id": parent_id,
+            "max_duration": request.max_duration,
+            "start_by": start_by,
+        }
+    )
