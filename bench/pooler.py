@@ -9,7 +9,7 @@ first, so commits per run are exact), in three deployments:
 - ``direct_unprepared``: the same with ``PREPARED_STATEMENTS = False``;
 - ``pooled``: every statement but LISTEN through a PgBouncer in transaction
   mode with ``default_pool_size = POOL_SIZE`` (8 server connections for 32
-  slots), LISTEN straight to the server, as the README's deployment section
+  slots), LISTEN straight to the server, as docs/operations.md's deployment section
   says (``POOLER = "transaction"``, so nothing prepared: PgBouncer 1.18).
 
 Each round drains every deployment once, the second round in the reverse

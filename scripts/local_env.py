@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HEADER = (
     "# This checkout's local settings, written by scripts/run.sh (never commit them).\n"
-    "# A deployment sets its own SECRET_KEY and serves HTTPS: README, Deployment.\n"
+    "# A deployment sets its own SECRET_KEY and serves HTTPS: docs/operations.md, Deployment.\n"
 )
 
 

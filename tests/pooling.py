@@ -25,7 +25,7 @@ POOL_SIZE = int(os.environ.get("RUNQUEUE_TEST_POOL_SIZE", "3"))
 #: a session of its own needs): the workers' name for it, and the tests'.
 DIRECT = "direct"
 
-#: RUNQUEUE keys every test runs with in this mode, as the README says to
+#: RUNQUEUE keys every test runs with in this mode, as docs/operations.md says to
 #: run behind a transaction pooler (a test's own keys win).
 POOLED_RUNQUEUE = {"POOLER": "transaction", "LISTEN_DATABASE": DIRECT} if POOLER else {}
 

@@ -130,7 +130,7 @@ def _waiting_for_signal(caller: ApiCaller) -> Run:
 
 
 def test_a_token_with_quota_zero_writes_nothing(client) -> None:
-    """The README: a quota of 0 stops the token. It could still cancel and signal."""
+    """docs/api.md: a quota of 0 stops the token. It could still cancel and signal."""
     stopped = make_caller("gail", "acme", submit_quota=0, submit_window_seconds=30)
     run = _waiting_for_signal(stopped)
     asking = _asking(stopped)

@@ -64,7 +64,7 @@ def test_no_secret_key_with_debug_on_starts() -> None:
 
 @pytest.mark.django_db
 def test_check_deploy_passes_with_the_documented_environment() -> None:
-    """README, Deployment: DATABASE_URL, SECRET_KEY, DEBUG off, ALLOWED_HOSTS."""
+    """docs/operations.md, Deployment: DATABASE_URL, SECRET_KEY, DEBUG off, ALLOWED_HOSTS."""
     proc = manage(
         "check",
         "--deploy",

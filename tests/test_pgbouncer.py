@@ -5,7 +5,7 @@ run, and a LISTEN that would hear nothing through it found out.
 
 The workers are real ``runworker`` processes whose default database is the
 pooler (``RUNQUEUE["POOLER"] = "transaction"``) and whose LISTEN goes
-straight to the server (``LISTEN_DATABASE``), as the README's deployment
+straight to the server (``LISTEN_DATABASE``), as docs/operations.md's deployment
 section says to run them.
 """
 

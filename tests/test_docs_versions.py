@@ -1,8 +1,8 @@
-"""The README's "Rolling deploys" examples, run as written: two versions
+"""The "Rolling deploys" examples of docs/handlers.md, run as written: two versions
 of a kind, a run pinned to the first finishing on it; a patch taken by new
 runs and not by a run that passed its place; and the ``runqueue_replay``
-command line against runs of the first version, its output as the README
-shows it."""
+command line against runs of the first version, its output as the docs
+show it."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import runqueue
 from runqueue import leases, registry, runtime, testing
 from runqueue.models import Run, ToolInvocation
 from runqueue.registry import Served
-from tests import readme_versions
-from tests.readme_versions import CALLS, block
+from tests.docs_blocks import REPO, all_blocks, named
+from tests.docs_versions import CALLS, block
 
 pytestmark = pytest.mark.django_db
 
@@ -98,19 +98,20 @@ def test_the_patched_example_takes_the_patch_for_new_runs_only() -> None:
     assert ("fraud_check", 8) not in CALLS and ("refund", 8) not in CALLS
 
 
-def _readme_output() -> list[str]:
-    """The README's sample output, each line a pattern (its run id elided)."""
-    text = (readme_versions.README).read_text()
-    start = text.index("<!-- /replay-example -->")
-    sample = re.search(r"```text\n(.*?)```", text[start:], re.S)
-    assert sample is not None
-    return sample.group(1).splitlines()
+def _docs_output() -> list[str]:
+    """The docs' sample output, each line a pattern (its run id elided): the
+    text block right after the command's."""
+    command = named("replay-example")
+    blocks = [b for b in all_blocks() if b.path == command.path]
+    sample = blocks[blocks.index(command) + 1]
+    assert sample.language == "text", sample.where
+    return sample.code.splitlines()
 
 
 @pytest.mark.usefixtures("transactional_db")
 def test_the_replay_example_runs_as_written() -> None:
-    """Three runs made by version 1; the README's command, in a process of
-    its own with the README's handlers, replays them against version 2."""
+    """Three runs made by version 1; the docs' command, in a process of
+    its own with the docs' handlers, replays them against version 2."""
     ids = []
     for _ in range(3):
         run = runqueue.submit(kind="support.turn", payload=PAYLOAD).run
@@ -126,11 +127,11 @@ def test_the_replay_example_runs_as_written() -> None:
         "PATH": "/usr/bin:/bin",
         "DJANGO_SETTINGS_MODULE": "tests.worker_settings",
         "RUNQUEUE_TEST_DATABASE": json.dumps(database),
-        "RUNQUEUE_TEST_HANDLER_MODULES": json.dumps(["tests.readme_versions"]),
+        "RUNQUEUE_TEST_HANDLER_MODULES": json.dumps(["tests.docs_versions"]),
     }
-    done = subprocess.run(  # noqa: S603 - the README's own example
+    done = subprocess.run(  # noqa: S603 - the docs' own example
         [sys.executable, *argv[1:]],
-        cwd=readme_versions.README.parent,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
@@ -139,7 +140,7 @@ def test_the_replay_example_runs_as_written() -> None:
     )
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
-    first, example, _more, last = _readme_output()
+    first, example, _more, last = _docs_output()
     assert lines[0] == first.replace("20", "3")
     pattern = re.escape(example).replace(re.escape("6f1c2b8e-...-5d2e"), "(?P<id>[0-9a-f-]{36})")
     found = [re.fullmatch(pattern, row) for row in lines[1:-1]]

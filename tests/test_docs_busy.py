@@ -1,11 +1,10 @@
-"""The README's chat example of ``on_busy``, run as written: a second message
+"""The chat example of ``on_busy`` (docs/handlers.md), run as written: a second message
 waits its turn (enqueue), a third interrupts the turn in progress and starts
 now, told what the old turn finished, so its search is not made again; the
 waiting message follows, in order."""
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
@@ -14,8 +13,8 @@ import pytest
 import runqueue
 from runqueue import leases, testing
 from runqueue.models import Run, RunStatus
+from tests.docs_blocks import named
 from tests.helpers import Worker, wait_until
-from tests.test_stream_gunicorn import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,18 +38,15 @@ def model(messages: list[str], found: Any) -> str:
 
 
 def _blocks() -> tuple[str, str]:
-    """The README's example: the handler, and the submits after it."""
-    text = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- busy-example -->\n```python\n(.*?)```", text, re.S)
-    assert block is not None, "the README's on_busy example"
-    code = block.group(1)
+    """The example: the handler, and the submits after it."""
+    code = named("busy-example").code
     cut = code.index("chat = {")
     return code[:cut], code[cut:]
 
 
 HANDLER, SUBMITS = _blocks()
 NAMESPACE: dict[str, Any] = {"search": search, "model": model}
-exec(compile(HANDLER, "README.md", "exec"), NAMESPACE)  # noqa: S102 - our own README
+exec(compile(HANDLER, "docs/handlers.md", "exec"), NAMESPACE)  # noqa: S102 - our own docs
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +58,7 @@ def _fresh() -> None:
 
 def test_the_example_as_written() -> None:
     namespace = dict(NAMESPACE)
-    exec(compile(SUBMITS, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(SUBMITS, "docs/handlers.md", "exec"), namespace)  # noqa: S102 - our own docs
     first, second, third = namespace["first"], namespace["second"], namespace["third"]
     assert Run.objects.get(id=first.run.id).status == RunStatus.CANCELLED
     # The interrupting turn runs first, then the one that waited in line.

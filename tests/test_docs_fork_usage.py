@@ -1,12 +1,11 @@
-"""The README's fork and usage examples, run as written: the fork of a
+"""The fork and usage examples of docs/handlers.md, run as written: the fork of a
 dead-lettered run from its third step with an edited payload; the usage
-handler (with a fake model client), priced from the README's PRICES, and
+handler (with a fake model client), priced from the example's PRICES, and
 the totals."""
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
@@ -16,16 +15,13 @@ import pytest
 import runqueue
 from runqueue import leases, testing, usage
 from runqueue.models import Run, RunStatus
-from tests.workers import REPO
+from tests.docs_blocks import named
 
 pytestmark = pytest.mark.django_db
 
 
 def _block(name: str) -> str:
-    text = (REPO / "README.md").read_text()
-    found = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", text, re.S)
-    assert found is not None, f"the README's {name} block"
-    return found.group(1)
+    return named(name).code
 
 
 class _Responses:
@@ -38,7 +34,7 @@ class _Responses:
 
 #: The handler block, registered once (its RUNQUEUE is read by the tests).
 HANDLER: dict[str, Any] = {"runqueue": runqueue, "client": SimpleNamespace(responses=_Responses())}
-exec(compile(_block("usage-handler"), "README.md", "exec"), HANDLER)  # noqa: S102 - our README
+exec(compile(_block("usage-handler"), "docs/handlers.md", "exec"), HANDLER)  # noqa: S102 - our docs
 
 
 def test_the_fork_example(transactional_db) -> None:
@@ -46,7 +42,7 @@ def test_the_fork_example(transactional_db) -> None:
     lease = leases.claim_one("w-test")
     assert lease is not None and testing.execute(lease) == "failed"
     namespace = {"runqueue": runqueue, "Run": Run, "run_id": sub.run.id}
-    exec(compile(_block("fork-example"), "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("fork-example"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
     fork = namespace["fork"]
     assert list(fork.tool_invocations.values_list("seq", flat=True)) == [0, 1]
     assert fork.payload == {"steps": 4, "fail_after": 2, "model": "gpt-5-mini"}
@@ -55,7 +51,7 @@ def test_the_fork_example(transactional_db) -> None:
 def test_the_usage_example(settings, transactional_db) -> None:
     settings.RUNQUEUE = {**settings.RUNQUEUE, **HANDLER["RUNQUEUE"]}
     namespace = {"runqueue": runqueue, "month_start": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)}
-    exec(compile(_block("usage-totals"), "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("usage-totals"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
     run = namespace["run"]
     assert usage.spend_cap_of(run.id) == 5
     lease = leases.claim_one("w-test")
@@ -69,5 +65,5 @@ def test_the_usage_example(settings, transactional_db) -> None:
         Decimal("2"),
     )
     assert usage.tree_totals(run.id) == totals
-    exec(compile(_block("usage-totals"), "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("usage-totals"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
     assert usage.tenant_totals("default", since=namespace["month_start"]) == totals

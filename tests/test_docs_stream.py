@@ -1,11 +1,10 @@
-"""The README's async streaming turn, run as written: a fake async model
+"""The async streaming turn of docs/handlers.md, run as written: a fake async model
 client streams tokens, the turn calls a tool, and a "stop" mid-stream
 cancels it at its current ``await`` with its ``finally`` run."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -14,8 +13,8 @@ import pytest
 import runqueue
 from runqueue import Idempotency, aio, events, leases, testing
 from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation
+from tests.docs_blocks import named
 from tests.helpers import wait_until
-from tests.test_stream_gunicorn import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKENS = ["Sure", ",", " here", " is", " the", " plan", " 🙂"]
@@ -55,20 +54,18 @@ async def fetch_weather(city: str) -> dict:
     return {"summary": f"light rain in {city}"}
 
 
-def _readme_handler() -> None:
-    text = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- stream-example -->\n```python\n(.*?)```", text, re.S)
-    assert block is not None, "the README's streaming example"
+def _docs_handler() -> None:
+    code = named("stream-example").code
     namespace = {
         "runqueue": runqueue,
         "Idempotency": Idempotency,
         "model_client": model_client,
         "fetch_weather": fetch_weather,
     }
-    exec(compile(block.group(1), "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(code, "docs/handlers.md", "exec"), namespace)  # noqa: S102 - our own docs
 
 
-_readme_handler()
+_docs_handler()
 
 
 @pytest.fixture(autouse=True)
