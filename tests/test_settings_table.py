@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from runqueue import checks
 from runqueue.conf import Settings, parse
 from runqueue.conf.reference import default_text, reference
-from runqueue.conf.table import BY_NAME, SETTINGS
+from runqueue.conf.table import BY_NAME, SETTINGS, Setting
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_left_out_every_key_holds_its_default() -> None:
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
-def test_the_default_shown_is_a_value_the_key_accepts(setting) -> None:
+def test_the_default_shown_is_a_value_the_key_accepts(setting: Setting) -> None:
     """What the reference shows as the default, written by a project,
     parses to what the key holds when left out (or the same caps: none)."""
     conf = parse({setting.name: ast.literal_eval(default_text(setting))})
@@ -62,7 +62,7 @@ def test_the_default_shown_is_a_value_the_key_accepts(setting) -> None:
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
-def test_a_value_of_another_type_is_refused_naming_the_key(setting) -> None:
+def test_a_value_of_another_type_is_refused_naming_the_key(setting: Setting) -> None:
     wrong = object()
     with pytest.raises(ImproperlyConfigured, match=re.escape(f"RUNQUEUE[{setting.name!r}]")):
         parse({setting.name: wrong})

@@ -11,11 +11,11 @@ import threading
 import pytest
 from django.db import OperationalError
 
+from runqueue.conf.table import BY_NAME
+from runqueue.management.commands.runworker import Command
 from runqueue.models import PriorityClass
 from runqueue.observability import metrics
 from runqueue.outcomes import Reported
-from runqueue.conf.table import BY_NAME
-from runqueue.management.commands.runworker import Command
 from runqueue.worker import background
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.services import Periodic, Service
