@@ -1,4 +1,9 @@
-"""System checks: runqueue needs PostgreSQL and a well-formed RUNQUEUE dict."""
+"""System checks: runqueue needs PostgreSQL and a well-formed RUNQUEUE dict.
+
+The settings table (``runqueue.conf.table``) names, for each setting, the
+checks below that look at it; tests/test_settings_table.py holds the two
+together.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,21 @@ from django.db import connections
 
 if TYPE_CHECKING:
     from psycopg import IsolationLevel
+
+    from runqueue.conf import Settings
+
+
+def _parsed() -> Settings | None:
+    """The RUNQUEUE dict, parsed afresh; None when malformed (that is
+    check_settings' runqueue.E002)."""
+    from django.conf import settings
+
+    from runqueue.conf import parse
+
+    try:
+        return parse(getattr(settings, "RUNQUEUE", {}))
+    except ImproperlyConfigured:
+        return None
 
 
 @register(Tags.database, Tags.compatibility)
@@ -52,7 +72,7 @@ def check_settings(
         return [
             Error(
                 str(exc),
-                hint="See runqueue/conf.py or the README for the settings and their defaults.",
+                hint="docs/settings.md lists the settings, what each may hold and its default.",
                 id="runqueue.E002",
             )
         ]
@@ -65,14 +85,10 @@ def check_schedules(
 ) -> list[CheckMessage]:
     """A settings schedule naming a kind no handler is registered for would
     log an error at every tick instead of firing."""
-    from django.conf import settings
-
     from runqueue import registry
-    from runqueue.conf import parse
+    from runqueue.schedules.spec import configured
 
-    try:
-        specs = parse(getattr(settings, "RUNQUEUE", {})).SCHEDULES
-    except ImproperlyConfigured:
+    if (conf := _parsed()) is None:
         return []  # reported by check_settings
     return [
         CheckWarning(
@@ -82,7 +98,7 @@ def check_schedules(
             "RUNQUEUE['HANDLER_MODULES'].",
             id="runqueue.W020",
         )
-        for spec in specs
+        for spec in configured(conf)
         if not registry.is_registered(spec.kind)
     ]
 
@@ -92,14 +108,9 @@ def check_concurrency_and_api_kinds(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[CheckMessage]:
     """Caps need READ COMMITTED claims; API_KINDS should name handled kinds."""
-    from django.conf import settings
-
     from runqueue import registry
-    from runqueue.conf import parse
 
-    try:
-        conf = parse(getattr(settings, "RUNQUEUE", {}))
-    except ImproperlyConfigured:
+    if (conf := _parsed()) is None:
         return []  # reported as runqueue.E002
     messages: list[CheckMessage] = []
     isolation = default_isolation_level()
@@ -133,14 +144,9 @@ def check_listen_database(
 ) -> list[CheckMessage]:
     """RUNQUEUE["LISTEN_DATABASE"] must name a database Django knows: the
     listener would fail at every reconnect and fall back to polling."""
-    from django.conf import settings
-
-    from runqueue.conf import parse
-
-    try:
-        alias = parse(getattr(settings, "RUNQUEUE", {})).LISTEN_DATABASE
-    except ImproperlyConfigured:
+    if (conf := _parsed()) is None:
         return []  # reported as runqueue.E002
+    alias = conf.LISTEN_DATABASE
     known = list(connections)  # DATABASES' aliases
     if alias is None or alias in known:
         return []
@@ -164,11 +170,7 @@ def check_pooler(
     usual port with no POOLER said is asked about."""
     from django.conf import settings
 
-    from runqueue.conf import parse
-
-    try:
-        conf = parse(getattr(settings, "RUNQUEUE", {}))
-    except ImproperlyConfigured:
+    if (conf := _parsed()) is None:
         return []  # reported as runqueue.E002
     default = settings.DATABASES.get("default", {})
     threshold = (default.get("OPTIONS") or {}).get("prepare_threshold")

@@ -61,7 +61,7 @@ def test_a_worker_on_a_skewed_host_reports_the_database_time_and_shows_live(skew
         )
     )
     pool._register()
-    pool._seen()
+    pool.report_seen()
     worker = Worker.objects.get(id="skewed-host")
     assert _close_to_db(worker.started_at) and _close_to_db(worker.last_seen_at)
     # The admin, on a host skewed the same way, reads liveness off the

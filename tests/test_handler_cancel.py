@@ -258,14 +258,14 @@ def test_a_handler_ignoring_its_cancel_is_reported_with_its_slot(pool_of, caplog
     caplog.set_level(logging.WARNING, logger="runqueue.worker")
     _cancel(run_id)
     wait_until(lambda: pool.ignoring_cancellation() != [], what="the cancel to arrive")
-    pool._seen()  # the worker-row service's tick
+    pool.report_seen()  # the worker-row service's tick
     (slot,) = Worker.objects.get(id=pool.config.worker_id).cancelled_slots
     assert (slot["run_id"], slot["group"], slot["reason"]) == (run_id, "interactive", "cancelled")
     (lease,) = pool.ignoring_cancellation()
     lease.cancelled_at -= 10  # as if it had ignored it for 10 s
-    pool._heartbeat()
+    pool.renew_leases()
     assert any("still holds its slot" in r.getMessage() for r in caplog.records)
     let_go.set()
     wait_until(lambda: pool.held() == [], what="the handler to return")
-    pool._seen()
+    pool.report_seen()
     assert Worker.objects.get(id=pool.config.worker_id).cancelled_slots == []

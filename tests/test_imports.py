@@ -1,15 +1,18 @@
-"""runqueue's modules import downward only: no module imports, at run time,
-one that imports it back (no cycle, however long), and the layers the code
-is read by keep their direction (settings below what they configure, the
-lease writes below observability, the event stream beside the HTTP API).
+"""runqueue's modules import downward only: no module imports one that
+imports it back (no cycle, however long), and the layers the code is read
+by keep their direction (settings below what they configure, the lease
+writes below observability, the event stream beside the HTTP API, the admin
+and the HTTP API beside each other).
 
-Imports inside ``if TYPE_CHECKING:`` are left out: they name types for the
-checker and run nothing. Imports inside functions count: they run.
+Every import counts: inside functions (they run) and inside
+``if TYPE_CHECKING:`` too (they run nothing, but a type named upward ties
+the lower module to the upper one all the same).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -19,11 +22,14 @@ RUNQUEUE = Path(__file__).resolve().parent.parent / "runqueue"
 
 #: (importer, imported): no module under the first may import one under the
 #: second. Lower layers report upward through hooks registered from above
-#: (runqueue.leases.base.observers, runqueue.conf.register_parser).
+#: (runqueue.leases.base.observers, runqueue.conf.register_parser); what
+#: the admin and the API share lives below both (runqueue.tokens).
 FORBIDDEN = [
     ("runqueue.conf", "runqueue.schedules"),
     ("runqueue.stream", "runqueue.api"),
     ("runqueue.leases", "runqueue.observability"),
+    ("runqueue.admin", "runqueue.api"),
+    ("runqueue.api", "runqueue.admin"),
 ]
 
 
@@ -32,49 +38,59 @@ def _name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _imports(source: str, module: Callable[[str], str]) -> set[str]:
+    """The runqueue modules ``source`` imports anywhere (``module`` maps a
+    dotted name to the module that defines it)."""
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("runqueue"):
+            assert node.module is not None
+            for alias in node.names:
+                imported.add(module(f"{node.module}.{alias.name}"))
+        elif isinstance(node, ast.Import):
+            imported.update(module(a.name) for a in node.names if a.name.startswith("runqueue"))
+    return imported
+
+
+@cache
+def _paths() -> dict[str, Path]:
+    return {_name(p): p for p in RUNQUEUE.rglob("*.py") if "migrations" not in p.parts}
+
+
+def _module(dotted: str) -> str:
+    while dotted not in _paths():
+        dotted = dotted.rpartition(".")[0]
+    return dotted
+
+
 @cache
 def _graph() -> dict[str, frozenset[str]]:
-    """{module: the runqueue modules it imports at run time}."""
-    paths = {_name(p): p for p in RUNQUEUE.rglob("*.py") if "migrations" not in p.parts}
-
-    def module(dotted: str) -> str:
-        while dotted not in paths:
-            dotted = dotted.rpartition(".")[0]
-        return dotted
-
-    graph = {}
-    for name, path in paths.items():
-        tree = ast.parse(path.read_text(), str(path))
-        typing_only = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for inner in ast.walk(node)
-        }
-        imported = set()
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("runqueue"):
-                assert node.module is not None
-                for alias in node.names:
-                    imported.add(module(f"{node.module}.{alias.name}"))
-            elif isinstance(node, ast.Import):
-                imported.update(
-                    module(a.name) for a in node.names if a.name.startswith("runqueue")
-                )
-        graph[name] = frozenset(imported - {name})
-    return graph
+    """{module: the runqueue modules it imports, at run time or for types}."""
+    return {
+        name: frozenset(_imports(path.read_text(), _module) - {name})
+        for name, path in _paths().items()
+    }
 
 
 def _under(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_the_reading_sees_imports_inside_functions_but_not_type_only_ones() -> None:
-    graph = _graph()
-    assert "runqueue.models" in graph["runqueue.conf"]  # inside a function
-    assert "runqueue.schedules.spec" not in graph["runqueue.conf"]  # TYPE_CHECKING only
+def test_the_reading_sees_imports_inside_functions_and_type_only_ones() -> None:
+    source = """
+from typing import TYPE_CHECKING
+import psycopg
+from runqueue.conf import get_settings
+if TYPE_CHECKING:
+    from runqueue.models import Run
+def f():
+    import runqueue.leases.claim
+"""
+    assert _imports(source, _module) == {
+        "runqueue.conf",  # at the top, the package defining the name
+        "runqueue.models",  # for types only
+        "runqueue.leases.claim",  # inside a function
+    }
 
 
 @pytest.mark.parametrize(("importer", "imported"), FORBIDDEN)

@@ -1,9 +1,9 @@
 """The admin console for support staff.
 
 Run changelists (all, dead-lettered, uncertain), the run detail page, audited
-actions that call the service layer, the queue dashboard, concurrency limits
-and budgets. Importing this package registers the ModelAdmins with the
-default admin site.
+actions that call the service layer, the queue dashboard, concurrency limits,
+budgets and API tokens. Importing this package registers the ModelAdmins
+with the default admin site.
 """
 
 from runqueue.admin import (  # noqa: F401 - registers the ModelAdmins
@@ -12,6 +12,6 @@ from runqueue.admin import (  # noqa: F401 - registers the ModelAdmins
     paused,
     runs,
     schedules,
+    tokens,
     workers,
 )
-from runqueue.api import admin as _api_admin  # noqa: F401 - registers the ApiToken admin

@@ -28,7 +28,6 @@ from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.clock import db_now
-from runqueue.conf import get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import (
     PRIORITY_MAX,
@@ -39,7 +38,7 @@ from runqueue.models import (
     ScheduleTick,
 )
 from runqueue.schedules import cron
-from runqueue.schedules.spec import check_catch_up, check_name, check_runs
+from runqueue.schedules.spec import check_catch_up, check_name, check_runs, configured
 
 if TYPE_CHECKING:
     # The stubs' name for what get_fieldsets returns (a list of TypedDicts).
@@ -83,7 +82,7 @@ class ScheduleForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         name = self._checked(check_name, self.cleaned_data["name"])
-        if any(spec.name == name for spec in get_settings().SCHEDULES):
+        if any(spec.name == name for spec in configured()):
             raise forms.ValidationError(
                 f"{name!r} is defined in RUNQUEUE['SCHEDULES'], which wins: choose another name."
             )

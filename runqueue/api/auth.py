@@ -16,7 +16,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from runqueue.api import tokens
+from runqueue import tokens
 from runqueue.api.errors import ApiError
 from runqueue.conf import get_settings
 from runqueue.models import ApiToken

@@ -25,7 +25,7 @@ from runqueue.conf import Settings, get_settings
 from runqueue.errors import RunqueueError
 from runqueue.models import Run, Schedule, ScheduleSource, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
-from runqueue.schedules.spec import ScheduleSpec
+from runqueue.schedules.spec import ScheduleSpec, configured
 
 if TYPE_CHECKING:
     from runqueue.submission import Submission
@@ -48,7 +48,7 @@ def sync_settings(*, force: bool = False) -> None:
     with _sync_lock:
         if _synced is conf and not force:
             return
-        apply_specs(conf.SCHEDULES)
+        apply_specs(configured(conf))
         _synced = conf
 
 
@@ -113,7 +113,7 @@ def save_definition(schedule: Schedule) -> Schedule:
     and its next fire time follows its cron from the cursor."""
     if schedule.source == ScheduleSource.SETTINGS:
         raise ScheduleError(f"schedule {schedule.name!r} is defined in settings: edit it there")
-    if any(spec.name == schedule.name for spec in get_settings().SCHEDULES):
+    if any(spec.name == schedule.name for spec in configured()):
         raise ScheduleError(f"schedule {schedule.name!r} is defined in settings, which win")
     schedule.cron = cron.validate(schedule.cron)
     cron.zone(schedule.timezone)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.conf import Settings, register_parser
+from runqueue.conf import Settings, get_settings, register_parser
 from runqueue.models import PRIORITY_MAX, CatchUp, Overlap, PriorityClass, Schedule
 from runqueue.schedules import cron
 from runqueue.submission_rules import check_submission
@@ -214,6 +214,13 @@ def parse(raw: object, conf: Settings | None = None) -> tuple[ScheduleSpec, ...]
         except ValueError as exc:
             raise ImproperlyConfigured(f"RUNQUEUE['SCHEDULES'][{name!r}]: {exc}") from exc
     return tuple(specs)
+
+
+def configured(conf: Settings | None = None) -> tuple[ScheduleSpec, ...]:
+    """The schedules ``RUNQUEUE["SCHEDULES"]`` defines (``conf``: the
+    current settings), typed: the settings layer holds them untyped."""
+    specs: tuple[ScheduleSpec, ...] = (conf or get_settings()).SCHEDULES
+    return specs
 
 
 # RUNQUEUE["SCHEDULES"] is this module's to parse (runqueue.conf does not

@@ -11,36 +11,39 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
-from runqueue import aio, budgets, concurrency, housekeeping, leases, registry, schedules
-from runqueue.conf import get_settings
+from runqueue import aio, budgets, concurrency, leases, registry
 from runqueue.db import connection_lost
 from runqueue.errors import MAX_DURATION
 from runqueue.models import Worker
 from runqueue.observability import observe
 from runqueue.outcomes import Reported
+from runqueue.worker import background
+from runqueue.worker.config import (
+    CLAIM_AHEAD,
+    CLAIM_BATCH,
+    PoolConfig,
+    default_worker_id,
+)
 from runqueue.worker.deadlines import Deadlines
 from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
-from runqueue.worker.services import Periodic, Service, reconnect_delay, retrying
+from runqueue.worker.services import Periodic, reconnect_delay, retrying
 from runqueue.worker.slot import LoopRuns, LoopSlots, Slot
-from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec, shape
+from runqueue.worker.spec import SlotSpec, shape
+
+__all__ = ["CLAIM_AHEAD", "CLAIM_BATCH", "Pool", "PoolConfig", "SlotSpec", "default_worker_id"]
 
 logger = logging.getLogger("runqueue.worker")
 
-CLAIM_BATCH = 32
 #: At shutdown, running handlers are told to stop once this share of the
 #: grace period has passed (the rest is theirs to return).
 CANCEL_AT_GRACE = 0.5
 #: A handler told to stop that still holds its slot this long is logged.
 IGNORED_AFTER_SECONDS = 2.0
-#: Leases a slot group may claim beyond its idle slots while its runs are
-#: short (docs/performance.md: chosen by measurement).
-CLAIM_AHEAD = 16
 
 
 def _join(threads: Sequence[threading.Thread | LoopSlots | LoopRuns], deadline: float) -> None:
@@ -50,42 +53,6 @@ def _join(threads: Sequence[threading.Thread | LoopSlots | LoopRuns], deadline: 
     for thread in threads:
         while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
             thread.join(min(left, 0.2))
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolConfig:
-    """How a pool runs; every default comes from the RUNQUEUE settings."""
-
-    slots: tuple[SlotSpec, ...] = field(
-        default_factory=lambda: tuple(SlotSpec.parse(s) for s in DEFAULT_SLOTS)
-    )
-    lease_seconds: float = field(default_factory=lambda: get_settings().LEASE_SECONDS)
-    heartbeat_seconds: float = field(default_factory=lambda: get_settings().HEARTBEAT_SECONDS)
-    sweep_seconds: float = field(default_factory=lambda: get_settings().SWEEP_SECONDS)
-    poll_seconds: float = field(default_factory=lambda: get_settings().POLL_SECONDS)
-    grace_seconds: float = field(default_factory=lambda: get_settings().GRACE_SECONDS)
-    housekeeping_seconds: float = 600
-    #: At most this many runs per claim statement; a slot group claims for
-    #: its idle slots only, so this caps the batch of a large group.
-    claim_batch: int = CLAIM_BATCH
-    #: At most this many leases held beyond the idle slots of a group, while
-    #: its runs are short (``group.AHEAD_BELOW_SECONDS``); 0 turns it off.
-    claim_ahead: int = CLAIM_AHEAD
-    burst: bool = False
-    worker_id: str = field(default_factory=default_worker_id)
-
-    def __post_init__(self) -> None:
-        if not self.slots:
-            raise ValueError("a pool needs at least one slot")
-        if self.heartbeat_seconds >= self.lease_seconds:
-            raise ValueError(
-                f"heartbeat every {self.heartbeat_seconds}s would let a {self.lease_seconds}s "
-                "lease expire between heartbeats: make --heartbeat-seconds shorter"
-            )
 
 
 class Pool:
@@ -116,21 +83,14 @@ class Pool:
             )
             for spec in config.slots
         ]
-        #: Renews every held lease; runs until the last lease is given back.
-        self.heartbeat_services = (
-            Service("heartbeat", config.heartbeat_seconds, self._heartbeat),
-        )
-        #: The worker's maintenance, each on its own clock; runs until the
-        #: pool stops claiming (none in burst mode: one sweep at start).
-        self.maintenance_services = (
-            Service("sweeper", config.sweep_seconds, leases.sweep),
-            # Every worker may fire a due tick; each fires once.
-            Service("schedule-ticker", config.sweep_seconds, schedules.tick),
-            Service("caps-refresh", config.sweep_seconds, concurrency.refresh),
-            Service("budgets-refresh", config.sweep_seconds, budgets.refresh),
-            Service("worker-row", config.sweep_seconds, self._seen),
-            Service("housekeeping", config.housekeeping_seconds, housekeeping.schedule),
-        )
+        #: The background services (runqueue.worker.background): renewing
+        #: every held lease, until the last lease is given back ...
+        self.heartbeat_services = background.periodic(self, "heartbeat")
+        #: ... and the maintenance, each on its own clock, until the pool
+        #: stops claiming.
+        self.maintenance_services = background.periodic(self, "maintenance")
+        #: The services started, by name: their threads or servers.
+        self.running: dict[str, object] = {}
         self.slots: list[Slot | LoopSlots | LoopRuns] = []
         for spec, group in zip(config.slots, self.groups, strict=True):
             if spec.loop:
@@ -199,7 +159,7 @@ class Pool:
 
     # --- background ticks -------------------------------------------------------------
 
-    def _heartbeat(self) -> None:
+    def renew_leases(self) -> None:
         """Renew every held lease in one statement; report handlers that
         ignore a cancellation."""
         # A lease its max_duration cancelled is not renewed: a handler that
@@ -232,7 +192,7 @@ class Pool:
             for lease in self.ignoring_cancellation()
         ]
 
-    def _seen(self) -> None:
+    def report_seen(self) -> None:
         """The worker row's ``last_seen_at`` (the admin tells live workers by
         it) and the slots held by cancelled runs."""
         Worker.objects.filter(id=self.config.worker_id).update(
@@ -271,23 +231,54 @@ class Pool:
                 if self.stopping.wait(reconnect_delay()):
                     raise
 
+    @property
+    def listener(self) -> Listener:
+        listener = self.running["listener"]
+        assert isinstance(listener, Listener)
+        return listener
+
+    @property
+    def deadlines(self) -> Deadlines:
+        deadlines = self.running["deadlines"]
+        assert isinstance(deadlines, Deadlines)
+        return deadlines
+
+    def serve(self) -> None:
+        """Start the servers the config asks for (the metrics port); raise
+        what binding raises. Called again, it starts nothing twice."""
+        for service in background.SERVICES:
+            if (
+                service.runs_on == "server"
+                and service.start is not None
+                and service.name not in self.running
+                and service.enabled(self.config)
+            ):
+                self.running[service.name] = service.start(self)
+
+    def _start_services(self) -> None:
+        """After the slot groups: the services that run until the pool stops
+        claiming, in their declared order; in burst mode, the one-off ticks."""
+        for service in background.SERVICES:
+            if self.config.burst and service.burst == "once" and service.tick is not None:
+                service.tick(self)()
+            if not service.enabled(self.config) or service.name in self.running:
+                continue
+            if service.runs_on == "thread" and service.start is not None:
+                self.running[service.name] = service.start(self)
+            elif service.runs_on == "maintenance" and "maintenance" not in self.running:
+                self.running["maintenance"] = maintenance = Periodic(
+                    "runqueue-maintenance", self.maintenance_services, self.stopping
+                )
+                maintenance.start()
+
     def start(self) -> None:
+        self.serve()
         self._register()
         self.heartbeat = Periodic("runqueue-heartbeat", self.heartbeat_services, self.stopped)
         self.heartbeat.start()
         for group in self.groups:
             group.start()
-        if self.config.burst:
-            leases.sweep()
-        else:
-            self.listener = Listener(get_settings().NOTIFY_CHANNEL, self.wake, self.stopping)
-            self.listener.start()
-            self.maintenance = Periodic(
-                "runqueue-maintenance", self.maintenance_services, self.stopping
-            )
-            self.maintenance.start()
-            self.deadlines = Deadlines(self.stopping)
-            self.deadlines.start()
+        self._start_services()
         for slot in self.slots:
             slot.start()
         for spec in self.config.slots:

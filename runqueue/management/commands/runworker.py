@@ -11,8 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
 from runqueue.models import PriorityClass
-from runqueue.observability import metrics
-from runqueue.worker.pool import CLAIM_AHEAD, Pool, PoolConfig, default_worker_id
+from runqueue.worker.config import CLAIM_AHEAD, METRICS_HOST, PoolConfig, default_worker_id
+from runqueue.worker.pool import Pool
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
 
@@ -146,7 +146,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-host",
-            default="0.0.0.0",  # noqa: S104 - a scrape target, reached from Prometheus
+            default=METRICS_HOST,
             help="the address the metrics port binds (default: %(default)s)",
         )
         parser.add_argument(
@@ -172,18 +172,19 @@ class Command(BaseCommand):
                 claim_ahead=options["claim_ahead"],
                 burst=options["burst"],
                 worker_id=options["worker_id"] or default_worker_id(),
+                metrics_port=options["metrics_port"],
+                metrics_host=options["metrics_host"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         pool = Pool(config)
-        if options["metrics_port"] is not None:
-            try:
-                metrics.serve(options["metrics_port"], options["metrics_host"], config.worker_id)
-            except (OSError, ValueError) as exc:  # a NUL or an unencodable host: ValueError
-                raise CommandError(
-                    f"cannot serve metrics on {options['metrics_host']}:"
-                    f"{options['metrics_port']}: {exc}"
-                ) from exc
+        try:
+            pool.serve()  # before the worker registers: a bad port claims nothing
+        except (OSError, ValueError) as exc:  # a NUL or an unencodable host: ValueError
+            raise CommandError(
+                f"cannot serve metrics on {options['metrics_host']}:"
+                f"{options['metrics_port']}: {exc}"
+            ) from exc
         pool.install_signal_handlers()
         code = pool.run()
         if code:

@@ -20,10 +20,10 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from runqueue import tokens
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
-from runqueue.api import tokens
 from runqueue.models import ApiToken
 
 if TYPE_CHECKING:

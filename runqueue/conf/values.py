@@ -1,0 +1,393 @@
+"""What a RUNQUEUE value may be: each ``Kind`` names it for the reference
+and parses it for the settings object, raising ImproperlyConfigured that
+names the key. The table (``runqueue.conf.table``) gives each key one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ImproperlyConfigured
+
+from runqueue.limits import MAX_WAIT_SECONDS, TENANT_MAX_LENGTH
+
+if TYPE_CHECKING:
+    from runqueue.models import PriorityClass
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A setting's value: ``type`` as a project writes it (the reference
+    shows it), ``parse`` from that to what the settings object holds. No
+    ``parse``: a module above parses it (``runqueue.conf.register_parser``)."""
+
+    type: str
+    parse: Callable[[str, object], object] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetSpec:
+    """A budget declared in ``RUNQUEUE["BUDGETS"]``: its Budget row's limits."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    per_seconds: int = 60
+    shares: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+_BUDGET_FIELDS = ("requests", "tokens", "per_seconds", "shares")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """A model's price per million tokens, each way (``RUNQUEUE["PRICES"]``)."""
+
+    input: Decimal
+    output: Decimal
+
+
+#: The highest price per million tokens a setting may say.
+MAX_PRICE = 10**9
+#: What RUNQUEUE["POOLER"] may say.
+POOLERS = (None, "session", "transaction")
+#: What a submit to a busy session may do (``on_busy``; docs/decisions.md,
+#: "Busy sessions: on_busy"): refuse (ActiveRunConflict), wait in line
+#: behind the active run, cancel it and start now with what it did
+#: (interrupt) or without (rollback), or join a turn not started yet.
+ON_BUSY = ("reject", "enqueue", "interrupt", "rollback", "merge")
+#: Kinds the HTTP API never submits: runqueue's own jobs and django.tasks runs,
+#: whose payload names code to import; those are submitted from Python only.
+RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")
+
+
+def _number_of(name: str, value: object, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a number, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be an integer, got {value!r}")
+    return value
+
+
+def number(
+    *,
+    integer: bool = False,
+    positive: bool = False,
+    none: bool = False,
+    bound: Callable[[str, float], None] | None = None,
+) -> Kind:
+    """A number >= 0 (> 0 with ``positive``; None allowed with ``none``,
+    which turns it off). A ``*_SECONDS`` key is added to the database's
+    clock: past ``MAX_WAIT_SECONDS`` the statement that uses it would fail.
+    ``bound`` checks a key's own range."""
+
+    def parse(name: str, value: object) -> float | None:
+        if none and value is None:
+            return None
+        number = _number_of(name, value, integer=integer)
+        if number < 0 or (number == 0 and positive) or number != number:
+            raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] is out of range: {value!r}")
+        if name.endswith("_SECONDS") and number > MAX_WAIT_SECONDS:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] must be at most {MAX_WAIT_SECONDS:.0f} seconds "
+                f"(100 years), got {value!r}"
+            )
+        if bound is not None:
+            bound(name, number)
+        return number
+
+    what = "integer" if integer else "number"
+    type_ = f"{what} {'> 0' if positive else '>= 0'}"
+    return Kind(f"{type_} or None" if none else type_, parse)
+
+
+def at_most(limit: float, why: str = "") -> Callable[[str, float], None]:
+    """A bound: the value at most ``limit`` (``why`` said in the error)."""
+
+    def bound(name: str, value: float) -> None:
+        if value > limit:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] must be at most {limit}{why}, got {value!r}"
+                if why
+                else f"RUNQUEUE[{name!r}] must be at most {limit}"
+            )
+
+    return bound
+
+
+def below_one(name: str, value: float) -> None:
+    """A fraction: in [0, 1)."""
+    if not value < 1:
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be in [0, 1)")
+
+
+def between(low: int, high: int, why: str) -> Callable[[str, float], None]:
+    """A bound: the value from ``low`` to ``high`` (``why`` said in the error)."""
+
+    def bound(name: str, value: float) -> None:
+        if not low <= value <= high:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] must be {low}-{high} ({why}), got {value!r}"
+            )
+
+    return bound
+
+
+def _strings(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a list of strings, got {value!r}")
+    if not all(isinstance(v, str) and v for v in value):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must hold non-empty strings, got {value!r}"
+        )
+    return tuple(value)
+
+
+STRINGS = Kind("list of strings", _strings)
+
+
+def _api_kinds(name: str, value: object) -> tuple[str, ...]:
+    kinds = _strings(name, value)
+    reserved = [k for k in kinds if k.startswith(RESERVED_KIND_PREFIXES)]
+    if reserved:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] lists reserved kind(s) {', '.join(map(repr, reserved))}: "
+            "kinds starting with 'runqueue.' or 'django.tasks' are submitted from Python only"
+        )
+    return kinds
+
+
+API_KINDS = Kind("list of kinds", _api_kinds)
+
+
+def _boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be True or False, got {value!r}")
+    return value
+
+
+BOOLEAN = Kind("bool", _boolean)
+
+
+def _maybe_boolean(name: str, value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be None, True or False, got {value!r}"
+        )
+    return value
+
+
+MAYBE_BOOLEAN = Kind("None, True or False", _maybe_boolean)
+
+
+def text(longest: int) -> Kind:
+    """A non-empty string of at most ``longest`` characters."""
+
+    def parse(name: str, value: object) -> str:
+        if not isinstance(value, str) or not value or len(value) > longest:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] must be a 1-{longest} character string, got {value!r}"
+            )
+        return value
+
+    return Kind(f"string, 1-{longest} characters", parse)
+
+
+NOTIFY_CHANNEL = text(63)
+TENANT = text(TENANT_MAX_LENGTH)
+
+
+def _alias(name: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be None or a DATABASES alias, got {value!r}"
+        )
+    return value
+
+
+DATABASE_ALIAS = Kind("a DATABASES alias or None", _alias)
+
+
+def _secret(name: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or len(value) < 16):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be None or a string of 16 or more characters"
+        )
+    return value
+
+
+SECRET = Kind("string of 16+ characters, or None", _secret)
+
+
+def _pooler(name: str, value: object) -> str | None:
+    if value not in POOLERS:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be None, 'session' or 'transaction' (what the "
+            f"default database's connections go through), got {value!r}"
+        )
+    return value
+
+
+POOLER = Kind('None, "session" or "transaction"', _pooler)
+
+
+def _on_busy(name: str, value: object) -> str:
+    if value not in ON_BUSY:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be one of {', '.join(ON_BUSY)}, got {value!r}"
+        )
+    return str(value)
+
+
+SESSION_ON_BUSY = Kind(" | ".join(f'"{what}"' for what in ON_BUSY), _on_busy)
+
+
+# Class names are PriorityClass slugs. runqueue.models is imported inside the
+# functions: settings are parsed only once the apps are ready.
+
+
+def _class_name(name: str, value: object) -> int:
+    """A class's slug -> its index."""
+    from runqueue.models import PriorityClass
+
+    slugs = PriorityClass.slugs()
+    if value not in slugs:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be one of {', '.join(slugs)}, got {value!r}"
+        )
+    return PriorityClass.from_slug(value).index
+
+
+CLASS_NAME = Kind("class name", _class_name)
+
+
+def _concurrency(name: str, value: object) -> Mapping[PriorityClass, int | None]:
+    """``{"interactive": 2, "async": None}`` -> the cap of every class."""
+    from runqueue.models import PriorityClass
+
+    slugs = PriorityClass.slugs()
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be a dict from class name "
+            f"({', '.join(slugs)}) to a cap or None, got {value!r}"
+        )
+    unknown = sorted(map(repr, set(value) - set(slugs)))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] has unknown class(es) {', '.join(unknown)}; "
+            f"the classes are {', '.join(slugs)}"
+        )
+    caps: dict[PriorityClass, int | None] = {}
+    for member in PriorityClass:
+        cap = value.get(member.slug)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}][{member.slug!r}] must be None (no cap) or an integer "
+                f">= 0 (0 pauses every key without an override), got {cap!r}"
+            )
+        caps[member] = cap
+    return MappingProxyType(caps)
+
+
+CONCURRENCY = Kind("dict: class name -> integer >= 0 or None", _concurrency)
+
+
+def _price(where: str, entry: object) -> Price:
+    if not isinstance(entry, dict) or set(entry) != {"input", "output"}:
+        raise ImproperlyConfigured(
+            f'{where} must be {{"input": ..., "output": ...}} (prices per million '
+            f"tokens), got {entry!r}"
+        )
+    amounts = []
+    for direction in ("input", "output"):
+        number = entry[direction]
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, int | float | Decimal)
+            or not 0 <= number <= MAX_PRICE
+        ):
+            raise ImproperlyConfigured(
+                f"{where}[{direction!r}] must be a number from 0 to {MAX_PRICE:,} "
+                f"(per million tokens), got {number!r}"
+            )
+        amounts.append(Decimal(str(number)))
+    return Price(*amounts)
+
+
+def _prices(name: str, value: object) -> Mapping[str, Price]:
+    """``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices."""
+    from runqueue.limits import USAGE_MODEL_MAX_LENGTH
+
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be a dict from model name to "
+            f'{{"input": ..., "output": ...}} per million tokens, got {value!r}'
+        )
+    prices = {}
+    for model, entry in value.items():
+        if not isinstance(model, str) or not model or len(model) > USAGE_MODEL_MAX_LENGTH:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] keys must be 1-{USAGE_MODEL_MAX_LENGTH} character model "
+                f"names, got {model!r}"
+            )
+        prices[model] = _price(f"RUNQUEUE[{name!r}][{model!r}]", entry)
+    return MappingProxyType(prices)
+
+
+PRICES = Kind('dict: model -> {"input": number, "output": number}', _prices)
+
+
+def _budget(where: str, limits: object) -> BudgetSpec:
+    from runqueue.models import shares_problem
+
+    if not isinstance(limits, dict) or set(limits) - set(_BUDGET_FIELDS):
+        raise ImproperlyConfigured(
+            f"{where} must be a dict of {', '.join(_BUDGET_FIELDS)}, got {limits!r}"
+        )
+    for name in ("requests", "tokens", "per_seconds"):
+        number = limits.get(name)
+        if number is None and name != "per_seconds":
+            continue
+        if name == "per_seconds" and name not in limits:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise ImproperlyConfigured(
+                f"{where}[{name!r}] must be an integer >= 1, got {number!r}"
+            )
+    if limits.get("requests") is None and limits.get("tokens") is None:
+        raise ImproperlyConfigured(f"{where} must limit requests, tokens or both")
+    shares = limits.get("shares", {})
+    if (problem := shares_problem(shares)) is not None:
+        raise ImproperlyConfigured(f"{where}['shares'] {problem}")
+    return BudgetSpec(
+        requests=limits.get("requests"),
+        tokens=limits.get("tokens"),
+        per_seconds=limits.get("per_seconds", 60),
+        shares=MappingProxyType(dict(shares)),
+    )
+
+
+def _budgets(name: str, value: object) -> Mapping[str, BudgetSpec]:
+    """``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs."""
+    from runqueue.limits import BUDGET_KEY_MAX_LENGTH
+
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be a dict from budget key to its limits, got {value!r}"
+        )
+    specs = {}
+    for key, limits in value.items():
+        if not isinstance(key, str) or not key or len(key) > BUDGET_KEY_MAX_LENGTH:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] keys must be 1-{BUDGET_KEY_MAX_LENGTH} character "
+                f"strings, got {key!r}"
+            )
+        specs[key] = _budget(f"RUNQUEUE[{name!r}][{key!r}]", limits)
+    return MappingProxyType(specs)
+
+
+BUDGETS = Kind("dict: key -> {requests, tokens, per_seconds, shares}", _budgets)
+#: ``RUNQUEUE["SCHEDULES"]``, parsed by ``runqueue.schedules.spec``.
+SCHEDULES = Kind("dict: name -> schedule", None)
