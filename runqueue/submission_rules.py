@@ -24,8 +24,7 @@ from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
-from runqueue.usage import money
-from runqueue.validation import as_utc, duration, json_problem, text_problem
+from runqueue.validation import as_utc, duration, json_problem, money, text_problem
 
 
 def _max_length(model: type[models.Model], name: str) -> int:

@@ -34,17 +34,15 @@ from django.db.models import Count, Q, QuerySet, Sum
 from runqueue.conf import Price, get_settings
 from runqueue.errors import SPEND_CAP, SpendCapReached
 from runqueue.failures import failure_record
-from runqueue.limits import COST_DIGITS, COST_PLACES, USAGE_MODEL_MAX_LENGTH, USAGE_TOKENS_MAX
+from runqueue.limits import USAGE_MODEL_MAX_LENGTH, USAGE_TOKENS_MAX
 from runqueue.models import Run, TreeSpend, Usage
 from runqueue.sql import execute
-from runqueue.validation import text_problem
+from runqueue.validation import COST_QUANTUM, money, text_problem
 
 logger = logging.getLogger("runqueue.usage")
 
 #: Prices are per this many tokens.
 PER_TOKENS = 1_000_000
-_QUANTUM = Decimal(1).scaleb(-COST_PLACES)
-_MAX_COST = Decimal(10) ** (COST_DIGITS - COST_PLACES) - _QUANTUM
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,20 +75,6 @@ class Totals:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-
-def money(value: object, what: str) -> Decimal:
-    """``value`` as a stored amount: a non-negative finite number (int,
-    float, Decimal or a numeric string), rounded to 12 places; ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
-        raise ValueError(f"{what} must be a number >= 0, got {value!r}")
-    try:
-        amount = Decimal(str(value)) if not isinstance(value, Decimal) else value
-    except decimal.InvalidOperation:
-        raise ValueError(f"{what} must be a number >= 0, got {value!r}") from None
-    if not amount.is_finite() or amount < 0 or amount > _MAX_COST:
-        raise ValueError(f"{what} must be a finite number from 0 to {_MAX_COST}, got {value!r}")
-    return amount.quantize(_QUANTUM, rounding=decimal.ROUND_HALF_UP)
 
 
 def text(amount: Decimal) -> str:
@@ -134,7 +118,7 @@ def price(model: str, input_tokens: int, output_tokens: int) -> Decimal | None:
     if found is None:
         return None
     cost = (found.input * input_tokens + found.output * output_tokens) / PER_TOKENS
-    return cost.quantize(_QUANTUM, rounding=decimal.ROUND_HALF_UP)
+    return cost.quantize(COST_QUANTUM, rounding=decimal.ROUND_HALF_UP)
 
 
 class Recorder:

@@ -13,10 +13,12 @@ own range, 4713 BC to 294276 AD, is wider).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import math
+from decimal import Decimal
 
-from runqueue.limits import MAX_WAIT_SECONDS
+from runqueue.limits import COST_DIGITS, COST_PLACES, MAX_WAIT_SECONDS
 
 NUL = "must not contain NUL characters"
 SURROGATE = "must be valid Unicode text (it holds an unpaired surrogate such as \\ud800)"
@@ -143,3 +145,22 @@ def duration(value: object, *, from_json: bool = False) -> tuple[float | None, s
     if seconds > MAX_WAIT_SECONDS:
         return None, f"must be at most {MAX_WAIT_SECONDS:.0f} seconds (100 years), got {value!r}"
     return seconds, None
+
+
+#: An amount of money as stored (usage costs, spend caps): 12 places.
+COST_QUANTUM = Decimal(1).scaleb(-COST_PLACES)
+MAX_COST = Decimal(10) ** (COST_DIGITS - COST_PLACES) - COST_QUANTUM
+
+
+def money(value: object, what: str) -> Decimal:
+    """``value`` as a stored amount: a non-negative finite number (int,
+    float, Decimal or a numeric string), rounded to 12 places; ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
+        raise ValueError(f"{what} must be a number >= 0, got {value!r}")
+    try:
+        amount = Decimal(str(value)) if not isinstance(value, Decimal) else value
+    except decimal.InvalidOperation:
+        raise ValueError(f"{what} must be a number >= 0, got {value!r}") from None
+    if not amount.is_finite() or amount < 0 or amount > MAX_COST:
+        raise ValueError(f"{what} must be a finite number from 0 to {MAX_COST}, got {value!r}")
+    return amount.quantize(COST_QUANTUM, rounding=decimal.ROUND_HALF_UP)
