@@ -22,7 +22,6 @@ from runqueue.leases.base import (
     notify,
     notify_cancel,
     notify_payload,
-    parse_cancel,
 )
 from runqueue.leases.claim import (
     ClaimSpec,
@@ -98,7 +97,6 @@ __all__ = [
     "notify",
     "notify_cancel",
     "notify_payload",
-    "parse_cancel",
     "permanent_failure",
     "publish_text",
     "recorded_steps",
