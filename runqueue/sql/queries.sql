@@ -81,6 +81,14 @@ input AS (
                %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
                r.handler_version)
 
+-- fragment: claim_pruned --
+-- A claim's UPDATE (plain or capped) reads the live partition alone, never
+-- a day of finished runs: partition pruning, not a status test (the ids
+-- chose queued runs). Statuses of the live partition as migration 0009 made
+-- it, not live_statuses: this list implies no partial index's predicate, so
+-- the ids stay the index condition.
+AND r.status IN ('queued', 'running', 'waiting_for_user')
+
 -- fragment: claim_commit --
 -- The last condition of a claim's UPDATE: a statement that only claims
 -- (%(claim_commit)s 'off': no finishes in it, and DURABLE_CLAIMS left
@@ -213,11 +221,7 @@ claimed AS (
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
-       -- The live partition's statuses (migration 0009): the update reads
-       -- runqueue_run_live alone, never a day of finished runs; the list
-       -- implies no partial index's predicate, so the ids stay the index
-       -- condition.
-       AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
 )
@@ -249,9 +253,7 @@ claimed AS (
                %(tokens)s::uuid[], %(kinds)s::text[], %(kind_newest)s::int[],
                %(kind_versions)s::text[], %(kind_moves)s::text[],
                %(kind_move_to)s::int[]))::uuid[])
-       -- The live partition's statuses, as in the plain claim: partition
-       -- pruning, not a status test (it implies no partial index).
-       AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
 )
