@@ -1,5 +1,6 @@
-"""Budgets for model calls: the limits staff set, which claim statement to
-run, pausing a key, and what the dashboard and metrics show of each window.
+"""Budgets for model calls: the limits staff set, whether they may apply to
+a claim (``runqueue.leases.claim.capped_claim`` chooses), pausing a key,
+and what the dashboard and metrics show of each window.
 
 A run that declares a budget (``submit(..., budget=(key, tokens))``) is
 claimed only once one request and its tokens are reserved on the key's
@@ -16,7 +17,6 @@ processes) and on every sweeper tick.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -24,6 +24,8 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from runqueue import wakeups
+from runqueue.cached import Cached
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.errors import InvalidArgument
@@ -31,45 +33,18 @@ from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import Budget, Run, RunStatus
 from runqueue.sql import execute
 
-#: The NOTIFY payload that tells workers the budgets changed.
-NOTIFY_PAYLOAD = "budgets"
+
+def _budgets_exist() -> bool:
+    """Whether budgets may apply: settings name one, a Budget row exists, or
+    a queued run declares one."""
+    return (
+        bool(get_settings().BUDGETS)
+        or Budget.objects.exists()
+        or Run.objects.filter(status=RunStatus.QUEUED, budget_key__isnull=False).exists()
+    )
 
 
-class _Known:
-    """Whether budgets may apply, cached; None: read it again."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._known: bool | None = None
-
-    def get(self) -> bool:
-        known = self._known
-        if known is None:
-            known = self._read()
-            with self._lock:
-                if self._known is None:
-                    self._known = known
-        return known
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._known = None
-
-    def refresh(self) -> None:
-        known = self._read()
-        with self._lock:
-            self._known = known
-
-    @staticmethod
-    def _read() -> bool:
-        return (
-            bool(get_settings().BUDGETS)
-            or Budget.objects.exists()
-            or Run.objects.filter(status=RunStatus.QUEUED, budget_key__isnull=False).exists()
-        )
-
-
-_known = _Known()
+_known = Cached(_budgets_exist)
 
 
 def may_apply() -> bool:
@@ -216,9 +191,7 @@ def windows(limit: int = 200) -> list[Window]:
 
 
 def _notify() -> None:
-    with connection.cursor() as cursor:
-        params = {"channel": get_settings().NOTIFY_CHANNEL, "payload": NOTIFY_PAYLOAD}
-        execute(cursor, "notify", params)
+    wakeups.send(wakeups.Changed(setting="budgets"))
 
 
 @receiver(post_save, sender=Budget)

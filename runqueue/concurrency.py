@@ -1,5 +1,6 @@
-"""Concurrency caps per key and class: which claim statement to run, the
-limits staff set, and how workers learn of them.
+"""Concurrency caps per key and class: whether they may apply to a claim
+(``runqueue.leases.claim.capped_claim`` chooses), the limits staff set,
+and how workers learn of them.
 
 A cap bounds how many runs with one concurrency key (by default the run's
 tenant) are ``running`` at once in one priority class: the default per class
@@ -18,56 +19,24 @@ processes) and on every sweeper tick.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from runqueue import wakeups
+from runqueue.cached import Cached
 from runqueue.conf import get_settings
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
-from runqueue.sql import execute
-
-#: The NOTIFY payload that tells workers the limits changed.
-NOTIFY_PAYLOAD = "concurrency"
 
 
-class _Limits:
-    """The classes (by value) in which some ConcurrencyLimit row exists,
-    cached; None: read them again."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._classes: frozenset[int] | None = None
-
-    def classes(self) -> frozenset[int]:
-        known = self._classes
-        if known is None:
-            known = self._read()
-            with self._lock:
-                if self._classes is None:
-                    self._classes = known
-        return known
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._classes = None
-
-    def refresh(self) -> frozenset[int]:
-        known = self._read()
-        with self._lock:
-            self._classes = known
-        return known
-
-    @staticmethod
-    def _read() -> frozenset[int]:
-        return frozenset(
-            ConcurrencyLimit.objects.values_list("priority_class", flat=True).distinct()
-        )
+def _limited_classes() -> frozenset[int]:
+    """The classes (by value) in which some ConcurrencyLimit row exists."""
+    return frozenset(ConcurrencyLimit.objects.values_list("priority_class", flat=True).distinct())
 
 
-_limits = _Limits()
+_limits = Cached(_limited_classes)
 
 
 def caps_may_apply(classes: Iterable[PriorityClass] = tuple(PriorityClass)) -> bool:
@@ -79,7 +48,7 @@ def caps_may_apply(classes: Iterable[PriorityClass] = tuple(PriorityClass)) -> b
     wanted = [PriorityClass(c) for c in classes]
     if any(conf.default_cap(c) is not None for c in wanted):
         return True
-    limited = _limits.classes()
+    limited = _limits.get()
     return any(c.value in limited for c in wanted)
 
 
@@ -130,6 +99,4 @@ def _limits_changed(**kwargs: object) -> None:
     runs claimable."""
     invalidate()
     transaction.on_commit(invalidate)  # a claim in between may have read the old state
-    with connection.cursor() as cursor:
-        params = {"channel": get_settings().NOTIFY_CHANNEL, "payload": NOTIFY_PAYLOAD}
-        execute(cursor, "notify", params)
+    wakeups.send(wakeups.Changed(setting="concurrency"))

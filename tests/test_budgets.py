@@ -70,7 +70,7 @@ def test_the_plain_claim_never_takes_a_run_with_a_budget(settings) -> None:
     leaves a budgeted run queued: nothing is claimed past a budget."""
     _budget()
     run = _submit(100)
-    budgets._known._known = False  # a stale cache: the plain statement
+    budgets._known._held = (False,)  # a stale cache: the plain statement
     assert _claim() == []
     budgets.invalidate()
     assert [lease.run_id for lease in _claim()] == [run.id]

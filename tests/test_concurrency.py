@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import concurrency, leases, testing
+from runqueue import concurrency, leases, testing, wakeups
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Succeeded
 from runqueue.sql import functions as sql_functions
@@ -364,7 +364,7 @@ def test_limits_changed_in_another_process_reach_a_pool_through_notify() -> None
         [ConcurrencyLimit(key="a", priority_class=INTER, max_running=1)]
     )
     assert not concurrency.caps_may_apply()
-    pool.wake(concurrency.NOTIFY_PAYLOAD)
+    pool.wake(wakeups.payload(wakeups.Changed(setting="concurrency")))
     assert concurrency.caps_may_apply()
 
 

@@ -4,8 +4,8 @@ exactly once, whichever commits first; two transactions ending runs of one
 session (a cancel and a finish, a cancel of a pending turn and the active
 run's end) queue one turn, never two and never none; many double texts
 racing a worker leave every turn run once, in order. And the rule that
-makes it hold: every statement of queries.sql that ends a run calls
-runqueue_promote."""
+makes it hold: every statement of queries.sql and function of
+functions.sql that ends a run calls runqueue_promote (and runqueue_join)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from django.db import transaction
 import runqueue
 from runqueue import leases, testing
 from runqueue.errors import InvalidTransition
-from runqueue.models import Run, RunEvent, RunStatus
-from runqueue.sql import queries
+from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus
+from runqueue.sql import functions, queries
 from runqueue.submission import submit_in_transaction
 from tests.helpers import Worker, is_blocked, wait_until
 
@@ -54,20 +54,34 @@ def _held(fn, name: str) -> tuple[Worker, threading.Event, threading.Event]:
     return worker, done_fn, release
 
 
-# --- every terminal statement promotes -----------------------------------------
+# --- every terminal statement promotes and joins -------------------------------
 
-#: A statement that makes a run terminal: a SET of a terminal status, the
-#: finish's status taken from its input, or the expiry path's dead letter.
-_TERMINAL = re.compile(
-    r"SET status = (?:'(?:succeeded|failed|cancelled)'|i\.status|%\(status\)s"
-    r"|CASE WHEN r\.attempts >= r\.max_attempts THEN 'failed')"
-)
+#: A status assigned in a SET list (a line of its own, as every UPDATE of
+#: queries.sql and functions.sql writes it): the expression after it.
+_STATUS_SET = re.compile(r"^\s*(?:SET\s+)?status = (?P<value>.+?),?$", re.MULTILINE)
+_LITERAL = re.compile(r"'([a-z_]+)'")
 
 
-def test_every_statement_that_ends_a_run_calls_runqueue_promote() -> None:
-    """A new statement that ends runs must queue their sessions' next turns
-    (and count in their parents): it is listed here on purpose."""
-    terminal = {name for name, text in queries().items() if _TERMINAL.search(text)}
+def _ends_runs(text: str) -> bool:
+    """Whether the text can set a run's status to a terminal one: it
+    assigns a terminal status, or a status it does not spell out (the
+    finish's, taken from its input)."""
+    for match in _STATUS_SET.finditer(text):
+        value = match.group("value")
+        literals = set(_LITERAL.findall(value))
+        if literals & set(TERMINAL_STATUSES) or not literals:
+            return True
+    return False
+
+
+def test_every_statement_that_ends_a_run_calls_runqueue_promote_and_runqueue_join() -> None:
+    """A new statement or function that ends runs must queue their
+    sessions' next turns and count in their parents: it is listed here on
+    purpose. cancel_children joins nothing: its runs' parents are the level
+    above, ended by then (cancelled in its transaction or finished before),
+    and a wait always counts its children from their statuses."""
+    texts = {**queries(), **functions()}
+    terminal = {name for name, text in texts.items() if _ends_runs(text)}
     assert terminal == {
         "finish_and_claim",
         "finish_and_claim_capped",
@@ -79,9 +93,19 @@ def test_every_statement_that_ends_a_run_calls_runqueue_promote() -> None:
         "expire_unstarted",
     }
     for name in sorted(terminal):
-        assert "runqueue_promote(" in queries()[name], name
-        if name != "cancel_children":  # its parents are terminal: nothing to count
-            assert "runqueue_join(" in queries()[name], name
+        assert "runqueue_promote(" in texts[name], name
+        if name != "cancel_children":
+            assert "runqueue_join(" in texts[name], name
+
+
+def test_the_reading_of_a_status_set_sees_each_kind_of_end() -> None:
+    """What ``_ends_runs`` counts as an end: a terminal literal, a CASE
+    with one, or a status taken from elsewhere; not a live status."""
+    assert _ends_runs("UPDATE runqueue_run\nSET status = 'cancelled',\nx = 1")
+    assert _ends_runs("SET status = CASE WHEN a THEN 'failed' ELSE 'queued' END,")
+    assert _ends_runs("SET status = i.status,")
+    assert not _ends_runs("SET x = 1,\nstatus = 'queued',\ny = 2")
+    assert not _ends_runs("WHERE id = 1\nAND status = 'failed'")
 
 
 # --- a turn added while the active run ends ---------------------------------------

@@ -23,7 +23,6 @@ from runqueue.leases.base import (
     notify,
     notify_cancel,
     notify_payload,
-    parse_cancel,
 )
 from runqueue.leases.claim import (
     ClaimSpec,
@@ -104,7 +103,6 @@ __all__ = [
     "notify",
     "notify_cancel",
     "notify_payload",
-    "parse_cancel",
     "payload_digest",
     "permanent_failure",
     "publish_text",

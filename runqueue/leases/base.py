@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 from django.db import OperationalError, connection
 
+from runqueue import wakeups
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.models import (
     PriorityClass,
     Run,
 )
-from runqueue.sql import execute
 from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.leases")
@@ -217,43 +217,17 @@ def backoff(attempts: int, *, rng: random.Random | None = None) -> float:
 
 def notify_payload(priority: int) -> str:
     """The NOTIFY payload that wakes the workers of a priority's class."""
-    return PriorityClass.of(priority).slug
+    return wakeups.payload(wakeups.due(priority))
 
 
 def notify(priority: int | None) -> None:
     """Wake idle workers of a class (all classes when None), on commit."""
-    payload = "" if priority is None else notify_payload(priority)
-    with connection.cursor() as cursor:
-        execute(cursor, "notify", {"channel": get_settings().NOTIFY_CHANNEL, "payload": payload})
+    wakeups.send(wakeups.due(priority))
 
 
-#: A NOTIFY payload that tells the worker holding a run that it lost it:
-#: ``cancel:<run id>:<epoch now>`` (a lease of an older epoch is fenced).
-CANCEL_PREFIX = "cancel:"
-
-
-def notify_cancel(run_id: object, epoch: int) -> None:
+def notify_cancel(run_id: uuid.UUID, epoch: int) -> None:
     """Tell the worker running ``run_id`` to stop its handler, on commit."""
-    with connection.cursor() as cursor:
-        execute(
-            cursor,
-            "notify",
-            {
-                "channel": get_settings().NOTIFY_CHANNEL,
-                "payload": f"{CANCEL_PREFIX}{run_id}:{epoch}",
-            },
-        )
-
-
-def parse_cancel(payload: str) -> tuple[uuid.UUID, int] | None:
-    """(run id, epoch) of a cancel payload; None for any other payload."""
-    if not payload.startswith(CANCEL_PREFIX):
-        return None
-    run_id, _, epoch = payload[len(CANCEL_PREFIX) :].partition(":")
-    try:
-        return uuid.UUID(run_id), int(epoch)
-    except ValueError:
-        return None
+    wakeups.send(wakeups.Cancelled(run_id=run_id, epoch=epoch))
 
 
 def check_json(value: object, what: str) -> None:

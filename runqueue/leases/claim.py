@@ -182,20 +182,29 @@ def statement_params(
     }
 
 
+def capped_claim(spec: ClaimSpec) -> bool:
+    """Whether a claim runs the capped walk (the ``*_capped`` statements,
+    with ``concurrency.claim_params``) or the plain claim, which pays
+    nothing for caps and budgets: the walk when a concurrency cap or a
+    budget may apply to the spec's classes (each cached per process,
+    ``concurrency.caps_may_apply`` and ``budgets.may_apply``). The plain
+    claim never takes a run with a budget, so a stale "no budgets" only
+    leaves such a run queued until the cache is read again."""
+    return bool(spec.limit) and (concurrency.caps_may_apply(spec.classes) or budgets.may_apply())
+
+
 def _statement(
     finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
 ) -> tuple[set[uuid.UUID], list[Lease]]:
     """Run ``finish_and_claim`` (``claim`` when there is nothing to finish):
     the ids whose finish committed, and the new leases."""
     params = statement_params(finishes, spec)
-    # The walk when a cap or a budget may apply; the plain claim never takes
-    # a run with a budget, so a stale "no budgets" only leaves it queued.
-    capped = bool(spec.limit) and (concurrency.caps_may_apply(spec.classes) or budgets.may_apply())
-    if capped:
+    if capped := capped_claim(spec):
         params |= concurrency.claim_params()
-        name = "finish_and_claim_capped" if finishes else "claim_capped"
+    if finishes:
+        name = "finish_and_claim_capped" if capped else "finish_and_claim"
     else:
-        name = "finish_and_claim" if finishes else "claim"
+        name = "claim_capped" if capped else "claim"
     with prepared(name, params) as cursor:
         rows = cursor.fetchall()
         names = _column_names(cursor)

@@ -160,28 +160,10 @@ def cancel_tree(
 def _cancel_tree(
     root_id: uuid.UUID, reason: str, actor: str, failure: Failure | None
 ) -> list[uuid.UUID]:
-    done: list[tuple[uuid.UUID, int]] = []
     with transaction.atomic(durable=True):
-        params = {"run_id": root_id, "channel": get_settings().NOTIFY_CHANNEL}
-        with connection.cursor() as cursor:
-            row = execute(cursor, "cancel", params).fetchone()
-        if row is not None:
-            _cancelled(row[0], row[1], {"reason": reason, "actor": actor})
-            done.append((row[0], row[1]))
-        level = [root_id]
-        data = {"reason": reason, "actor": actor, "cascade_from": str(root_id)}
-        while level:
-            with connection.cursor() as cursor:
-                rows = execute(
-                    cursor,
-                    "cancel_children",
-                    {"parent_ids": level, "channel": get_settings().NOTIFY_CHANNEL},
-                ).fetchall()
-            for child_id, epoch in rows:
-                if epoch is not None:
-                    _cancelled(child_id, epoch, data)
-                    done.append((child_id, epoch))
-            level = [child_id for child_id, _epoch in rows]
+        row = _cancel_one(root_id, {"reason": reason, "actor": actor})
+        done = [row] if row is not None else []
+        done += _cancel_below(root_id, reason=reason, actor=actor)
         if failure is not None and done:
             with connection.cursor() as cursor:
                 execute(
@@ -208,30 +190,47 @@ def cancel_in_transaction(
     submit's): the run, its event (with ``data`` added), its interrupted
     tool calls, the NOTIFY that stops its handler, and with ``cascade``
     every level of its descendants. Raises RunNotFound, InvalidTransition."""
-    params = {"run_id": run_id, "channel": get_settings().NOTIFY_CHANNEL}
-    with connection.cursor() as cursor:
-        row = execute(cursor, "cancel", params).fetchone()
+    row = _cancel_one(run_id, {"reason": reason, "actor": actor, **(data or {})})
     if row is None:
         status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
         if status is None:
             raise RunNotFound(run_id)
         raise InvalidTransition(run_id, status, "cancel")
-    _cancelled(row[0], row[1], {"reason": reason, "actor": actor, **(data or {})})
-    level = [row[0]]
-    while cascade and level:
-        # One statement per level, top-down: each sees the children
-        # committed before its parents were locked by the level above.
+    if cascade:
+        _cancel_below(run_id, reason=reason, actor=actor)
+
+
+def _cancel_one(run_id: uuid.UUID, data: dict[str, str]) -> tuple[uuid.UUID, int] | None:
+    """Cancel the run if it is live, with its event (``data``): its id and
+    new epoch, or None (it has ended, or there is no such run)."""
+    params = {"run_id": run_id, "channel": get_settings().NOTIFY_CHANNEL}
+    with connection.cursor() as cursor:
+        row = execute(cursor, "cancel", params).fetchone()
+    if row is None:
+        return None
+    _cancelled(row[0], row[1], data)
+    return row[0], row[1]
+
+
+def _cancel_below(root_id: uuid.UUID, *, reason: str, actor: str) -> list[tuple[uuid.UUID, int]]:
+    """Cancel every live run below ``root_id``, in the caller's transaction:
+    one statement per level, top-down, so each sees the children committed
+    before its parents were locked by the level above (a finished run may
+    still have live children, so every child is walked). The (id, new
+    epoch) of each run cancelled, each event ``cascade_from`` the root."""
+    data = {"reason": reason, "actor": actor, "cascade_from": str(root_id)}
+    done: list[tuple[uuid.UUID, int]] = []
+    level = [root_id]
+    while level:
+        params = {"parent_ids": level, "channel": get_settings().NOTIFY_CHANNEL}
         with connection.cursor() as cursor:
-            rows = execute(
-                cursor,
-                "cancel_children",
-                {"parent_ids": level, "channel": get_settings().NOTIFY_CHANNEL},
-            ).fetchall()
-        child_data = {"reason": reason, "actor": actor, "cascade_from": str(run_id)}
+            rows = execute(cursor, "cancel_children", params).fetchall()
         for child_id, epoch in rows:
             if epoch is not None:
-                _cancelled(child_id, epoch, child_data)
+                _cancelled(child_id, epoch, data)
+                done.append((child_id, epoch))
         level = [child_id for child_id, _epoch in rows]
+    return done
 
 
 def _cancelled(run_id: uuid.UUID, epoch: int, data: dict[str, str]) -> None:

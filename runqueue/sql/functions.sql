@@ -7,6 +7,10 @@
 -- claimed is written once, in the fragments due and claimable (on a run
 -- aliased q; each line an AND, so an include follows a first condition):
 -- the plain claim (queries.sql) and runqueue_claim_capped include them.
+-- So are the resume of a waiting run (resume), the active and the live
+-- statuses (active_statuses, live_statuses; runqueue.models); the give-back
+-- of a lease is in queries.sql (give_back). tests/test_sql_fragments.py
+-- checks that none is written out anywhere else.
 --
 -- A migration is history, so it holds a frozen copy of the text, not a call:
 -- to change a function (or a fragment one includes), edit it here and add a
@@ -686,6 +690,30 @@ BEGIN
 END;
 $fn$;
 
+-- fragment: active_statuses --
+-- Active: a session's one active run, a child open (models.ACTIVE_STATUSES).
+'queued', 'running', 'waiting_for_user', 'waiting'
+
+-- fragment: live_statuses --
+-- Live: not ended yet, a pending turn too (models.LIVE_STATUSES).
+'queued', 'running', 'waiting_for_user', 'waiting', 'pending'
+
+-- fragment: resume --
+-- The resume of a waiting run (the end of a SET list, after its input and
+-- timed_out; alias r): queued, due now, a new epoch, a fresh attempt
+-- budget for the new turn, no wait and no lease.
+status = 'queued',
+lease_epoch = r.lease_epoch + 1,
+attempts = 0,
+scheduled_for = now(),
+wait_reason = '',
+wait_name = '',
+waiting_since = NULL,
+wait_until = NULL,
+lease_owner = '',
+lease_token = NULL,
+lease_expires_at = NULL
+
 -- fragment: lock_parents --
 -- Every run of p_parents locked, in id order, live or dead-lettered (a dead
 -- letter may be requeued; succeeded and cancelled runs never change): the
@@ -697,7 +725,9 @@ SELECT array_agg(l.id) INTO held
   FROM (SELECT r.id
           FROM runqueue_run r
          WHERE r.id = ANY(p_parents)
-           AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting')
+           AND r.status IN (
+               -- include: active_statuses --
+               )
          ORDER BY r.id
            FOR NO KEY UPDATE) AS l;
 IF coalesce(cardinality(held), 0)
@@ -715,23 +745,18 @@ END IF;
 (SELECT count(*)::integer
    FROM runqueue_run c
   WHERE c.parent_id = r.id
-    AND c.status IN ('queued', 'running', 'waiting_for_user', 'waiting'))
+    AND c.status IN (
+        -- include: active_statuses --
+        ))
 
 -- fragment: resume_joined --
 -- Each run of p_parents that waits for its children and has none open is
 -- queued again (resumed, a new epoch, run.resumed, a NOTIFY); how many.
 WITH woken AS (
     UPDATE runqueue_run r
-       SET status = 'queued',
-           lease_epoch = r.lease_epoch + 1,
-           attempts = 0,
-           scheduled_for = now(),
-           input = NULL,
+       SET input = NULL,
            timed_out = false,
-           wait_reason = '',
-           wait_name = '',
-           waiting_since = NULL,
-           wait_until = NULL
+           -- include: resume --
      WHERE r.id = ANY(p_parents)
        AND r.status = 'waiting' AND r.wait_reason = 'children' AND r.children_open = 0
     RETURNING r.id, r.lease_epoch
@@ -778,7 +803,9 @@ BEGIN
              WHERE p.id IS NOT NULL
              GROUP BY p.id) AS c
      WHERE r.id = c.id
-       AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting');
+       AND r.status IN (
+           -- include: active_statuses --
+           );
     -- include: resume_joined --
     RETURN resumed;
 END;
@@ -811,7 +838,9 @@ BEGIN
        SET children_open =
            -- include: open_children --
      WHERE r.id = ANY(p_parents)
-       AND r.status IN ('queued', 'running', 'waiting_for_user', 'waiting');
+       AND r.status IN (
+           -- include: active_statuses --
+           );
     -- include: resume_joined --
     RETURN resumed;
 END;
@@ -859,7 +888,9 @@ BEGIN
         CONTINUE WHEN EXISTS (
             SELECT 1 FROM runqueue_run a
              WHERE a.tenant = s.tenant AND a.session_id = s.session_id
-               AND a.status IN ('queued', 'running', 'waiting_for_user', 'waiting'));
+               AND a.status IN (
+                   -- include: active_statuses --
+                   ));
         -- Through runqueue_run_pending_place, in line order.
         SELECT p.id INTO next_id
           FROM runqueue_run p

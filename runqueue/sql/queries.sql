@@ -81,6 +81,14 @@ input AS (
                %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
                r.handler_version)
 
+-- fragment: claim_pruned --
+-- A claim's UPDATE (plain or capped) reads the live partition alone, never
+-- a day of finished runs: partition pruning, not a status test (the ids
+-- chose queued runs). Statuses of the live partition as migration 0009 made
+-- it, not live_statuses: this list implies no partial index's predicate, so
+-- the ids stay the index condition.
+AND r.status IN ('queued', 'running', 'waiting_for_user')
+
 -- fragment: claim_commit --
 -- The last condition of a claim's UPDATE: a statement that only claims
 -- (%(claim_commit)s 'off': no finishes in it, and DURABLE_CLAIMS left
@@ -111,6 +119,20 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
     lease_owner = '',
     lease_token = NULL,
     lease_expires_at = NULL
+
+-- fragment: give_back --
+-- The give-back: a lease returned without its attempt spent (a worker's
+-- shutdown, fence_release; a wait for a budget, fence_budget_wait), the
+-- end of its UPDATE's SET list (alias r). Queued and due at once (the
+-- claim's wait counts from when it became due again), the attempt handed
+-- back, a new epoch so the handler still running is fenced, no lease.
+status = 'queued',
+lease_epoch = r.lease_epoch + 1,
+attempts = greatest(r.attempts - 1, 0),
+scheduled_for = now(),
+lease_owner = '',
+lease_token = NULL,
+lease_expires_at = NULL
 
 -- fragment: claimed_event --
 -- The event of each run a claim took (the claimed CTE's rows): run.claimed,
@@ -199,11 +221,7 @@ claimed AS (
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
-       -- The live partition's statuses (migration 0009): the update reads
-       -- runqueue_run_live alone, never a day of finished runs; the list
-       -- implies no partial index's predicate, so the ids stay the index
-       -- condition.
-       AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
 )
@@ -235,9 +253,7 @@ claimed AS (
                %(tokens)s::uuid[], %(kinds)s::text[], %(kind_newest)s::int[],
                %(kind_versions)s::text[], %(kind_moves)s::text[],
                %(kind_move_to)s::int[]))::uuid[])
-       -- The live partition's statuses, as in the plain claim: partition
-       -- pruning, not a status test (it implies no partial index).
-       AND r.status IN ('queued', 'running', 'waiting_for_user')
+       -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
 )
@@ -405,21 +421,14 @@ RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
                THEN runqueue_promote(ARRAY[r.tenant], ARRAY[r.session_id], %(channel)s) END;
 
 -- name: fence_release --
--- Give a run back unfinished on worker shutdown: due at once, the attempt
--- handed back, the epoch bumped so the handler still running is fenced.
--- scheduled_for = now(): the claim's wait counts from when it became due.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = greatest(attempts - 1, 0),
-       scheduled_for = now(),
-       lease_owner = '',
-       lease_token = NULL,
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
-   AND status = 'running'
+-- Give a run back unfinished on worker shutdown (the give-back).
+UPDATE runqueue_run r
+   SET
+       -- include: give_back --
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+   AND r.status = 'running'
    -- include: idle_limit --
-RETURNING id, lease_epoch;
+RETURNING r.id, r.lease_epoch;
 
 -- name: fence_spawn --
 -- A parent creates a child (ctx.spawn): the fence, renewing the lease, and
@@ -443,8 +452,9 @@ RETURNING id;
 -- sees each count and signal committed before the lock was held. No lease
 -- is kept. What it waits for may be there already: no child open, a signal
 -- of that name in the mailbox (taken from it: deleted, its data the input),
--- a time already past. Then the run is queued again at once (resumed: a new
--- epoch, a fresh attempt budget), else it waits (status waiting). A wait
+-- a time already past. Then the run is queued again at once (the resume,
+-- resumed), else it waits (status waiting): two UPDATEs of the one row,
+-- whose conditions exclude each other, so exactly one writes it. A wait
 -- for children counts them from their statuses (children_open set to it),
 -- not from the counter alone: whatever happened to the counter before
 -- (a dead letter requeued, a count from an older version), the wait starts
@@ -470,27 +480,36 @@ WITH mail AS (
                 -- include: open_children --
                 END AS n_open) AS o
      WHERE r.id = %(run_id)s AND r.status = 'running'
+), resumed AS (
+    UPDATE runqueue_run r
+       SET children_open = coalesce(d.n_open, r.children_open),
+           input = (SELECT m.data FROM mail m),
+           timed_out = false,
+           -- include: resume --
+      FROM decided d
+     WHERE r.id = d.id AND r.status = 'running' AND d.ready
+    RETURNING r.status, r.lease_epoch, r.wait_until, r.priority
+), waited AS (
+    UPDATE runqueue_run r
+       SET status = 'waiting',
+           children_open = coalesce(d.n_open, r.children_open),
+           input = NULL,
+           timed_out = false,
+           wait_reason = %(reason)s,
+           wait_name = %(name)s,
+           waiting_since = now(),
+           wait_until = coalesce(%(until)s::timestamptz,
+                                 now() + make_interval(secs => %(timeout)s::float8)),
+           lease_owner = '',
+           lease_token = NULL,
+           lease_expires_at = NULL
+      FROM decided d
+     WHERE r.id = d.id AND r.status = 'running' AND NOT d.ready
+    RETURNING r.status, r.lease_epoch, r.wait_until, r.priority
 )
-UPDATE runqueue_run r
-   SET status = CASE WHEN d.ready THEN 'queued' ELSE 'waiting' END,
-       children_open = coalesce(d.n_open, r.children_open),
-       lease_epoch = CASE WHEN d.ready THEN r.lease_epoch + 1 ELSE r.lease_epoch END,
-       attempts = CASE WHEN d.ready THEN 0 ELSE r.attempts END,
-       scheduled_for = CASE WHEN d.ready THEN now() ELSE r.scheduled_for END,
-       input = CASE WHEN d.ready THEN (SELECT m.data FROM mail m) END,
-       timed_out = false,
-       wait_reason = CASE WHEN d.ready THEN '' ELSE %(reason)s END,
-       wait_name = CASE WHEN d.ready THEN '' ELSE %(name)s END,
-       waiting_since = CASE WHEN d.ready THEN NULL ELSE now() END,
-       wait_until = CASE WHEN d.ready THEN NULL
-                         ELSE coalesce(%(until)s::timestamptz,
-                                       now() + make_interval(secs => %(timeout)s::float8)) END,
-       lease_owner = '',
-       lease_token = NULL,
-       lease_expires_at = NULL
-  FROM decided d
- WHERE r.id = d.id AND r.status = 'running'
-RETURNING r.status, r.lease_epoch, r.wait_until, r.priority;
+SELECT * FROM resumed
+UNION ALL
+SELECT * FROM waited;
 
 -- name: lock_run --
 -- A signal's first statement: the run's row lock, which a wait's transition
@@ -504,20 +523,13 @@ SELECT status, wait_reason, wait_name, priority
 -- name: resume_signal --
 -- A signal reaches the run waiting for it (under the row lock lock_run
 -- took): queued again with the signal's data as its input, a new epoch.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = 0,
-       scheduled_for = now(),
-       input = %(data)s::jsonb,
+UPDATE runqueue_run r
+   SET input = %(data)s::jsonb,
        timed_out = false,
-       wait_reason = '',
-       wait_name = '',
-       waiting_since = NULL,
-       wait_until = NULL
- WHERE id = %(run_id)s AND status = 'waiting' AND wait_reason = 'signal'
-   AND wait_name = %(name)s
-RETURNING id, lease_epoch;
+       -- include: resume --
+ WHERE r.id = %(run_id)s AND r.status = 'waiting' AND r.wait_reason = 'signal'
+   AND r.wait_name = %(name)s
+RETURNING r.id, r.lease_epoch;
 
 -- name: resume_due --
 -- The deadline service: waits whose deadline passed on the database clock,
@@ -536,16 +548,9 @@ WITH due AS (
        FOR NO KEY UPDATE SKIP LOCKED
 ), resumed AS (
     UPDATE runqueue_run r
-       SET status = 'queued',
-           lease_epoch = r.lease_epoch + 1,
-           attempts = 0,
-           scheduled_for = now(),
-           input = NULL,
+       SET input = NULL,
            timed_out = d.wait_reason <> 'timer',
-           wait_reason = '',
-           wait_name = '',
-           waiting_since = NULL,
-           wait_until = NULL
+           -- include: resume --
       FROM due d
      WHERE r.id = d.id AND r.status IN ('waiting', 'waiting_for_user')
        AND r.wait_until <= now()
@@ -709,7 +714,9 @@ WITH cancelled AS (
            lease_token = NULL,
            lease_expires_at = NULL
      WHERE id = %(run_id)s
-       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'pending')
+       AND status IN (
+           -- include: live_statuses --
+           )
     RETURNING id, lease_epoch, parent_id, tenant, session_id
 )
 SELECT c.id, c.lease_epoch,
@@ -740,7 +747,9 @@ WITH kids AS (
            lease_token = NULL,
            lease_expires_at = NULL
      WHERE id IN (SELECT id FROM kids)
-       AND status IN ('queued', 'running', 'waiting_for_user', 'waiting', 'pending')
+       AND status IN (
+           -- include: live_statuses --
+           )
     RETURNING id, lease_epoch, tenant, session_id
 ), promoted AS (
     SELECT runqueue_promote(array_agg(c.tenant), array_agg(c.session_id), %(channel)s) AS n
@@ -776,22 +785,15 @@ RETURNING id, lease_epoch, priority, parent_id;
 SELECT runqueue_recount(ARRAY[%(run_id)s::uuid, %(parent_id)s::uuid], %(channel)s);
 
 -- name: deliver_input --
--- Resume a run waiting for the user, in place: queued again with the input
--- attached, a fresh attempt budget for the new turn, and a new epoch; due
--- now (scheduled_for = now(): the claim's wait counts from the delivery).
-UPDATE runqueue_run
-   SET status = 'queued',
-       input = %(input)s,
-       lease_epoch = lease_epoch + 1,
-       attempts = 0,
-       scheduled_for = now(),
-       lease_token = NULL,
+-- Resume a run waiting for the user, in place (the resume): queued again
+-- with the input attached, a fresh attempt budget for the new turn, and a
+-- new epoch; due now (the claim's wait counts from the delivery).
+UPDATE runqueue_run r
+   SET input = %(input)s,
        timed_out = false,
-       wait_reason = '',
-       waiting_since = NULL,
-       wait_until = NULL
- WHERE id = %(run_id)s AND status = 'waiting_for_user'
-RETURNING id, lease_epoch;
+       -- include: resume --
+ WHERE r.id = %(run_id)s AND r.status = 'waiting_for_user'
+RETURNING r.id, r.lease_epoch;
 
 -- name: set_config --
 -- A setting such as lock_timeout for the current transaction only (in
@@ -1085,22 +1087,15 @@ SELECT held FROM refunded;
 -- name: fence_budget_wait --
 -- The handler waits for a budget (ctx.wait_for_budget): the run goes back
 -- to queued with its next call's budget declared, so the claim reserves it
--- before the handler resumes; due at once, the attempt handed back, the
--- epoch bumped (as fence_release). Zero rows: fenced.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = greatest(attempts - 1, 0),
-       scheduled_for = now(),
-       budget_key = %(budget_key)s,
+-- before the handler resumes (the give-back). Zero rows: fenced.
+UPDATE runqueue_run r
+   SET budget_key = %(budget_key)s,
        budget_tokens = %(budget_tokens)s,
-       lease_owner = '',
-       lease_token = NULL,
-       lease_expires_at = NULL
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
-   AND status = 'running'
+       -- include: give_back --
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+   AND r.status = 'running'
    -- include: idle_limit --
-RETURNING id, lease_epoch;
+RETURNING r.id, r.lease_epoch;
 
 -- name: budget_pause --
 -- Stop every claim and reservation on a budget until %(until)s (a

@@ -17,7 +17,7 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
-from runqueue import db
+from runqueue import db, wakeups
 from runqueue.sql import execute
 from runqueue.worker.services import reconnect_delay
 
@@ -29,8 +29,6 @@ RECOVERY_CHECK_SECONDS = 5.0
 #: How long a LISTEN waits, after each connect, for the probe NOTIFY it sent
 #: through the default database before it says it hears nothing.
 PROBE_SECONDS = 5.0
-#: Payloads that start so are the listener's own probes, never a wake-up.
-PROBE_PREFIX = "probe:"
 
 
 class Listener(threading.Thread):
@@ -79,7 +77,7 @@ class Listener(threading.Thread):
                     checked = time.monotonic()
                     while not self.stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            if note.payload.startswith(PROBE_PREFIX):
+                            if isinstance(wakeups.parse(note.payload), wakeups.Probe):
                                 if note.payload == probe:
                                     probe = None
                                     self.heard_probe = True
@@ -111,7 +109,7 @@ class Listener(threading.Thread):
         reach this connection (a transaction pooler hands the LISTEN's
         server session to other clients), and the log says so. None if the
         probe could not be sent (the next connect tries again)."""
-        probe = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        probe = wakeups.payload(wakeups.Probe(token=uuid.uuid4().hex))
         try:
             with db.connect() as conn, conn.cursor() as cursor:
                 execute(cursor, "notify", {"channel": self.channel, "payload": probe})

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
-from runqueue import aio, budgets, concurrency, leases, registry
+from runqueue import aio, budgets, concurrency, leases, registry, wakeups
 from runqueue.db import connection_lost
 from runqueue.errors import MAX_DURATION
 from runqueue.models import Worker
@@ -115,20 +115,24 @@ class Pool:
         return [lease for group in self.groups for lease in group.held()]
 
     def wake(self, payload: str) -> None:
-        """Wake the groups that may claim the class a NOTIFY names ("" = all),
-        or stop the handler of a run a cancel names."""
-        cancel = leases.parse_cancel(payload)
-        if cancel is not None:
-            self.cancel_run(*cancel)
+        """Act on a NOTIFY's wake-up (runqueue.wakeups): wake the groups that
+        may claim the class it names (all for none), read the limits or
+        budgets again and claim, or stop the handler of a run it cancels."""
+        wakeup = wakeups.parse(payload)
+        if isinstance(wakeup, wakeups.Cancelled):
+            self.cancel_run(wakeup.run_id, wakeup.epoch)
             return
-        if payload == concurrency.NOTIFY_PAYLOAD:  # limits changed: re-read, claim again
-            concurrency.invalidate()
-            payload = ""
-        elif payload == budgets.NOTIFY_PAYLOAD:  # budgets changed, or one resumed
-            budgets.invalidate()
-            payload = ""
+        if isinstance(wakeup, wakeups.Changed):
+            if wakeup.setting == "concurrency":
+                concurrency.invalidate()
+            else:
+                budgets.invalidate()
+            wakeup = wakeups.Due()  # claim again: runs may be claimable now
+        if not isinstance(wakeup, wakeups.Due):
+            return  # a probe, or not runqueue's
+        woken = wakeup.priority_class
         for group in self.groups:
-            if not payload or payload in group.class_names:
+            if woken is None or woken.slug in group.class_names:
                 group.wake()
 
     def cancel_run(self, run_id: uuid.UUID, epoch: int) -> None:
