@@ -35,7 +35,7 @@ from django.db import connection, transaction
 
 from runqueue import aio, events, leases, registry
 from runqueue.errors import PermanentError
-from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation, ToolStatus
+from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation
 from runqueue.outcomes import BudgetWait, ToolOutcome
 from runqueue.runtime import (
     AskUser,
@@ -45,6 +45,7 @@ from runqueue.runtime import (
     respawned,
     same_tool_call,
 )
+from runqueue.runtime.tools import recorded_outcome
 from runqueue.types import JSON
 
 #: The statuses a replay reads: finished runs whose history is complete.
@@ -131,7 +132,7 @@ class ReplayContext(RunContext):
                     f"now {name}({_shown(args or {})})",
                 )
             )
-        return _recorded_outcome(recorded) or self._stop(RecordsEnd(seq))
+        return recorded_outcome(recorded) or self._stop(RecordsEnd(seq))
 
     def _spawn_numbered(
         self, seq: int, recorded: ToolInvocation | None, kind: str, payload: JSON = None, **_: Any
@@ -176,25 +177,6 @@ class ReplayContext(RunContext):
         self, call: int, model: str, input_tokens: int, output_tokens: int, cost: Decimal | None
     ) -> Decimal | None:
         return cost
-
-
-def _recorded_outcome(recorded: ToolInvocation) -> ToolOutcome | None:
-    """The outcome the run recorded for this call; None for one it never
-    finished (left started: the run ended during it)."""
-    seq = recorded.seq
-    if recorded.status == ToolStatus.COMPLETED:
-        return ToolOutcome(status="completed", seq=seq, value=recorded.result, replayed=True)
-    if recorded.status == ToolStatus.FAILED:
-        return ToolOutcome(status="failed", seq=seq, error=recorded.error, replayed=True)
-    if recorded.status == ToolStatus.UNCERTAIN:
-        return ToolOutcome(
-            status="uncertain",
-            seq=seq,
-            error=recorded.error,
-            replayed=True,
-            resolution=recorded.resolution,
-        )
-    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,7 @@ class RunQueueBackend(BaseTaskBackend):
     def check(self, **kwargs: object) -> list[checks.CheckMessage]:
         from django.apps import apps
 
-        hint = "See the README, 'Django Tasks backend'."
+        hint = "See docs/handlers.md, 'Django Tasks backend'."
         messages: list[checks.CheckMessage] = []
         where = f"TASKS[{self.alias!r}]"
         if not apps.is_installed("runqueue"):

@@ -271,7 +271,7 @@ SETTINGS: tuple[Setting, ...] = (
         kind=v.number(positive=True, none=True),
         default=None,
         doc="a run not claimed this long after it is due is cancelled, reason `expired` "
-        '(README, "Run deadlines"; `None`: no limit)',
+        '(docs/handlers.md, "Run deadlines"; `None`: no limit)',
         section=DEADLINES,
     ),
     Setting(
@@ -414,7 +414,8 @@ SETTINGS: tuple[Setting, ...] = (
         kind=v.SCHEDULES,
         default=(),
         shown="{}",
-        doc='recurring runs by name (README, "Scheduled work"; `runqueue/schedules/spec.py`)',
+        doc="recurring runs by name "
+        '(docs/operations.md, "Scheduled work"; `runqueue/schedules/spec.py`)',
         section=SCHEDULES,
         checks=("runqueue.W020",),
     ),

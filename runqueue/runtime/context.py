@@ -37,6 +37,7 @@ from runqueue.runtime.tools import (
     is_patch,
     jsonable,
     patch_name_problem,
+    recorded_outcome,
     respawned,
     same_tool_call,
 )
@@ -475,18 +476,8 @@ class RunContext:
     def _replay(self, recorded: ToolInvocation) -> ToolOutcome | None:
         """The outcome recorded by an earlier attempt, or None to run again."""
         seq = recorded.seq
-        if recorded.status == ToolStatus.COMPLETED:
-            return ToolOutcome(status="completed", seq=seq, value=recorded.result, replayed=True)
-        if recorded.status == ToolStatus.FAILED:
-            return ToolOutcome(status="failed", seq=seq, error=recorded.error, replayed=True)
-        if recorded.status == ToolStatus.UNCERTAIN:
-            return ToolOutcome(
-                status="uncertain",
-                seq=seq,
-                error=recorded.error,
-                replayed=True,
-                resolution=recorded.resolution,
-            )
+        if (outcome := recorded_outcome(recorded)) is not None:
+            return outcome
         if recorded.idempotency == Idempotency.IDEMPOTENT:
             return None  # started, outcome unknown, safe to run again
         error = {

@@ -14,7 +14,9 @@ from runqueue.errors import (
 )
 from runqueue.models import (
     ToolInvocation,
+    ToolStatus,
 )
+from runqueue.outcomes import ToolOutcome
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 
@@ -119,3 +121,23 @@ def respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
             f"attempt: {_SAME_ARGUMENTS}"
         )
     return uuid.UUID(str(recorded.result["run_id"]))
+
+
+def recorded_outcome(recorded: ToolInvocation) -> ToolOutcome | None:
+    """The outcome an earlier attempt recorded for a call, replayed as is;
+    None for one it started and never finished (the caller decides: run it
+    again, mark it uncertain, or stop a replay there)."""
+    seq = recorded.seq
+    if recorded.status == ToolStatus.COMPLETED:
+        return ToolOutcome(status="completed", seq=seq, value=recorded.result, replayed=True)
+    if recorded.status == ToolStatus.FAILED:
+        return ToolOutcome(status="failed", seq=seq, error=recorded.error, replayed=True)
+    if recorded.status == ToolStatus.UNCERTAIN:
+        return ToolOutcome(
+            status="uncertain",
+            seq=seq,
+            error=recorded.error,
+            replayed=True,
+            resolution=recorded.resolution,
+        )
+    return None
