@@ -13,7 +13,7 @@ from pytest_django.fixtures import Settings
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from runqueue import db
 from tests.pooling import DIRECT, POOL_SIZE, POOLED_RUNQUEUE, POOLER
-from tests.workers import start_worker  # noqa: F401 - fixture
+from tests.worker_processes import start_worker  # noqa: F401 - fixture
 from topology import pgbouncer
 
 if POOLER:

@@ -230,7 +230,7 @@ claimed AS (
 -- The capped claim (finish_and_claim_capped, claim_capped), when
 -- concurrency caps or budgets may apply (a RUNQUEUE["CONCURRENCY"] default,
 -- a ConcurrencyLimit row, a budget): the plain claim but its WHERE
--- (tests/test_concurrency.py checks that), whose ids come from
+-- (tests/database/test_concurrency.py checks that), whose ids come from
 -- runqueue_claim_capped (functions.sql): a walk in the same claim order
 -- that steps over runs whose (key, class) is at its cap or being claimed by
 -- another worker, holding a transaction-scoped advisory lock per (key,
