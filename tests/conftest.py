@@ -14,7 +14,7 @@ import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from runqueue import db
 from tests.pooling import DIRECT, POOL_SIZE, POOLED_RUNQUEUE, POOLER
 from tests.worker_processes import start_worker  # noqa: F401 - fixture
-from topology import pgbouncer
+from tools.topology import pgbouncer
 
 if POOLER:
 

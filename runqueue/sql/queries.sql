@@ -556,7 +556,7 @@ WITH due AS (
        AND r.wait_until <= now()
     RETURNING r.id, r.lease_epoch, d.wait_reason, d.wait_name, r.timed_out, d.wait_until
 ), logged AS (
-    -- late_ms: how long after its deadline the wait ended (bench/waits.py).
+    -- late_ms: how long after its deadline the wait ended (tools/bench/waits.py).
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT s.id, 'run.resumed', s.lease_epoch,
            jsonb_build_object('reason', s.wait_reason, 'name', s.wait_name,

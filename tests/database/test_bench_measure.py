@@ -1,5 +1,5 @@
-"""The bench's shared measurements (bench/measure.py, bench/targets.py,
-bench/src.py): the figures are only as true as these. Real PostgreSQL: a
+"""The bench's shared measurements (tools/bench/measure.py, tools/bench/targets.py,
+tools/bench/src.py): the figures are only as true as these. Real PostgreSQL: a
 scratch database on the test server, counted from its maintenance database."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from psycopg.conninfo import make_conninfo
 
-from bench import common, measure, src, targets
+from tools.bench import common, measure, src, targets
 
 LIBPQ_KEYS = ("host", "port", "user", "password", "sslmode")
 

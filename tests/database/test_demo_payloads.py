@@ -54,10 +54,10 @@ def no_sleep(monkeypatch) -> list[float]:
 
 @pytest.fixture
 def chaos(monkeypatch, no_sleep: list[float]) -> Any:
-    """chaos.handlers, imported without leaving its kind registered (the
+    """tools.chaos.handlers, imported without leaving its kind registered (the
     project installs it only for the chaos command)."""
     was_registered = registry.is_registered("chaos.turn")
-    from chaos import handlers
+    from tools.chaos import handlers
 
     if not was_registered:
         registry.unregister("chaos.turn")

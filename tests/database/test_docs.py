@@ -234,7 +234,11 @@ def _commands(code: str) -> list[list[str]]:
 def _management_commands() -> set[str]:
     """Django's, and those of the project's apps (chaos is installed only
     for its own command)."""
-    ours = {p.stem for p in REPO.glob("*/management/commands/*.py") if p.stem != "__init__"}
+    found = [
+        *REPO.glob("*/management/commands/*.py"),
+        *REPO.glob("tools/*/management/commands/*.py"),
+    ]
+    ours = {p.stem for p in found if p.stem != "__init__"}
     return ours | set(get_commands())
 
 

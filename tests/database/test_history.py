@@ -232,7 +232,7 @@ HISTORY_RUNS = 200_000
 @pytest.fixture
 def history(transactional_db) -> Iterator[None]:
     """Ten days of history in day partitions, analyzed."""
-    from bench.history import load
+    from tools.bench.history import load
 
     partitions.ensure(today=_today() - 11 * DAY, ahead=14)
     load(runs=HISTORY_RUNS, days=10, batch=100_000, echo=lambda _line: None)

@@ -17,7 +17,7 @@ from runqueue.sql import queries
 
 RUNS = 1_000_000
 
-# Like bench/admin_scale.py: 88% succeeded, 3% failed, 6% queued (spread over
+# Like tools/bench/admin_scale.py: 88% succeeded, 3% failed, 6% queued (spread over
 # the classes, some scheduled later), 1% running, 1% waiting for the user,
 # 1% cancelled; 40 unresolved uncertain tool invocations.
 LOAD = """

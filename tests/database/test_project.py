@@ -32,7 +32,7 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_the_chaos_app_and_kind_are_not_installed() -> None:
-    assert "chaos" not in settings.INSTALLED_APPS
+    assert "tools.chaos" not in settings.INSTALLED_APPS
     assert not registry.is_registered("chaos.turn")
     assert "demo" in settings.INSTALLED_APPS
 

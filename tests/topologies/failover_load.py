@@ -34,7 +34,7 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
 
     import runqueue
     from tests.handlers import LEDGER_DDL
-    from topology.clusters import Pair
+    from tools.topology.clusters import Pair
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:

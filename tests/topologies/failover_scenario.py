@@ -29,7 +29,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
     import runqueue
     from runqueue import leases, testing
     from runqueue.models import Run, RunEvent, ToolInvocation
-    from topology.clusters import Pair
+    from tools.topology.clusters import Pair
 
     pair = Pair(Path(folder), (primary_port, standby_port))
 

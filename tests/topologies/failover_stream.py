@@ -46,7 +46,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     from runqueue.stream import sse
     from tests.api_helpers import make_caller
     from tests.topologies.failover_scenario import server_port
-    from topology.clusters import Pair
+    from tools.topology.clusters import Pair
 
     pair = Pair(Path(folder), (primary_port, standby_port))
     call_command("migrate", verbosity=0)

@@ -14,7 +14,7 @@ from pathlib import Path
 from django.db import connection
 
 from tests.helpers import wait_until
-from topology import free_port, stop
+from tools.topology import free_port, stop
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The bench's part through PgBouncer (bench/pooler.py, ``python -m bench
+"""The bench's part through PgBouncer (tools/bench/pooler.py, ``python -m tools.bench
 --parts pooler``) end to end at its smallest: one round of the three drains
 (direct, direct without prepared statements, through a real PgBouncer in
 transaction mode) and the pickup direct and pooled, on the test server, in
@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from bench import common, pooler, report
-from topology import pgbouncer
+from tools.bench import common, pooler, report
+from tools.topology import pgbouncer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

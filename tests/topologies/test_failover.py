@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from topology import clusters
+from tools.topology import clusters
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from django.db import connection
 import runqueue
 from runqueue.models import Run, RunEvent, RunStatus
 from tests.helpers import wait_until
-from topology import pgbouncer
+from tools.topology import pgbouncer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The peers' part of ``bench.async_turns`` in its smallest form: each peer's
+"""The peers' part of ``tools.bench.async_turns`` in its smallest form: each peer's
 async worker, in a process of its own, drains a few turns queued into it
 while idle, and the bench reads the drain from the peer's own tables, counts
 its commits and stops it. Real PostgreSQL (a scratch database on the test
@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from bench import async_turns, common, measure
+from tools.bench import async_turns, common, measure
 
 pytest.importorskip("procrastinate")
 pytest.importorskip("pgqueuer")
@@ -53,9 +53,9 @@ def test_a_peers_async_worker_drains_the_turns_and_is_measured_and_stopped(
     scratch: str, system: str
 ) -> None:
     if system == "procrastinate":
-        from bench.peers.procrastinate_peer import _install
+        from tools.bench.peers.procrastinate_peer import _install
     else:
-        from bench.peers.pgqueuer_peer import _install
+        from tools.bench.peers.pgqueuer_peer import _install
     asyncio.run(_install(scratch))
 
     result = async_turns.turns(

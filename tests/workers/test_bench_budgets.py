@@ -1,4 +1,4 @@
-"""The budget soak (bench/budget_soak.py, ``python -m bench --parts budgets``)
+"""The budget soak (tools/bench/budget_soak.py, ``python -m tools.bench --parts budgets``)
 end to end on its smallest profile: two real ``runworker`` processes drain
 three saturated tenants' budgeted runs against the fake provider in the test
 database; the figures the soak must hold (issue 23) are asserted, and the
@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 from psycopg.conninfo import make_conninfo
 
-from bench import budget_soak, common, report
 from runqueue import registry
+from tools.bench import budget_soak, common, report
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def soak_kind() -> Iterator[None]:
     """``bench.budget_call`` registered in this process (submit checks the
     kind), and the registry as it was afterwards."""
-    from bench import handlers
+    from tools.bench import handlers
 
     registered = registry.is_registered(budget_soak.KIND)
     registry.handler(budget_soak.KIND)(handlers.budget_call)

@@ -17,12 +17,12 @@ import pytest
 from django.db import connection, transaction
 
 import runqueue
-from chaos.verify import budget_charges, budget_overruns
 from runqueue import budgets, events, leases, runtime
 from runqueue.models import Budget, Run, RunStatus
 from runqueue.outcomes import Succeeded
 from runqueue.sql import execute
 from tests.helpers import Worker, is_blocked, wait_until
+from tools.chaos.verify import budget_charges, budget_overruns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,12 +19,12 @@ import pytest
 from django.db import connection
 
 import runqueue
-from chaos.verify import cap_violations
 from runqueue import concurrency, leases
 from runqueue.errors import ActiveRunConflict, InvalidTransition
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Failed, Succeeded
 from tests.helpers import Worker
+from tools.chaos.verify import cap_violations
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
