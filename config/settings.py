@@ -83,7 +83,7 @@ if env("RUNQUEUE_DEMO"):
 # The chaos runner's handler sleeps as long as its payload says: never in a
 # deployment, only when the chaos command asks for it (manage.py sets it).
 if env("RUNQUEUE_CHAOS"):
-    INSTALLED_APPS.append("chaos")
+    INSTALLED_APPS.append("tools.chaos")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -1,7 +1,7 @@
 """System checks: runqueue needs PostgreSQL and a well-formed RUNQUEUE dict.
 
 The settings table (``runqueue.conf.table``) names, for each setting, the
-checks below that look at it; tests/test_settings_table.py holds the two
+checks below that look at it; tests/unit/test_settings_table.py holds the two
 together.
 """
 

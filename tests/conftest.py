@@ -13,8 +13,8 @@ from pytest_django.fixtures import Settings
 import tests.handlers  # noqa: F401 - registers the kinds the tests submit
 from runqueue import db
 from tests.pooling import DIRECT, POOL_SIZE, POOLED_RUNQUEUE, POOLER
-from tests.workers import start_worker  # noqa: F401 - fixture
-from topology import pgbouncer
+from tests.worker_processes import start_worker  # noqa: F401 - fixture
+from tools.topology import pgbouncer
 
 if POOLER:
 

@@ -377,7 +377,7 @@ def nap(ctx: RunContext) -> dict:
 
 @runqueue.handler("test.stale_turn", start_within=30)
 def stale_turn(ctx: RunContext) -> dict:
-    """A kind with a default start deadline (tests/test_deadlines.py)."""
+    """A kind with a default start deadline (tests/database/test_deadlines.py)."""
     return {"ran": True}
 
 
@@ -392,7 +392,7 @@ def overrun(ctx: RunContext) -> dict:
     return {"overran": True}
 
 
-# --- forks and usage (tests/test_fork.py, tests/test_usage.py) ------------------
+# --- forks and usage (tests/workers/test_fork.py, tests/workers/test_usage.py) ------------------
 
 
 @runqueue.handler("test.steps")

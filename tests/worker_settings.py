@@ -13,7 +13,7 @@ DATABASES = {
     ),
 }
 # The handler modules: tests.handlers, or the test's own (a worker of an
-# older or newer deploy, tests/test_versions_workers.py).
+# older or newer deploy, tests/workers/test_versions_workers.py).
 RUNQUEUE = json.loads(os.environ.get("RUNQUEUE_TEST_SETTINGS", "{}")) | {
     "HANDLER_MODULES": json.loads(
         os.environ.get("RUNQUEUE_TEST_HANDLER_MODULES", '["tests.handlers"]')

@@ -10,7 +10,7 @@ INTRODUCTION = """\
 # Settings
 
 <!-- Written by `python -m runqueue.conf --reference > docs/settings.md` from
-runqueue/conf/table.py; tests/test_settings_table.py fails when it is out of date. -->
+runqueue/conf/table.py; tests/unit/test_settings_table.py fails when it is out of date. -->
 
 runqueue reads one dict from the Django settings, every key optional:
 

@@ -8,8 +8,8 @@ with the expression written in place (an index condition stays one).
 
 Their text lives in ``functions.sql`` with every other function runqueue
 installs, and a migration installs a frozen copy of it.
-``tests/test_queries.py`` checks the database's functions (which
-``tests/test_functions.py`` checks against the file) against what
+``tests/database/test_queries.py`` checks the database's functions (which
+``tests/database/test_functions.py`` checks against the file) against what
 ``functions()`` renders from ``PriorityClass``: a change to the classes
 fails there until ``functions.sql`` says it and a new migration installs it.
 """

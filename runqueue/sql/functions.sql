@@ -9,20 +9,20 @@
 -- the plain claim (queries.sql) and runqueue_claim_capped include them.
 -- So are the resume of a waiting run (resume), the active and the live
 -- statuses (active_statuses, live_statuses; runqueue.models); the give-back
--- of a lease is in queries.sql (give_back). tests/test_sql_fragments.py
+-- of a lease is in queries.sql (give_back). tests/unit/test_sql_fragments.py
 -- checks that none is written out anywhere else.
 --
 -- A migration is history, so it holds a frozen copy of the text, not a call:
 -- to change a function (or a fragment one includes), edit it here and add a
 -- migration that runs the new text (runqueue.sql.functions_sql(), pasted in;
--- see 0006_function_source). tests/test_functions.py checks that the migrated
+-- see 0006_function_source). tests/database/test_functions.py checks that the migrated
 -- database's functions are exactly this file's.
 
 -- function: runqueue_priority_class --
 -- The index of a priority's class (runqueue.models.PriorityClass). The class
 -- functions are LANGUAGE sql IMMUTABLE with a one-line body and no STRICT or
 -- SET: the planner inlines them, so a statement plans as it would with the
--- arithmetic written in place. tests/test_queries.py checks them against
+-- arithmetic written in place. tests/database/test_queries.py checks them against
 -- PriorityClass (runqueue.sql.classes renders them from it).
 CREATE OR REPLACE FUNCTION runqueue_priority_class(priority integer) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -230,7 +230,7 @@ claimed AS (
 -- The capped claim (finish_and_claim_capped, claim_capped), when
 -- concurrency caps or budgets may apply (a RUNQUEUE["CONCURRENCY"] default,
 -- a ConcurrencyLimit row, a budget): the plain claim but its WHERE
--- (tests/test_concurrency.py checks that), whose ids come from
+-- (tests/database/test_concurrency.py checks that), whose ids come from
 -- runqueue_claim_capped (functions.sql): a walk in the same claim order
 -- that steps over runs whose (key, class) is at its cap or being claimed by
 -- another worker, holding a transaction-scoped advisory lock per (key,
@@ -556,7 +556,7 @@ WITH due AS (
        AND r.wait_until <= now()
     RETURNING r.id, r.lease_epoch, d.wait_reason, d.wait_name, r.timed_out, d.wait_until
 ), logged AS (
-    -- late_ms: how long after its deadline the wait ended (bench/waits.py).
+    -- late_ms: how long after its deadline the wait ended (tools/bench/waits.py).
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT s.id, 'run.resumed', s.lease_epoch,
            jsonb_build_object('reason', s.wait_reason, 'name', s.wait_name,

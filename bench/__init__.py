@@ -1,1 +1,0 @@
-"""runqueue's benchmarks: ``python -m bench`` (see bench/README.md)."""

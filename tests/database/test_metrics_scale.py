@@ -1,0 +1,146 @@
+"""The metrics queries at a million runs: their plans after VACUUM ANALYZE,
+run with EXPLAIN ANALYZE. No node reads the runs table sequentially and no
+scan of it returns more rows than the cap, whatever the backlog (Oban
+#1120: a metrics query that counted the jobs table)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from runqueue.observability import queue_metrics
+from runqueue.sql import queries
+
+RUNS = 1_000_000
+
+# Like tools/bench/admin_scale.py: 88% succeeded, 3% failed, 6% queued (spread over
+# the classes, some scheduled later), 1% running, 1% waiting for the user,
+# 1% cancelled; 40 unresolved uncertain tool invocations.
+LOAD = """
+INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, session_id, kind, payload,
+    status, priority, attempts, max_attempts, lease_epoch, lease_owner, lease_expires_at,
+    scheduled_for, created_at, started_at, finished_at)
+SELECT gen_random_uuid(), 'tenant-' || (i %% 20), 'tenant-' || (i %% 20), 'user:' || (i %% 5000),
+       'conv-' || i,
+       'chat.turn', '{}'::jsonb, s.status, (i * 7) %% 30,
+       CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END, 3,
+       CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END,
+       CASE WHEN s.status = 'running' THEN 'w' ELSE '' END,
+       CASE WHEN s.status = 'running' THEN now() + interval '30 seconds' END,
+       CASE WHEN s.status = 'queued' AND i %% 7 = 0 THEN now() + interval '1 hour' END,
+       s.created_at,
+       CASE WHEN s.status <> 'queued' THEN s.created_at END,
+       CASE WHEN s.status IN ('succeeded', 'failed', 'cancelled') THEN s.created_at END
+  FROM generate_series(1, %(runs)s) AS i,
+       LATERAL (SELECT
+           CASE WHEN i %% 100 < 88 THEN 'succeeded' WHEN i %% 100 < 91 THEN 'failed'
+                WHEN i %% 100 < 97 THEN 'queued' WHEN i %% 100 < 98 THEN 'running'
+                WHEN i %% 100 < 99 THEN 'waiting_for_user' ELSE 'cancelled' END AS status,
+           now() - make_interval(secs => (%(runs)s - i) * 0.5) AS created_at) AS s
+"""
+UNCERTAIN = """
+INSERT INTO runqueue_tool_invocation (run_id, seq, tool, idempotency, status, arguments,
+    lease_epoch, created_at)
+SELECT id, 0, 'charge_card', 'non_idempotent', 'uncertain', '{}'::jsonb, 1, now()
+  FROM runqueue_run WHERE status = 'succeeded' LIMIT 40
+"""
+
+
+@pytest.fixture
+def million_runs(transactional_db) -> Iterator[None]:
+    with connection.cursor() as cursor:
+        cursor.execute(LOAD, {"runs": RUNS})
+        cursor.execute(UNCERTAIN)
+        cursor.execute("VACUUM ANALYZE runqueue_run")
+        cursor.execute("ANALYZE runqueue_tool_invocation")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE runqueue_run CASCADE")
+        # Later tests plan against empty tables again.
+        cursor.execute("ANALYZE runqueue_run")
+        cursor.execute("ANALYZE runqueue_tool_invocation")
+
+
+def _empty(table: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT NOT EXISTS (SELECT 1 FROM "{table}")')
+        return cursor.fetchone()[0]
+
+
+def _index_and_partitions(index: str) -> set[str]:
+    """An index and, when it is a partitioned table's, the partitions' own
+    indexes (EXPLAIN names those)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE tree(oid) AS (SELECT %s::regclass::oid UNION ALL"
+            " SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)"
+            " SELECT c.relname FROM tree t JOIN pg_class c ON c.oid = t.oid",
+            [index],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _explain(name: str, params: dict) -> tuple[list[dict], str]:
+    with queue_metrics.bounded_reads() as cursor:  # as read() runs them
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params)
+        document = cursor.fetchone()[0]
+        cursor.execute("EXPLAIN " + queries()[name], params)
+        text = "\n".join(row[0] for row in cursor.fetchall())
+    if isinstance(document, str):
+        document = json.loads(document)
+    return list(_nodes(document[0]["Plan"])), text
+
+
+@pytest.mark.slow
+def test_metrics_plans_at_a_million_runs(million_runs) -> None:
+    cap = queue_metrics.CAP + 1
+    cases = {
+        "metrics_queued": ({"cap": cap, "head": queue_metrics.HEAD}, "runqueue_run_claim_idx"),
+        "metrics_leased": ({"cap": cap}, "runqueue_run_leased_idx"),
+        "metrics_totals": ({"cap": cap, "stale_seconds": 30}, "runqueue_run_failed_idx"),
+    }
+    for name, (params, index) in cases.items():
+        nodes, text = _explain(name, params)
+        scans = [
+            n
+            for n in nodes
+            # runqueue_run or one of its partitions (runqueue_run_live, ...).
+            if n.get("Relation Name", "").startswith("runqueue_run")
+            or n.get("Index Name", "").startswith("runqueue_run_")
+        ]
+        assert scans, text
+        # A day partition not reached yet is empty: scanning it reads nothing.
+        assert all(n["Node Type"] != "Seq Scan" or _empty(n["Relation Name"]) for n in scans), (
+            f"{name}:\n{text}"
+        )
+        assert any(n.get("Index Name") in _index_and_partitions(index) for n in scans), (
+            f"{name}:\n{text}"
+        )
+        for node in scans:
+            # Actual Rows is per loop: each class / status reads at most the cap.
+            assert node["Actual Rows"] <= cap, f"{name} read {node['Actual Rows']}:\n{text}"
+        # The tool table is small here; its reads are capped all the same.
+        tools = [n for n in nodes if n.get("Relation Name") == "runqueue_tool_invocation"]
+        assert all(n["Actual Rows"] <= cap for n in tools), text
+        print(f"\n-- {name}\n{text}")  # the plans, for docs/decisions.md
+
+    started = time.perf_counter()
+    figures = queue_metrics.read()
+    print(f"\n-- one scrape's reads: {(time.perf_counter() - started) * 1000:.1f} ms")
+    # 6% queued (60,000: above the cap per class), estimated, not counted.
+    queued = sum(v for (_i, status), v in figures.runs.items() if status == "queued")
+    assert 40_000 < queued < 80_000, figures.runs
+    running = sum(v for (_i, status), v in figures.runs.items() if status == "running")
+    assert 8_000 < running < 12_000, figures.runs  # 10,000: exact under the cap
+    assert 25_000 < figures.dead_lettered < 35_000
+    assert figures.uncertain_tools == 40

@@ -1,0 +1,1 @@
+"""runqueue's benchmarks: ``python -m tools.bench`` (see tools/bench/README.md)."""
