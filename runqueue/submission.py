@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cache
 from typing import Literal
 
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -528,19 +529,18 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     written. Idle workers are woken once, on commit.
     """
     checked: list[CheckedSubmission] = []
-    for index, item in enumerate(requests):
-        with _at(index):
+    names = _request_fields()
+    index = 0
+    try:
+        for index, item in enumerate(requests):  # noqa: B007 - read by the handler
             if not isinstance(item, SubmitRequest):
                 raise InvalidSubmission(
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
-            checked.append(
-                require(
-                    check_submission(
-                        **{f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
-                    )
-                )
-            )
+            checked.append(require(check_submission(**{n: getattr(item, n) for n in names})))
+    except RunqueueError as exc:
+        _tag(exc, index)
+        raise
     out: list[Submission] = []
     with transaction.atomic(durable=True):
         for start in range(0, len(checked), SUBMIT_MANY_CHUNK):
@@ -572,9 +572,19 @@ def _at(index: int) -> Iterator[None]:
     try:
         yield
     except RunqueueError as exc:
-        exc.index = index  # type: ignore[attr-defined]
-        exc.add_note(f"submit_many: request #{index}")
+        _tag(exc, index)
         raise
+
+
+def _tag(exc: RunqueueError, index: int) -> None:
+    exc.index = index  # type: ignore[attr-defined]
+    exc.add_note(f"submit_many: request #{index}")
+
+
+@cache
+def _request_fields() -> tuple[str, ...]:
+    """SubmitRequest's field names, read once (not per request)."""
+    return tuple(f.name for f in dataclasses.fields(SubmitRequest))
 
 
 def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:
