@@ -107,6 +107,17 @@ def _api_kinds(settings) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _async_connections_closed() -> Iterator[None]:
+    """A test that ran async handlers in this process leaves no database
+    connection behind on runqueue.aio's threads: a later test that counts
+    the test database's backends (the bench's) must find only its own."""
+    from runqueue import aio
+
+    yield
+    aio.close_connections()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_limits_cache() -> Iterator[None]:
     """Each test reads whether concurrency limits exist afresh: flushing the
     database between tests deletes them without a signal."""
