@@ -530,16 +530,15 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     """
     checked: list[CheckedSubmission] = []
     names = _request_fields()
-    index = 0
     try:
-        for index, item in enumerate(requests):  # noqa: B007 - read by the handler
+        for item in requests:
             if not isinstance(item, SubmitRequest):
                 raise InvalidSubmission(
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
             checked.append(require(check_submission(**{n: getattr(item, n) for n in names})))
     except RunqueueError as exc:
-        _tag(exc, index)
+        _tag(exc, len(checked))  # the requests before it all passed
         raise
     out: list[Submission] = []
     with transaction.atomic(durable=True):
