@@ -33,8 +33,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.forms.fields import InvalidJSONInput
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, get_resolver
 
+from runqueue.sql import without_jit
 from runqueue.validation import json_problem
 
 #: The longest query parameter (name or value) an admin page reads: longer
@@ -67,7 +69,9 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         refused = problems(request)
         if not refused:
             try:
-                return view(request, *args, **kwargs)
+                if request.method not in ("GET", "HEAD"):
+                    return view(request, *args, **kwargs)
+                return read(view, request, *args, **kwargs)
             except PermissionDenied as exc:
                 return refusal(request, exc)
         query = request.GET.copy()
@@ -78,6 +82,21 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         return HttpResponseRedirect(request.path + (f"?{encoded}" if encoded else ""))
 
     return wrapper
+
+
+def read(
+    view: Callable[..., HttpResponse], request: HttpRequest, *args: Any, **kwargs: Any
+) -> HttpResponse:
+    """A page that only reads, planned without JIT (``runqueue.sql.without_jit``:
+    a list's deep page or a run's tree over months of history would be
+    compiled first) and rendered inside that transaction, where a template
+    response runs its queries. Forms posted and actions keep their own
+    transactions."""
+    with without_jit():
+        response = view(request, *args, **kwargs)
+        if isinstance(response, TemplateResponse) and not response.is_rendered:
+            response.render()
+    return response
 
 
 def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:

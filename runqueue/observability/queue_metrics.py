@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from runqueue import budgets, waiting
 from runqueue.conf import get_settings
 from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
-from runqueue.sql import execute
+from runqueue.sql import execute, without_jit
 
 #: Counts stop here; above it, a series is the planner's estimate.
 CAP = 10_000
@@ -260,7 +260,8 @@ def view(request: HttpRequest) -> HttpResponse:
             response["WWW-Authenticate"] = 'Bearer realm="runqueue-metrics"'
             return response
     try:
-        body = generate_latest(registry)
+        with without_jit():
+            body = generate_latest(registry)
     except DatabaseError:
         return HttpResponse("the database is unavailable\n", status=503)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

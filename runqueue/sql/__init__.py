@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 import psycopg
-from django.db import connection
+from django.db import connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -184,6 +184,23 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
                     raw.execute("DEALLOCATE ALL")
                 raise
             yield cursor
+
+
+@contextmanager
+def without_jit() -> Iterator[None]:
+    """A transaction whose statements are planned without JIT compilation.
+
+    Over months of partitioned history a read that touches every partition
+    (a page deep in the run list, a run's tree, the scrape's bounded reads)
+    has an estimated cost past ``jit_above_cost``, and PostgreSQL compiles
+    it first: hundreds of milliseconds for a read that runs in a few. The
+    console and ``/metrics`` read in one of these; the setting is the
+    transaction's (``SET LOCAL``), so it leaves the project's other
+    queries, and a pooler's server connection, as they were.
+    """
+    with transaction.atomic():
+        set_config(connection, "jit", "off")
+        yield
 
 
 def set_config(connection: BaseDatabaseWrapper, name: str, value: str) -> None:

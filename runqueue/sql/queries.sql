@@ -1236,20 +1236,10 @@ SELECT c.id, c.created_at, (SELECT count(*) FROM copied) AS copied
  WHERE (SELECT count(pg_notify(%(channel)s::text, %(notify)s::text))) >= 0;
 
 -- name: usage_root --
--- ctx.record_usage's tree: the run's root (the last ancestor found up its
--- parents, itself for a root) and the root's session, by the primary key on
--- every partition, one probe per level. Raw: a recursive walk.
-WITH RECURSIVE up(id, parent_id, session_id, depth) AS (
-    SELECT r.id, r.parent_id, r.session_id, 0
-      FROM runqueue_run r
-     WHERE r.id = %(run_id)s::uuid
-    UNION ALL
-    SELECT r.id, r.parent_id, r.session_id, u.depth + 1
-      FROM up u
-      JOIN runqueue_run r ON r.id = u.parent_id
-     WHERE u.depth < 10000
-)
-SELECT id, session_id FROM up ORDER BY depth DESC LIMIT 1;
+-- ctx.record_usage's tree: the run's root and the root's session
+-- (runqueue_tree_root, functions.sql: a walk up the parents, planned
+-- without JIT). No row for a run that does not exist.
+SELECT id, session_id FROM runqueue_tree_root(%(run_id)s::uuid);
 
 -- name: record_usage --
 -- ctx.record_usage (docs/decisions.md, "Usage and cost"): one model call's

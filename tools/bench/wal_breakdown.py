@@ -48,7 +48,9 @@ SELECT (regexp_match(block_ref, 'rel \d+/(\d+)/\d+'))[1] AS db,
 
 
 def _lsn(server: psycopg.Connection) -> str:
-    return server.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+    # The flushed position: pg_walinspect reads no further, and every commit
+    # of the part measured has been flushed by the time it returned.
+    return server.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0]
 
 
 def _report(server, url: str, oid: int, label: str, start: str, end: str, runs: int) -> None:
