@@ -52,26 +52,11 @@ def insert_runs(
     }
     ids = [uuid.uuid4() for _ in requests]
     params = {
-        "ids": ids,
-        "tenants": [r.tenant for r in requests],
-        "principals": [r.principal for r in requests],
-        "session_ids": [r.session_id for r in requests],
-        "kinds": [r.kind for r in requests],
-        "payloads": [r.payload_text or json.dumps(r.payload) for r in requests],
-        "priorities": [r.priority for r in requests],
-        "max_attempts": [r.max_attempts for r in requests],
-        "scheduled_for": [r.scheduled_for for r in requests],
-        "traceparents": [traceparent] * len(requests),
-        "keys": [r.idempotency_key for r in requests],
-        "hashes": [h or None for h in hashes],
-        "concurrency_keys": [r.concurrency_key for r in requests],
-        "budget_keys": [r.budget[0] if r.budget else None for r in requests],
-        "budget_tokens": [r.budget[1] if r.budget else None for r in requests],
-        "parent_ids": [parent_id] * len(requests),
-        "start_within": [r.start_within for r in requests],
-        "max_durations": [r.max_duration for r in requests],
-        "places": [place] * len(requests),
-        "interrupted_ids": [interrupted_id] * len(requests),
+        "runs": _runs_document(requests, ids, hashes),
+        "traceparent": traceparent,
+        "parent_id": parent_id,
+        "place": place,
+        "interrupted_id": interrupted_id,
         "key_outcome": str(key_outcome),
         "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": get_settings().NOTIFY_CHANNEL,
@@ -97,6 +82,39 @@ def insert_runs(
         for run in runs:
             run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
     return runs
+
+
+def _runs_document(
+    requests: Sequence[CheckedSubmission], ids: Sequence[uuid.UUID], hashes: Sequence[str]
+) -> str:
+    """``create_runs``'s runs: a JSON array of one array per run, in the
+    statement's column order, the payload's checked text spliced in last
+    (it is JSON already: not parsed and encoded again)."""
+    dumps = json.dumps
+    rows = []
+    for r, run_id, request_hash in zip(requests, ids, hashes, strict=True):
+        budget = r.budget
+        head = dumps(
+            [
+                str(run_id),
+                r.tenant,
+                r.principal,
+                r.session_id,
+                r.kind,
+                r.priority,
+                r.max_attempts,
+                r.scheduled_for.isoformat() if r.scheduled_for is not None else None,
+                r.idempotency_key,
+                request_hash or None,
+                r.concurrency_key,
+                budget[0] if budget else None,
+                budget[1] if budget else None,
+                r.start_within,
+                r.max_duration,
+            ]
+        )
+        rows.append(f"{head[:-1]},{r.payload_text or dumps(r.payload)}]")
+    return f"[{','.join(rows)}]"
 
 
 def insert_child(request: CheckedSubmission, *, parent_id: uuid.UUID, traceparent: str) -> Run:

@@ -70,7 +70,7 @@ from runqueue.observability import tracing
 from runqueue.spawning import child_priority as child_priority
 from runqueue.spawning import spawn as spawn
 from runqueue.sql import set_config
-from runqueue.submission_rules import CheckedSubmission, check_submission, require
+from runqueue.submission_rules import BatchChecks, CheckedSubmission, check_submission, require
 from runqueue.turns import MERGED_KEY, merged_payload
 from runqueue.turns import turn_payloads as turn_payloads
 from runqueue.types import JSON
@@ -530,13 +530,14 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     """
     checked: list[CheckedSubmission] = []
     names = _request_fields()
+    checks = BatchChecks()
     try:
         for item in requests:
             if not isinstance(item, SubmitRequest):
                 raise InvalidSubmission(
                     "requests", f"expected SubmitRequest, got {type(item).__name__}"
                 )
-            checked.append(require(check_submission(**{n: getattr(item, n) for n in names})))
+            checked.append(checks.require({n: getattr(item, n) for n in names}))
     except RunqueueError as exc:
         _tag(exc, len(checked))  # the requests before it all passed
         raise

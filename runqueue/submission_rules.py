@@ -229,6 +229,43 @@ def require(result: tuple[CheckedSubmission | None, list[Problem]]) -> CheckedSu
     return checked
 
 
+class BatchChecks:
+    """``require(check_submission(...))`` for the requests of one
+    ``submit_many`` call: every member but the payload is checked once per
+    distinct combination of values (a fan-out repeats its kind, tenant and
+    options), the payload of every request. The same errors, raised for
+    the same requests: a combination seen before passed every check but
+    the payload's, which is the last one."""
+
+    def __init__(self) -> None:
+        self._conf = get_settings()
+        #: members' values -> the checked submission's fields
+        self._passed: dict[tuple[object, ...], dict[str, object]] = {}
+
+    def require(self, members: dict[str, object]) -> CheckedSubmission:
+        # Types are part of the key: True == 1 and 1.0 == 1, but a check
+        # may refuse one and take the other.
+        others = tuple((n, type(v), v) for n, v in members.items() if n != "payload")
+        try:
+            seen = self._passed.get(others)
+        except TypeError:  # an unhashable member (a list for a budget): checked alone
+            return require(check_submission(**members, conf=self._conf))
+        if seen is None:
+            checked = require(check_submission(**members, conf=self._conf))
+            self._passed[others] = {
+                name: getattr(checked, name)
+                for name in CheckedSubmission.__slots__
+                if name not in ("payload", "payload_text")
+            }
+            return checked
+        payload = members.get("payload")
+        text, detail = _payload({} if payload is None else payload, self._conf.MAX_PAYLOAD_BYTES)
+        if detail is not None:
+            raise InvalidSubmission("payload", detail)
+        # Built from the fields (dataclasses.replace costs three times more).
+        return CheckedSubmission(**seen, payload=json.loads(text), payload_text=text)  # type: ignore[arg-type]
+
+
 def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:
     """Why ``value`` is not an ``on_busy`` policy (None: the default, or one)."""
     if value is None or value in ON_BUSY:

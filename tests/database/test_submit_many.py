@@ -71,6 +71,33 @@ def test_a_bad_request_is_reported_by_its_index_and_nothing_is_written() -> None
 
 
 @pytest.mark.django_db
+def test_requests_alike_but_their_payload_are_checked_as_one_by_one() -> None:
+    """submit_many checks the members a request shares with an earlier one
+    once (runqueue.submission_rules.BatchChecks): the payload of each is
+    still checked and stored as its own, a value equal to an earlier one
+    but of another type (True == 1) is checked again, and an unhashable
+    member is checked alone."""
+    before = Run.objects.count()
+    for requests, index, field in (
+        ([R(kind="k", payload={"a": 1}), R(kind="k", payload={"a": "\x00"})], 1, "payload"),
+        ([R(kind="k", priority=1), R(kind="k", priority=True)], 1, "priority"),
+        ([R(kind="k", max_attempts=2), R(kind="k", max_attempts=2.0)], 1, "max_attempts"),
+        ([R(kind="k"), R(kind="k", budget=["b", 1])], 1, "budget"),
+    ):
+        with pytest.raises(runqueue.InvalidSubmission) as bad:
+            runqueue.submit_many(requests)
+        assert (bad.value.index, bad.value.field) == (index, field)
+    assert Run.objects.count() == before
+    subs = runqueue.submit_many(
+        [R(kind="k", payload={"n": n, "t": (1, 2)}, tenant="t1") for n in range(3)]
+    )
+    stored = {r.id: r for r in Run.objects.filter(id__in=[s.run.id for s in subs])}
+    assert [stored[s.run.id].payload for s in subs] == [{"n": n, "t": [1, 2]} for n in range(3)]
+    assert [s.run.payload for s in subs] == [{"n": n, "t": [1, 2]} for n in range(3)]
+    assert {stored[s.run.id].tenant for s in subs} == {"t1"}
+
+
+@pytest.mark.django_db
 def test_a_conflict_rolls_back_the_whole_call() -> None:
     runqueue.submit(kind="k", payload={"a": 1}, idempotency_key="taken")
     before = (Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count())
