@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.db import models
 
@@ -242,7 +243,7 @@ class BatchChecks:
         #: members' values -> the checked submission's fields
         self._passed: dict[tuple[object, ...], dict[str, object]] = {}
 
-    def require(self, members: dict[str, object]) -> CheckedSubmission:
+    def require(self, members: dict[str, Any]) -> CheckedSubmission:
         # Types are part of the key: True == 1 and 1.0 == 1, but a check
         # may refuse one and take the other.
         others = tuple((n, type(v), v) for n, v in members.items() if n != "payload")
