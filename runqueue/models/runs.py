@@ -292,16 +292,20 @@ class Run(models.Model):
             # A session's runs and the console's tenant filter, on every
             # partition. Its search by session id: runs with a session only,
             # so a run without one writes no entry at its submit, claim or
-            # finish (migration 0016). The search by principal alone, on every
-            # partition; the kind and class filters over history, on the
-            # finished days only (0009).
+            # finish (migration 0016). The search by principal, on every
+            # partition: runs with one only (0022); the kind and class filters
+            # over history, on the finished days only (0009).
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             models.Index(
                 fields=["session_id"],
                 condition=Q(session_id__isnull=False),
                 name="runqueue_run_session_id_idx",
             ),
-            models.Index(fields=["principal"], name="runqueue_run_principal_idx"),
+            models.Index(
+                fields=["principal"],
+                condition=~Q(principal=""),
+                name="runqueue_run_principal_idx",
+            ),
             models.Index(fields=["kind", "created_at"], name="runqueue_run_kind_idx"),
             models.Index(fields=["priority", "created_at"], name="runqueue_run_priority_idx"),
             # Finished runs by time (the dashboard's throughput). A BRIN in the
