@@ -13,6 +13,7 @@ through the ordinary fence.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
@@ -163,23 +164,34 @@ def _finish_alone(lease: Lease, outcome: Finish) -> bool:
 def statement_params(
     finishes: Sequence[tuple[Lease, Finish]], spec: ClaimSpec
 ) -> dict[str, object]:
-    """``finish_and_claim``'s parameters: the finishes as arrays, the claim's."""
-    values = [finish_params(lease, outcome) for lease, outcome in finishes]
+    """``finish_and_claim``'s parameters: the finishes as one JSON document
+    (and their ids, epochs and tokens as arrays), the claim's."""
     durable = bool(finishes) or get_settings().DURABLE_CLAIMS
     return spec.params() | {
         # A statement that only claims need not wait for the disk (queries.sql,
         # claim_commit); one that finishes runs must.
         "claim_commit": None if durable else "off",
         "ids": [lease.run_id for lease, _ in finishes],
+        # The capped walk's (runqueue_claim_capped): the places these free.
         "epochs": [lease.epoch for lease, _ in finishes],
         "tokens": [lease.token for lease, _ in finishes],
-        "statuses": [v["status"] for v in values],
-        "results": [v["result"] for v in values],
-        "failures": [v["failure"] for v in values],
-        "event_types": [v["event_type"] for v in values],
-        "event_data": [v["event_data"] for v in values],
+        "finishes": _finishes_document(finishes),
         "channel": get_settings().NOTIFY_CHANNEL,
     }
+
+
+def _finishes_document(finishes: Sequence[tuple[Lease, Finish]]) -> str:
+    """The finish fragment's finishes (queries.sql): one JSON array per
+    finish, its JSON values spliced in as the text they already are."""
+    rows = []
+    for lease, outcome in finishes:
+        v = finish_params(lease, outcome)
+        token = None if lease.token is None else str(lease.token)
+        head = json.dumps([str(lease.run_id), lease.epoch, token, v["status"], v["event_type"]])
+        result = "[]" if v["result"] is None else f"[{v['result']}]"
+        failure = "[]" if v["failure"] is None else f"[{v['failure']}]"
+        rows.append(f"{head[:-1]},{result},{failure},{v['event_data']}]")
+    return f"[{','.join(rows)}]"
 
 
 def capped_claim(spec: ClaimSpec) -> bool:

@@ -15,23 +15,28 @@
 -- fence matched are finished (and logged by the logged fragment); a lease
 -- whose id is missing from finished_ids was fenced and wrote nothing. The
 -- token (lease_token) is the claim's: an epoch alone can be issued twice
--- when a failover loses the claim's WAL, a random token cannot. JSON
--- travels as text (NULL stays NULL). A finished run with a parent counts in
+-- when a failover loses the claim's WAL, a random token cannot. The
+-- finishes travel as one JSON document (psycopg dumps one text, not eight
+-- arrays of it), an array per finish: id, epoch, token, status, event
+-- type, then the result and the failure each as [value] or [] (so a
+-- handler's null result stays a JSON null, and no result is SQL NULL:
+-- a JSON null's ->0 is itself, an empty array's is SQL NULL),
+-- then the event's data. The ids come again as %(ids)s, an array the
+-- UPDATE's index condition reads. A finished run with a parent counts in
 -- its parent (joined: runqueue_join, functions.sql); for runs without one
 -- joined has no row and calls nothing. A finished run in a session queues
 -- its session's next pending turn (promoted: runqueue_promote); for runs
 -- without a session promoted has no row and calls nothing.
 input AS (
-    SELECT *
-      FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[],
-                  %(statuses)s::text[], %(results)s::text[], %(failures)s::text[],
-                  %(event_types)s::text[], %(event_data)s::text[])
-           AS i(id, epoch, token, status, result, failure, event_type, event_data)
+    SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS epoch, (e->>2)::uuid AS token,
+           e->>3 AS status, e->>4 AS event_type, e->5->0 AS result, e->6->0 AS failure,
+           e->7 AS event_data
+      FROM jsonb_array_elements(%(finishes)s::jsonb) AS e
 ), finished AS (
     UPDATE runqueue_run r
        SET status = i.status,
-           result = i.result::jsonb,
-           failure = i.failure::jsonb,
+           result = i.result,
+           failure = i.failure,
            finished_at = now(),
            lease_owner = '',
            lease_token = NULL,
@@ -158,7 +163,7 @@ SELECT c.id, 'run.claimed', c.lease_epoch,
 -- queued (promoted).
 logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT f.id, f.event_type, f.lease_epoch, f.event_data::jsonb, now()
+    SELECT f.id, f.event_type, f.lease_epoch, f.event_data, now()
       FROM finished f
     UNION ALL
     -- include: claimed_event --

@@ -93,6 +93,28 @@ def test_a_finish_alone_and_a_claim_alone() -> None:
     assert ok == [] and len(claimed) == 1
 
 
+def test_a_null_result_is_json_null_and_no_result_or_failure_is_sql_null() -> None:
+    """The finishes travel as one JSON document: a handler's None is stored
+    as the JSON null it returned, a success has no failure and a failure no
+    result (SQL NULL), and text that looks like JSON stays text."""
+    nothing, text, failing = _claimed(3)
+    ok, _ = leases.finish_and_claim(
+        [_succeed(nothing, None), _succeed(text, '{"a": [null]}'), _fail(failing, "x")],
+        _spec(0),
+    )
+    assert ok == [True, True, True]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, result IS NULL, jsonb_typeof(result), failure IS NULL FROM runqueue_run"
+        )
+        rows = {row[0]: row[1:] for row in cursor.fetchall()}
+    assert rows[nothing.run_id] == (False, "null", True)
+    assert rows[text.run_id] == (False, "string", True)
+    assert rows[failing.run_id] == (True, None, False)
+    assert Run.objects.get(id=text.run_id).result == '{"a": [null]}'
+    assert RunEvent.objects.get(run_id=nothing.run_id, type="run.succeeded").data == {"attempt": 1}
+
+
 def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:
     done, other = _claimed(2)
     assert testing.succeed(done, "direct")
