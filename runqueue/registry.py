@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import TypeVar
 
@@ -21,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from runqueue.errors import UnknownKind
 from runqueue.limits import KIND_MAX_LENGTH
+from runqueue.sql import array_literal
 from runqueue.types import JSON
 from runqueue.validation import duration
 
@@ -91,14 +92,23 @@ class Served:
             move_to=tuple(moves.values()),
         )
 
-    def params(self) -> dict[str, object]:
-        return {
-            "kinds": list(self.kinds),
-            "kind_newest": list(self.newest),
-            "kind_versions": list(self.versions),
-            "kind_moves": list(self.moves),
-            "kind_move_to": list(self.move_to),
+    #: The claim's parameters, made once (``params``).
+    literals: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        literals = {
+            "kinds": array_literal(self.kinds),
+            "kind_newest": array_literal(self.newest),
+            "kind_versions": array_literal(self.versions),
+            "kind_moves": array_literal(self.moves),
+            "kind_move_to": array_literal(self.move_to),
         }
+        object.__setattr__(self, "literals", literals)
+
+    def params(self) -> dict[str, str]:
+        """The claim's parameters as array literals (``runqueue.sql.array_literal``):
+        the same on every claim of the process, so made once."""
+        return self.literals
 
     def row(self) -> dict[str, dict[str, object]]:
         """The worker row's ``kinds``: {kind: {"versions": [1, 2], "moves":

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -184,6 +184,22 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
                     raw.execute("DEALLOCATE ALL")
                 raise
             yield cursor
+
+
+def array_literal(values: Iterable[str | int]) -> str:
+    """``values`` as a PostgreSQL array literal (``{"a","b"}``, ``{1,2}``),
+    for a parameter cast to an array (``%(kinds)s::text[]``). A worker's
+    claim parameters are the same on every claim: made once as literals,
+    psycopg sends each as one string, where a list costs it a Python call
+    per element on every statement (~130 us for 19 kinds)."""
+    items = []
+    for value in values:
+        if isinstance(value, str):
+            escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+            items.append(f'"{escaped}"')
+        else:
+            items.append(str(int(value)))
+    return "{" + ",".join(items) + "}"
 
 
 @contextmanager

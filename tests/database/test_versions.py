@@ -132,12 +132,28 @@ def test_one_version_has_one_handler() -> None:
 
 def test_served_is_what_the_claim_asks_for_and_the_worker_row_shows() -> None:
     assert BOTH.params() == {
-        "kinds": [TURNS],
-        "kind_newest": [2],
-        "kind_versions": [f"{TURNS}:1", f"{TURNS}:2"],
-        "kind_moves": [f"{TURNS}:1"],
-        "kind_move_to": [2],
+        "kinds": f'{{"{TURNS}"}}',
+        "kind_newest": "{2}",
+        "kind_versions": f'{{"{TURNS}:1","{TURNS}:2"}}',
+        "kind_moves": f'{{"{TURNS}:1"}}',
+        "kind_move_to": "{2}",
     }
+    # What the claim's casts read back: the same values, quoting and all.
+    odd = Served.build({'k "1"\\,{x}': {1: ()}, "plain": {1: (), 2: (1,)}})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT %(kinds)s::text[], %(kind_newest)s::int[], %(kind_versions)s::text[],"
+            " %(kind_moves)s::text[], %(kind_move_to)s::int[]",
+            odd.params(),
+        )
+        assert cursor.fetchone() == (
+            list(odd.kinds),
+            list(odd.newest),
+            list(odd.versions),
+            list(odd.moves),
+            list(odd.move_to),
+        )
+    assert Served.build({}).params()["kinds"] == "{}"
     assert BOTH.row() == {TURNS: {"versions": [1, 2], "moves": {"1": 2}}}
     assert TURNS in registry.served().kinds
     # The newest version that names an older one takes its runs.
