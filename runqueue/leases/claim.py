@@ -33,7 +33,7 @@ from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass
 from runqueue.models.rows import run_from_row
 from runqueue.outcomes import Finish
-from runqueue.sql import prepared
+from runqueue.sql import array_literal, prepared
 
 #: Errors after which the statement is known to have written nothing, so
 #: each finish is retried alone (and re-checks its own fence).
@@ -60,7 +60,7 @@ class ClaimSpec:
             "limit": self.limit,
             "min_priority": min(c.bounds[0] for c in self.classes),
             "max_priority": max(c.bounds[1] for c in self.classes),
-            "class_indexes": sorted({c.index for c in self.classes}),
+            "class_indexes": array_literal(sorted({c.index for c in self.classes})),
         } | self.served.params()
 
 
