@@ -90,7 +90,8 @@ CAP_LEAKS: list[tuple[str, list[str]]] = []
 #: Claims that broke the version rules: (run, what).
 VERSION_BREAKS: list[tuple[str, str]] = []
 #: What the rules reached, over every example: forks made, runs moved to a
-#: new version between turns, trees ended by their spend cap.
+#: new version between turns, trees ended by their spend cap, retention
+#: passes that kept a finished run for its tree.
 REACHED: Counter[str] = Counter()
 #: What the old release's worker has: every model kind at version 1 only.
 OLD_WORKER = Served.build({"model.sync": {1: ()}, "model.async": {1: ()}})
@@ -620,8 +621,10 @@ class RunTree(RuleBasedStateMachine):
     @rule()
     def retention(self) -> None:
         """A retention pass with the clock two days on: every day of
-        finished runs is past the retention."""
-        partitions.prune(older_than_seconds=-2 * 86400)
+        finished runs is past the retention (trees with a live run are
+        kept whole: counted)."""
+        if partitions.prune(older_than_seconds=-2 * 86400).kept_runs:
+            REACHED["tree kept"] += 1
         partitions.ensure()
 
     # -- invariants -------------------------------------------------------------
