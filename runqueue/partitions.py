@@ -16,9 +16,10 @@ in the default partition), the rows of every table keyed by the others
 events' day is detached, the few events of runs still kept (live, or
 finished later) copied back (they land in the default partition), and
 dropped. A run that is not terminal is in the live partition, so nothing of
-it is ever dropped; nor is a finished run while any of its ancestors is not
+it is ever dropped; nor is a finished run while any run of its tree is not
 terminal or not past the retention (``_kept``: a tree goes whole, so a
-parent never resumes with fewer children than it spawned). Retention is by
+parent never resumes with fewer children than it spawned, and a root and
+its totals row outlive every run that records under them). Retention is by
 whole days: a finished run is kept at least the retention and at most a day
 more.
 
@@ -49,7 +50,6 @@ AHEAD_DAYS = 3
 #: How long a detach waits for the queue's statements to let go of the parent.
 LOCK_TIMEOUT = "2s"
 DAY = dt.timedelta(days=1)
-_TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,29 +260,34 @@ def _kept(
     source: sql.Composable, cutoff: dt.datetime, detached: list[str], within: sql.Composable
 ) -> list:
     """The ids of runs in ``source`` (those matching ``within``) past the
-    retention but kept: a run goes only once every ancestor is terminal and
-    past the retention too, so a parent never resumes with fewer children
-    than it spawned, and a tree goes whole. The walk goes up each tree from
-    a run with a parent, one probe by id per level; an ancestor not found
-    (dropped already) ends it. Reads nothing for runs without a parent."""
+    retention but kept: a tree goes whole, once every run of it is terminal
+    and past the retention. So a parent never resumes with fewer children
+    than it spawned, and a root outlives every run of its tree: its totals
+    row (runqueue_tree_spend) stays with the usage records that name it,
+    and a live descendant still records under its cap. The walk goes up
+    from each run to its root, one probe by id per level (an ancestor not
+    found, dropped already, ends it: the last found stands for the root),
+    then down each root's tree, one probe by parent per run."""
     runs = _runs_read(detached)
     rows = _run(
         sql.SQL(
-            "WITH RECURSIVE up(id, ancestor) AS ("
-            " SELECT d.id, d.parent_id FROM {source} d WHERE d.parent_id IS NOT NULL AND {within}"
+            "WITH RECURSIVE up(id, node, parent_id, status, finished_at, depth) AS ("
+            " SELECT d.id, d.id, d.parent_id, d.status, d.finished_at, 0"
+            " FROM {source} d WHERE {within}"
             " UNION ALL"
-            " SELECT up.id, a.parent_id FROM up JOIN ({runs}) a ON a.id = up.ancestor"
-            " WHERE a.status IN {terminal} AND a.finished_at < %(cutoff)s"
-            " AND a.parent_id IS NOT NULL)"
-            " SELECT DISTINCT up.id FROM up JOIN ({runs}) a ON a.id = up.ancestor"
-            " WHERE a.status IN {live} OR a.finished_at >= %(cutoff)s"
-        ).format(
-            source=source,
-            within=within,
-            runs=runs,
-            terminal=_in(_TERMINAL),
-            live=_in(_LIVE),
-        ),
+            " SELECT up.id, a.id, a.parent_id, a.status, a.finished_at, up.depth + 1"
+            " FROM up JOIN ({runs}) a ON a.id = up.parent_id WHERE up.parent_id IS NOT NULL),"
+            " roots AS (SELECT DISTINCT ON (id) id, node, status, finished_at FROM up"
+            " ORDER BY id, depth DESC),"
+            " down(root, id, status, finished_at) AS ("
+            " SELECT DISTINCT node, node, status, finished_at FROM roots"
+            " UNION ALL"
+            " SELECT down.root, c.id, c.status, c.finished_at"
+            " FROM down JOIN ({runs}) c ON c.parent_id = down.id),"
+            " used AS (SELECT DISTINCT root FROM down"
+            " WHERE status IN {live} OR finished_at >= %(cutoff)s)"
+            " SELECT roots.id FROM roots JOIN used ON used.root = roots.node"
+        ).format(source=source, within=within, runs=runs, live=_in(_LIVE)),
         {"cutoff": cutoff},
     )
     return [row[0] for row in rows]

@@ -9,10 +9,11 @@ so a test can drive a run step by step without a worker.
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.apps import apps
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 
 from runqueue import events, leases, runtime
 from runqueue.failures import Failure
@@ -24,6 +25,8 @@ from runqueue.models import (
     RunStatus,
     ToolInvocation,
     ToolStatus,
+    TreeSpend,
+    Usage,
     WaitReason,
 )
 from runqueue.outcomes import Failed, Succeeded
@@ -31,6 +34,9 @@ from runqueue.types import JSON
 
 if TYPE_CHECKING:
     from runqueue.worker.group import Group
+
+#: A tree's spending: calls, unpriced calls, input tokens, output tokens, cost.
+Spent = tuple[int, int, int, int, Decimal]
 
 
 def execute(lease: leases.Lease) -> str:
@@ -127,6 +133,37 @@ def orphan_rows() -> dict[str, int]:
                 if lost:
                     found[model._meta.db_table] = found.get(model._meta.db_table, 0) + lost
     return found
+
+
+def tree_totals_mismatches() -> list[tuple[uuid.UUID, Spent | None, Spent | None]]:
+    """Trees whose totals row is not the sums of the usage records naming
+    its root: (root, the records' sums, the totals row), each (calls,
+    unpriced calls, input tokens, output tokens, cost) or None for none. A
+    totals row with no call (a spend cap, nothing spent yet) counts as none."""
+    records: dict[uuid.UUID, Spent] = {
+        row[0]: (row[1], row[2], row[3], row[4], row[5] or Decimal(0))
+        for row in Usage.objects.order_by()
+        .values("root_id")
+        .annotate(
+            n=Count("id"),
+            u=Count("id", filter=Q(cost__isnull=True)),
+            i=Sum("input_tokens"),
+            o=Sum("output_tokens"),
+            c=Sum("cost"),
+        )
+        .values_list("root_id", "n", "u", "i", "o", "c")
+    }
+    totals: dict[uuid.UUID, Spent] = {
+        row[0]: row[1:]
+        for row in TreeSpend.objects.filter(calls__gt=0).values_list(
+            "run_id", "calls", "unpriced_calls", "input_tokens", "output_tokens", "cost"
+        )
+    }
+    return [
+        (root, records.get(root), totals.get(root))
+        for root in sorted(records.keys() | totals.keys())
+        if records.get(root) != totals.get(root)
+    ]
 
 
 def missing_descendants() -> list[uuid.UUID]:

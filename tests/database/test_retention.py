@@ -1,6 +1,7 @@
 """Retention and run trees (runqueue.partitions): a finished run is kept
-while any of its ancestors is not terminal or not past the retention, so a
-parent never resumes with fewer children than it spawned; every table
+while any run of its tree is not terminal or not past the retention, so a
+parent never resumes with fewer children than it spawned (a root's totals:
+tests/database/test_usage_retention.py); every table
 keyed by a run goes with the run; ``ctx.children()`` raises, never skips, a
 child that is gone; housekeeping empties the mailbox of finished runs."""
 
