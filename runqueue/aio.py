@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -137,8 +139,21 @@ def close_connections() -> None:
         future.result(10)
 
 
+#: is_async's answers by callable: asked for every run (its slot, then its
+#: runtime), and inspect's answer costs ~10 us a call (it unwraps partials
+#: and reads code flags twice). Weak: a handler registered again goes.
+_known: weakref.WeakKeyDictionary[Callable[..., object], bool] = weakref.WeakKeyDictionary()
+
+
 def is_async(fn: Callable[..., object]) -> bool:
     """An ``async def`` handler or tool (or a callable object whose ``__call__`` is)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+    try:
+        return _known[fn]
+    except (KeyError, TypeError):  # not asked yet, or not weakly referable or hashable
+        pass
+    answer = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
     )
+    with contextlib.suppress(TypeError):
+        _known[fn] = answer
+    return answer
