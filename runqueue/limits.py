@@ -14,6 +14,8 @@ REASON_MAX_LENGTH = 1000
 BUDGET_KEY_MAX_LENGTH = 255
 #: The most tokens one call may reserve (``Run.budget_tokens``: an integer).
 BUDGET_TOKENS_MAX = 2**31 - 1
+#: The most attempts a run may have (``Run.max_attempts``: an integer).
+MAX_ATTEMPTS_MAX = 2**31 - 1
 #: The longest wait or delay runqueue adds to the database's clock (a
 #: timeout, a backoff, a ``*_SECONDS`` setting): 100 years. PostgreSQL's
 #: interval stops near 292,000 years and its timestamps at 294276 AD, but

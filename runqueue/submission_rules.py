@@ -22,7 +22,7 @@ from django.db import models
 from runqueue import budgets, registry
 from runqueue.conf import ON_BUSY, Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
-from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
+from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_ATTEMPTS_MAX
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
 from runqueue.types import JSON
 from runqueue.validation import as_utc, duration, json_problem, money, text_problem
@@ -324,6 +324,8 @@ def _priority(value: object, *, from_json: bool) -> tuple[int, str | None]:
 def _max_attempts_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"must be a positive integer, got {value!r}"
+    if value > MAX_ATTEMPTS_MAX:
+        return f"must be at most {MAX_ATTEMPTS_MAX:,}, got {value}"
     return None
 
 

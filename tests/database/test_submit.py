@@ -169,6 +169,7 @@ def test_submit_to_a_waiting_session_delivers_input_to_the_same_run() -> None:
         ({"priority": True}, "priority"),
         ({"priority": "high"}, "priority"),
         ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": 2**31}, "max_attempts"),  # past the integer column
         ({"idempotency_key": ""}, "idempotency_key"),
         ({"idempotency_key": "has space"}, "idempotency_key"),
         ({"idempotency_key": "k" * 256}, "idempotency_key"),
