@@ -362,15 +362,23 @@ def test_racing_workers_of_two_deploys_each_claim_a_run_once_on_their_own_versio
 
 
 def _race(claimers: dict[str, Served]) -> dict[str, list[tuple[object, int]]]:
-    """Each claimer, in a thread of its own, claims until nothing is left for it."""
+    """Each claimer, in a thread of its own, claims until nothing is left for
+    any: in rounds, every claimer's claim of a round at once (a claimer that
+    ran ahead could otherwise take every run before another's first claim),
+    until a round where none got a run."""
     barrier = threading.Barrier(len(claimers))
+    empty: dict[str, bool] = {}
 
     def drain(name: str, served: Served) -> list[tuple[object, int]]:
-        barrier.wait()
         got: list[tuple[object, int]] = []
-        while batch := leases.claim(name, limit=3, lease_seconds=60, served=served):
+        while True:
+            barrier.wait()
+            batch = leases.claim(name, limit=3, lease_seconds=60, served=served)
             got.extend((lease.run_id, lease.run.handler_version) for lease in batch)
-        return got
+            empty[name] = not batch
+            barrier.wait()
+            if all(empty.values()):
+                return got
 
     threads = {
         name: Worker(lambda n=name, s=served: drain(n, s), name=name)
