@@ -19,7 +19,7 @@ from runqueue.db import constraint_name
 from runqueue.errors import ActiveRunConflict
 from runqueue.models import PriorityClass, Run, RunStatus, SubmitOutcome, TreeSpend
 from runqueue.models.rows import inserted_run
-from runqueue.sql import prepared
+from runqueue.sql import json_rows, prepared
 
 if TYPE_CHECKING:
     from runqueue.submission_rules import CheckedSubmission
@@ -87,14 +87,10 @@ def insert_runs(
 def _runs_document(
     requests: Sequence[CheckedSubmission], ids: Sequence[uuid.UUID], hashes: Sequence[str]
 ) -> str:
-    """``create_runs``'s runs: a JSON array of one array per run, in the
-    statement's column order, the payload's checked text spliced in last
-    (it is JSON already: not parsed and encoded again)."""
-    dumps = json.dumps
-    rows = []
-    for r, run_id, request_hash in zip(requests, ids, hashes, strict=True):
-        budget = r.budget
-        head = dumps(
+    """``create_runs``'s runs (``runqueue.sql.json_rows``): one array per run
+    in the statement's column order, the payload's checked text last."""
+    return json_rows(
+        (
             [
                 str(run_id),
                 r.tenant,
@@ -107,14 +103,15 @@ def _runs_document(
                 r.idempotency_key,
                 request_hash or None,
                 r.concurrency_key,
-                budget[0] if budget else None,
-                budget[1] if budget else None,
+                r.budget[0] if r.budget else None,
+                r.budget[1] if r.budget else None,
                 r.start_within,
                 r.max_duration,
-            ]
+            ],
+            (r.payload_text or json.dumps(r.payload),),
         )
-        rows.append(f"{head[:-1]},{r.payload_text or dumps(r.payload)}]")
-    return f"[{','.join(rows)}]"
+        for r, run_id, request_hash in zip(requests, ids, hashes, strict=True)
+    )
 
 
 def insert_child(request: CheckedSubmission, *, parent_id: uuid.UUID, traceparent: str) -> Run:

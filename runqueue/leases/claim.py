@@ -13,7 +13,6 @@ through the ordinary fence.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
@@ -33,7 +32,7 @@ from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass
 from runqueue.models.rows import run_from_row
 from runqueue.outcomes import Finish
-from runqueue.sql import array_literal, prepared
+from runqueue.sql import array_literal, json_rows, prepared
 
 #: Errors after which the statement is known to have written nothing, so
 #: each finish is retried alone (and re-checks its own fence).
@@ -181,17 +180,19 @@ def statement_params(
 
 
 def _finishes_document(finishes: Sequence[tuple[Lease, Finish]]) -> str:
-    """The finish fragment's finishes (queries.sql): one JSON array per
-    finish, its JSON values spliced in as the text they already are."""
+    """The finish fragment's finishes (queries.sql; ``runqueue.sql.json_rows``):
+    id, epoch, token, status, event type, then the result and the failure
+    as ``[text]`` or ``[]`` and the event's data, spliced in as the JSON
+    text they already are."""
     rows = []
     for lease, outcome in finishes:
         v = finish_params(lease, outcome)
         token = None if lease.token is None else str(lease.token)
-        head = json.dumps([str(lease.run_id), lease.epoch, token, v["status"], v["event_type"]])
         result = "[]" if v["result"] is None else f"[{v['result']}]"
         failure = "[]" if v["failure"] is None else f"[{v['failure']}]"
-        rows.append(f"{head[:-1]},{result},{failure},{v['event_data']}]")
-    return f"[{','.join(rows)}]"
+        head = [str(lease.run_id), lease.epoch, token, v["status"], v["event_type"]]
+        rows.append((head, (result, failure, str(v["event_data"]))))
+    return json_rows(rows)
 
 
 def capped_claim(spec: ClaimSpec) -> bool:

@@ -117,7 +117,8 @@ def _get_tracer() -> otel.Tracer:
 def run_span(lease: Lease) -> Iterator[None]:
     """The handler's span; current inside the block, ended by ``finished``.
     None while no tracer provider is installed (the API's proxy): its spans
-    record nothing and carry no context, and making one per run cost ~15 us."""
+    record nothing and carry no context, and making one per run was ~5 % of
+    a one-slot worker's samples (``py-spy record --gil``, docs/performance.md)."""
     if otel is None or isinstance(otel.get_tracer_provider(), otel.ProxyTracerProvider):
         yield
         return

@@ -24,6 +24,7 @@ comment lines are not sent; a function keeps its own.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -200,6 +201,20 @@ def array_literal(values: Iterable[str | int]) -> str:
         else:
             items.append(str(int(value)))
     return "{" + ",".join(items) + "}"
+
+
+def json_rows(rows: Iterable[tuple[list[object], tuple[str, ...]]]) -> str:
+    """A JSON array of one array per row, for a statement that reads its rows
+    with ``jsonb_array_elements`` (``create_runs``, the finish fragment):
+    each row's plain values encoded, then its JSON texts (a payload, a
+    result, already checked and encoded) spliced in after them as they are,
+    not parsed and encoded again. One string for psycopg to send, where an
+    array per column costs it a Python call per element."""
+    encoded = []
+    for values, texts in rows:
+        head = json.dumps(values)
+        encoded.append(",".join((head[:-1], *texts)) + "]" if texts else head)
+    return f"[{','.join(encoded)}]"
 
 
 @contextmanager
