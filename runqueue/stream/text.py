@@ -32,6 +32,9 @@ CHANNEL = "runqueue_text"
 #: PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; a piece's text
 #: is at most this many bytes, which leaves room for its header.
 PIECE_BYTES = 7800
+#: A flush that failed (not fenced: the write raised) is tried again by the
+#: flusher after ``STREAM_TEXT_FLUSH_MS``, and no sooner than this.
+RETRY_SECONDS = 1.0
 
 
 def check_delta(text: object) -> str:
@@ -143,13 +146,32 @@ class TurnText:
                 text, self._pending, self._pending_bytes = "".join(self._pending), [], 0
                 offset = self.durable
                 self.durable += len(text)
-            for chunk in split(text, get_settings().STREAM_TEXT_FLUSH_BYTES) if text else []:
-                if not leases.append_event(
-                    self.lease, events.TEXT, {"offset": offset, "text": chunk}
-                ):
+            chunks = split(text, get_settings().STREAM_TEXT_FLUSH_BYTES) if text else []
+            for done, chunk in enumerate(chunks):
+                try:
+                    written = leases.append_event(
+                        self.lease, events.TEXT, {"offset": offset, "text": chunk}
+                    )
+                except BaseException:
+                    # Not written (a lost connection, a server restart): the
+                    # text goes back in front of what was streamed since, so
+                    # the next flush (the turn's end at the latest) writes it.
+                    self._unwrite(offset, "".join(chunks[done:]))
+                    raise
+                if not written:
                     return False
                 offset += len(chunk)
             return not self.lease.fenced
+
+    def _unwrite(self, offset: int, text: str) -> None:
+        with self._lock:
+            self._pending.insert(0, text)
+            self._pending_bytes += len(text.encode())
+            self.durable = offset
+            # Due again in STREAM_TEXT_FLUSH_MS, but no sooner than a second:
+            # the flusher does not spin on a server that is away.
+            wait = max(0.0, RETRY_SECONDS - get_settings().STREAM_TEXT_FLUSH_MS / 1000)
+            self._since = time.monotonic() + wait
 
 
 class Flusher:
@@ -199,8 +221,11 @@ class Flusher:
             for turn in due:
                 try:
                     turn.flush()
-                except Exception:  # noqa: BLE001 - the turn's end flushes again
+                except Exception:  # noqa: BLE001 - the text stays pending; try again
                     logger.warning("Could not flush the text of run id=%s", turn.lease.run_id)
+                    connection.close_if_unusable_or_obsolete()
+                    with self._cond:
+                        self._turns.add(turn)
             with self._cond:
                 idle = not self._turns
             if idle:

@@ -250,3 +250,46 @@ def test_the_stream_shows_deltas_of_its_lease_only() -> None:
     sent, ahead = stream._live_text()
     assert sent == sse.text_frame(0, "now") and ahead
     assert list(stream.deltas) == [(3, 0, "next")]
+
+
+def test_a_flush_that_fails_keeps_its_text_for_the_next(slow_flush) -> None:
+    """A flush whose connection is gone (here: its backend terminated, as a
+    server restart does) writes nothing and loses nothing: the text stays
+    pending, in front of what was streamed since, and the next flush writes
+    the whole turn."""
+    runqueue.submit(kind="k")
+    ctx = runtime.build_context(leases.claim_one("w", lease_seconds=30))
+    first, second = token_deltas(1, 40), token_deltas(2, 30)
+    for delta in first:
+        assert ctx.stream(delta)
+    pid: list[int] = []
+    terminated, failed = threading.Event(), []
+
+    def flush_on_a_dead_connection() -> None:
+        from django.db import connection as own
+
+        try:
+            with own.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid.append(cursor.fetchone()[0])
+            assert terminated.wait(10)
+            ctx.text.flush()
+        except Exception as exc:  # noqa: BLE001 - what the test reads
+            failed.append(exc)
+        finally:
+            own.close()
+
+    thread = threading.Thread(target=flush_on_a_dead_connection)
+    thread.start()
+    wait_until(lambda: pid, what="the flushing thread's connection")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid[0]])
+    terminated.set()
+    thread.join(10)
+    assert failed, "the flush on a terminated connection raised nothing"
+    assert _texts(ctx.run.id) == []
+    for delta in second:
+        assert ctx.stream(delta)
+    assert ctx.text.flush()
+    chunks = _texts(ctx.run.id)
+    assert _assemble((c["offset"], c["text"]) for c in chunks) == "".join(first + second)
