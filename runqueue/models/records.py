@@ -45,7 +45,9 @@ class IdempotencyKey(models.Model):
 class RunEvent(models.Model):
     """Append-only log: the events alone rebuild a run's history."""
 
-    # db_index=False: runqueue_event_run_idx (run, id) serves every read by run.
+    # db_index=False: the primary key in the database is (run, id,
+    # created_at) (migration 0023), so it serves every read by run; Django
+    # knows id as the key, which the sequence keeps unique.
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="events", db_constraint=False, db_index=False
     )
@@ -58,7 +60,6 @@ class RunEvent(models.Model):
         db_table = "runqueue_run_event"
         ordering = ["id"]
         indexes = [
-            models.Index(fields=["run", "id"], name="runqueue_event_run_idx"),
             # Events by time (the dashboard's last minutes of claims). A BRIN
             # in the database, as events are written in created_at order
             # (migration 0016; declared plain here, as for finished_at).
