@@ -289,14 +289,12 @@ class Run(models.Model):
                 condition=Q(status=RunStatus.QUEUED, budget_key__isnull=False),
                 name="runqueue_run_budget_idx",
             ),
-            # A session's runs and the console's tenant filter over history,
-            # on the finished days only (migration 0023; on the live
-            # partition every submit and claim wrote it). The search by
-            # session id, on every partition: runs with a session only, so a
-            # run without one writes no entry at its submit, claim or finish
-            # (0016). The search by principal, on every partition: runs with
-            # one only (0022); the kind and class filters over history, on
-            # the finished days only (0009).
+            # A session's runs and the console's tenant filter, on every
+            # partition. Its search by session id: runs with a session only,
+            # so a run without one writes no entry at its submit, claim or
+            # finish (migration 0016). The search by principal, on every
+            # partition: runs with one only (0022); the kind and class filters
+            # over history, on the finished days only (0009).
             models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
             models.Index(
                 fields=["session_id"],

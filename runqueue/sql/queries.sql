@@ -812,27 +812,18 @@ SELECT set_config(%(name)s, %(value)s, true);
 SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: admin_tenants --
--- The admin's tenant filter: distinct tenants of history by a skip scan of
--- the finished days' (tenant, session_id) index, one index probe per
--- tenant instead of a DISTINCT over every run, and the live partition's
--- (the backlog, which has no such index: migration 0023) in one pass. The
--- first %(limit)s overall are among the first %(limit)s of each. The ORM
--- cannot write a recursive CTE.
+-- The admin's tenant filter: distinct tenants by a skip scan of the
+-- (tenant, session_id) index, one index probe per tenant instead of a
+-- DISTINCT over every run. The ORM cannot write a recursive CTE.
 WITH RECURSIVE tenants(tenant) AS (
-    (SELECT tenant FROM runqueue_run_finished ORDER BY tenant LIMIT 1)
+    (SELECT tenant FROM runqueue_run ORDER BY tenant LIMIT 1)
     UNION ALL
-    SELECT (SELECT r.tenant FROM runqueue_run_finished r
+    SELECT (SELECT r.tenant FROM runqueue_run r
              WHERE r.tenant > t.tenant ORDER BY r.tenant LIMIT 1)
       FROM tenants t
      WHERE t.tenant IS NOT NULL
 )
-SELECT tenant FROM (
-    (SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s)
-    UNION
-    SELECT DISTINCT tenant FROM runqueue_run_live
-) AS every
-ORDER BY tenant
-LIMIT %(limit)s;
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
 -- name: create_runs --
 -- Submit without a waiting run to deliver to: the new runs, their

@@ -299,6 +299,28 @@ def test_each_view_lists_its_runs() -> None:
     assert listed(RUNS, "?kind=test.pay") == {str(unsure.id)}
 
 
+def test_the_tenant_filter_offers_the_first_tenants_of_history_and_backlog() -> None:
+    """The choices are the first TENANT_CHOICES tenants in order, whether
+    their runs are finished (a skip scan of the finished days) or live (the
+    backlog, which has no tenant index), each once."""
+    from django.db import connection
+
+    from runqueue.admin.filters import TENANT_CHOICES
+    from runqueue.sql import execute
+    from tests.database.factories import RunFactory
+
+    finished = [f"t{n:03d}" for n in range(0, 2 * TENANT_CHOICES, 2)]
+    live = [f"t{n:03d}" for n in range(1, 2 * TENANT_CHOICES, 4)]
+    for tenant in finished:
+        RunFactory(tenant=tenant, finished=True)
+    for tenant in live + finished[:3]:
+        RunFactory(tenant=tenant)
+    with connection.cursor() as cursor:
+        got = [row[0] for row in execute(cursor, "admin_tenants", {"limit": TENANT_CHOICES})]
+    assert got == sorted(set(finished) | set(live))[:TENANT_CHOICES]
+    assert Run.objects.filter(tenant="t001", finished_at__isnull=True).exists()  # a live one
+
+
 def test_filters_by_class_tenant_and_search() -> None:
     fast = runqueue.submit(kind="test.echo", priority=3, tenant="acme", session_id="s-1").run
     slow = runqueue.submit(kind="test.echo", priority=12, principal="user:9").run
