@@ -8,8 +8,9 @@ still holds the partition key, as a partitioned table's must; an id is
 unique by its sequence alone, and Django still knows ``id`` as the key.
 
 Dropped and created on the partitioned parent (its partitions follow), as
-0016 and 0022 did: the key is rebuilt here under the table's lock, 13 s
-for 6,000,000 events (docs/performance.md, "Migration 0023 at scale").
+0016 and 0022 did: the key is rebuilt here under the table's lock, 6.4 s
+for 6,000,000 events on a quiet 2-core machine (docs/performance.md,
+"Migration 0023: an event's key is (run_id, id, created_at)").
 """
 
 from django.db import migrations
