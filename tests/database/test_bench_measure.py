@@ -88,16 +88,45 @@ def test_a_window_waits_for_every_backend_to_exit(scratch: str) -> None:
         window.close()
 
 
+def test_server_cpu_counts_a_backend_that_exited_in_the_window(scratch: str) -> None:
+    """A drain's backends exit before its window ends: their CPU is then in
+    the postmaster's reaped-children times, and the window still counts it."""
+    window = measure.CommitWindow(scratch)
+    try:
+        window.start()
+        if window.server_cpu_before is None:
+            pytest.skip("the server's processes are not readable from here")
+        worker = psycopg.connect(scratch, autocommit=True)
+        worker.execute("SELECT count(*) FROM generate_series(1, 3000000)")
+        used = measure.process_cpu_seconds(worker.info.backend_pid)
+        worker.close()
+        window.stop()
+    finally:
+        window.close()
+    assert used > 0.05  # the query's own work, before its backend exited
+    assert window.server_cpu_seconds is not None
+    assert window.server_cpu_seconds >= used - 0.02  # one clock tick of slack
+
+
 def test_stats_refuse_to_read_the_database_they_are_connected_to(scratch: str) -> None:
     with pytest.raises(ValueError, match="cannot measure"):
         measure.Stats("postgres")
 
 
 def test_figures_are_per_run() -> None:
-    out = measure.figures(2000, 4.0, commits=1000, cpu_seconds=0.5, cpu_source="x", complete=True)
+    out = measure.figures(
+        2000,
+        4.0,
+        commits=1000,
+        cpu_seconds=0.5,
+        cpu_source="x",
+        complete=True,
+        server_cpu_seconds=0.3,
+    )
     assert out["runs_per_s"] == 500.0
     assert out["commits_per_run"] == 0.5
     assert out["cpu_us_per_run"] == 250.0
+    assert out["server_cpu_us_per_run"] == 150.0
     assert measure.figures(10, 1.0, complete=False)["runs_per_s"] == 0.0
 
 

@@ -68,6 +68,31 @@ class Stats:
             self.conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", [lsn]).fetchone()[0]
         )
 
+    def server_cpu_seconds(self) -> float | None:
+        """CPU the whole PostgreSQL server has used so far, read from /proc:
+        its processes' own and, in the postmaster's ``cutime``/``cstime``,
+        every backend's it has reaped (a drain's backends exit before its
+        window ends). Cluster-wide, as the WAL figure is: the bench measures
+        one system at a time. None when the server's processes cannot be read
+        (another machine, another user)."""
+        try:
+            backend = self.conn.info.backend_pid
+            postmaster = _stat(backend)[1]
+            own = _stat(postmaster)
+            total = own[2] + own[3] + own[4] + own[5]
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit() or int(entry) == postmaster:
+                    continue
+                try:
+                    ppid, *times = _stat(int(entry))[1:4]
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # exited meanwhile: reaped into the postmaster's
+                if ppid == postmaster:
+                    total += times[0] + times[1]
+        except (OSError, IndexError, ValueError):
+            return None
+        return total / os.sysconf("SC_CLK_TCK")
+
     def checkpoint(self) -> bool:
         """A CHECKPOINT, so every system's window starts with the same full-page
         state (each page's first change after it writes the whole page); False
@@ -145,6 +170,9 @@ class CommitWindow:
         #: WAL bytes the server wrote from :meth:`start` (or the last
         #: :meth:`wal_start`) to :meth:`stop`, shutdown included.
         self.wal_bytes: int | None = None
+        #: CPU seconds the server used over the same span (None: unreadable).
+        self.server_cpu_seconds: float | None = None
+        self.server_cpu_before: float | None = None
         self.checkpointed = False
 
     def calibrate(self) -> int:
@@ -169,6 +197,7 @@ class CommitWindow:
         commit window and call this once the load has committed)."""
         self.checkpointed = self.stats.checkpoint()
         self.wal_before = self.stats.wal_lsn()
+        self.server_cpu_before = self.stats.server_cpu_seconds()
 
     def probe(self) -> Probe:
         probe = Probe(self.url)
@@ -186,11 +215,22 @@ class CommitWindow:
         own = sum(p.commits for p in self.probes) + self.connect_commits * len(self.probes)
         commits = self.stats.commits() - self.before - own
         self.wal_bytes = self.stats.wal_since(self.wal_before) if self.wal_before else None
-        self.before = self.wal_before = None
+        after = self.stats.server_cpu_seconds()
+        before = self.server_cpu_before
+        known = after is not None and before is not None
+        self.server_cpu_seconds = after - before if known else None  # type: ignore[operator]
+        self.before = self.wal_before = self.server_cpu_before = None
         return commits
 
     def close(self) -> None:
         self.stats.close()
+
+
+def _stat(pid: int) -> tuple[int, int, int, int, int, int]:
+    """(pid, ppid, utime, stime, cutime, cstime) of a process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (pid, int(fields[1]), *(int(fields[i]) for i in (11, 12, 13, 14)))  # type: ignore[return-value]
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -213,6 +253,7 @@ def figures(
     cpu_source: str | None = None,
     complete: bool = True,
     wal_bytes: int | None = None,
+    server_cpu_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Runs/s, commits per run and CPU µs per run: the same arithmetic for
     runqueue, the raw reference and the peers."""
@@ -229,6 +270,8 @@ def figures(
     if wal_bytes is not None:
         out["wal_bytes"] = wal_bytes
         out["wal_bytes_per_run"] = round(wal_bytes / runs) if runs else None
+    if server_cpu_seconds is not None:
+        out["server_cpu_us_per_run"] = round(server_cpu_seconds * 1e6 / runs, 1) if runs else None
     if cpu_seconds is not None:
         out["cpu_us_per_run"] = round(cpu_seconds * 1e6 / runs, 1) if runs else None
         out["cpu_source"] = cpu_source
@@ -274,9 +317,10 @@ def commit_cost(url: str, n: int) -> dict[str, Any]:
 
 
 def in_process(
-    window: common.Window, commits: int | None = None, wal_bytes: int | None = None
+    window: common.Window, commits: int | None = None, server: CommitWindow | None = None
 ) -> dict[str, Any]:
-    """The figures of a drain an in-process worker made (``common.Window``)."""
+    """The figures of a drain an in-process worker made (``common.Window``);
+    ``server``: the commit window it ran in (its WAL and server CPU)."""
     return (
         figures(
             window.count,
@@ -284,14 +328,22 @@ def in_process(
             commits=commits,
             cpu_seconds=window.cpu_seconds(),
             cpu_source=common.Window.CPU_SOURCE,
-            wal_bytes=wal_bytes,
+            wal_bytes=server.wal_bytes if server else None,
+            server_cpu_seconds=server.server_cpu_seconds if server else None,
         )
         | window.to_return()
     )
 
 
 def enqueue(
-    n: int, seconds: float, commits: int, per_call: int, wal_bytes: int | None = None
+    n: int, seconds: float, commits: int, per_call: int, server: CommitWindow | None = None
 ) -> dict[str, Any]:
-    """An enqueue's figures: runs/s, commits and WAL bytes per run, ``per_call`` runs a call."""
-    return figures(n, seconds, commits=commits, wal_bytes=wal_bytes) | {"per_call": per_call}
+    """An enqueue's figures: runs/s, commits, WAL bytes and server CPU per
+    run, ``per_call`` runs a call."""
+    return figures(
+        n,
+        seconds,
+        commits=commits,
+        wal_bytes=server.wal_bytes if server else None,
+        server_cpu_seconds=server.server_cpu_seconds if server else None,
+    ) | {"per_call": per_call}

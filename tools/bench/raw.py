@@ -118,6 +118,7 @@ def drain(
         cpu_seconds=sum(w.cpu for w in workers),
         cpu_source=CPU_SOURCE,
         wal_bytes=window.wal_bytes,
+        server_cpu_seconds=window.server_cpu_seconds,
     )
 
 
@@ -136,7 +137,7 @@ def enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[
             conn.execute(f"INSERT INTO raw_job (payload) VALUES {values}", chunk)
         seconds = time.perf_counter() - started
     commits = window.stop()
-    return measure.enqueue(n, seconds, commits, batch, window.wal_bytes)
+    return measure.enqueue(n, seconds, commits, batch, window)
 
 
 def _listening(

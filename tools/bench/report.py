@@ -22,6 +22,9 @@ LEGEND = (
     " enqueue, less the bench's own",
     "WAL B/run: pg_current_wal_lsn() over the drain (after the load) or the enqueue, from a"
     " CHECKPOINT at its start (full-page images included), shutdown included",
+    "server CPU us/run: every PostgreSQL process's utime+stime over the same span, read from"
+    " /proc (backends that exited: the postmaster's cutime+cstime); cluster-wide, one system"
+    " at a time; blank when the server is not on this machine",
     "CPU us/run: proc = the runworker processes' utime+stime from idle to the last finish;"
     " thread = the worker threads' CPU;",
     "  process = this process's CPU from the first handler start to the last finish"
@@ -98,6 +101,7 @@ def figures_table(result: dict[str, Any]) -> list[str]:
         "x runqueue",
         "commits/run",
         "WAL B/run",
+        "server CPU us/run",
         "CPU us/run",
     ]
     rows = [header]
@@ -110,10 +114,10 @@ def figures_table(result: dict[str, Any]) -> list[str]:
         first = name if name != group else ""
         group = name
         if data is None:
-            rows.append([first, system, label, "skipped", "", "", "", ""])
+            rows.append([first, system, label, "skipped", "", "", "", "", ""])
             continue
         if "error" in data or figure is None or "not_run" in (figure or {}):
-            rows.append([first, system, label, "NOT RUN", "", "", "", ""])
+            rows.append([first, system, label, "NOT RUN", "", "", "", "", ""])
             continue
         base = get(rq, f"{base_path}.runs_per_s") if base_path else None
         value = figure.get("runs_per_s")
@@ -130,6 +134,7 @@ def figures_table(result: dict[str, Any]) -> list[str]:
                 ratio,
                 _n(figure.get("commits_per_run"), 3),
                 _n(figure.get("wal_bytes_per_run"), 0),
+                _n(figure.get("server_cpu_us_per_run"), 0),
                 cpu,
             ]
         )

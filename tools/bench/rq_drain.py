@@ -342,6 +342,7 @@ def _drain(shape: Shape, n: int) -> dict[str, Any]:
             cpu_source=CPU_SOURCE,
             complete=complete,
             wal_bytes=window.wal_bytes,
+            server_cpu_seconds=window.server_cpu_seconds,
         )
         | {
             "processes": shape.processes,

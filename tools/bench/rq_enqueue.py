@@ -32,7 +32,7 @@ def _timed(
     written = rq_db.count("queued", kind="bench.noop")
     if written != n:
         raise RuntimeError(f"queued {written} runs, expected {n}")
-    return measure.enqueue(n, seconds, commits, per_call, window.wal_bytes)
+    return measure.enqueue(n, seconds, commits, per_call, window)
 
 
 def submit_one_by_one(window: measure.CommitWindow, n: int) -> dict[str, Any]:

@@ -69,7 +69,7 @@ async def _drain(
     if not conn.is_closed():
         await conn.close()
     commits = window.stop()
-    return measure.in_process(drained, commits, window.wal_bytes) | {"options": run_kwargs}
+    return measure.in_process(drained, commits, window) | {"options": run_kwargs}
 
 
 async def _enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[str, Any]:
@@ -88,7 +88,7 @@ async def _enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -
     conn, queries = await _connect(url)
     await queries.clear_queue()
     await conn.close()
-    return measure.enqueue(n, seconds, commits, batch, window.wal_bytes)
+    return measure.enqueue(n, seconds, commits, batch, window)
 
 
 async def _pickup(url: str, samples: int) -> dict[str, Any]:

@@ -52,7 +52,7 @@ async def _drain(
         )
         drained.close()
     commits = window.stop()
-    return measure.in_process(drained, commits, window.wal_bytes) | {"concurrency": concurrency}
+    return measure.in_process(drained, commits, window) | {"concurrency": concurrency}
 
 
 async def _enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -> dict[str, Any]:
@@ -65,7 +65,7 @@ async def _enqueue(url: str, window: measure.CommitWindow, n: int, batch: int) -
         await _batch_defer(noop, kwargs, batch)
         seconds = time.perf_counter() - started
     commits = window.stop()
-    return measure.enqueue(n, seconds, commits, batch, window.wal_bytes)
+    return measure.enqueue(n, seconds, commits, batch, window)
 
 
 async def _pickup(url: str, samples: int) -> dict[str, Any]:
