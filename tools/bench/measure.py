@@ -76,22 +76,27 @@ class Stats:
         one system at a time. None when the server's processes cannot be read
         (another machine, another user)."""
         try:
-            backend = self.conn.info.backend_pid
-            postmaster = _stat(backend)[1]
-            own = _stat(postmaster)
-            total = own[2] + own[3] + own[4] + own[5]
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit() or int(entry) == postmaster:
-                    continue
-                try:
-                    ppid, *times = _stat(int(entry))[1:4]
-                except (FileNotFoundError, ProcessLookupError):
-                    continue  # exited meanwhile: reaped into the postmaster's
-                if ppid == postmaster:
-                    total += times[0] + times[1]
+            postmaster = _stat(self.conn.info.backend_pid)[1]
+            for _ in range(10):
+                # A backend reaped while the children are read would be
+                # counted in neither place (or in both): read again until the
+                # postmaster's reaped times did not move meanwhile.
+                own = _stat(postmaster)
+                total = own[2] + own[3] + own[4] + own[5]
+                for entry in os.listdir("/proc"):
+                    if not entry.isdigit() or int(entry) == postmaster:
+                        continue
+                    try:
+                        ppid, utime, stime = _stat(int(entry))[1:4]
+                    except (FileNotFoundError, ProcessLookupError):
+                        continue
+                    if ppid == postmaster:
+                        total += utime + stime
+                if _stat(postmaster)[4:] == own[4:]:
+                    return total / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return None
-        return total / os.sysconf("SC_CLK_TCK")
+        return None
 
     def checkpoint(self) -> bool:
         """A CHECKPOINT, so every system's window starts with the same full-page
