@@ -140,7 +140,8 @@ class TurnText:
     def flush(self) -> bool:
         """Write the pending text as ``run.text`` events (each at most
         ``STREAM_TEXT_FLUSH_BYTES``); False once fenced (the text is dropped:
-        it is no longer this worker's run)."""
+        it is no longer this worker's run). A write that raises (its
+        connection lost) raises here with its text pending again."""
         with self._flush_lock:
             with self._lock:
                 text, self._pending, self._pending_bytes = "".join(self._pending), [], 0

@@ -220,10 +220,8 @@ class CommitWindow:
         own = sum(p.commits for p in self.probes) + self.connect_commits * len(self.probes)
         commits = self.stats.commits() - self.before - own
         self.wal_bytes = self.stats.wal_since(self.wal_before) if self.wal_before else None
-        after = self.stats.server_cpu_seconds()
-        before = self.server_cpu_before
-        known = after is not None and before is not None
-        self.server_cpu_seconds = after - before if known else None  # type: ignore[operator]
+        after, before = self.stats.server_cpu_seconds(), self.server_cpu_before
+        self.server_cpu_seconds = None if after is None or before is None else after - before
         self.before = self.wal_before = self.server_cpu_before = None
         return commits
 
@@ -240,9 +238,8 @@ def _stat(pid: int) -> tuple[int, int, int, int, int, int]:
 
 def process_cpu_seconds(pid: int) -> float:
     """utime + stime of a process and all its threads, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    _pid, _ppid, utime, stime, _cutime, _cstime = _stat(pid)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 def rate(count: int, seconds: float) -> float:
