@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TypedDict
 
-from runqueue.models import QueueEvent, RunEvent
+from runqueue.models import EventLog, QueueEvent, RunEvent
 from runqueue.types import JSON
 
 CREATED = "run.created"
@@ -125,7 +125,7 @@ def public_time(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat() if value is not None else None
 
 
-def event_body(event: RunEvent) -> EventBody:
+def event_body(event: RunEvent | EventLog) -> EventBody:
     """An event's public JSON (the API's events page, the stream's data):
     its data without tracebacks, which stay in the database and the admin."""
     return {

@@ -272,9 +272,9 @@ def resolve_task(payload: JSON) -> Task:
 def build_result(run: Run, task: Task) -> TaskResult:
     """The TaskResult of a run: status, times, worker ids, errors, return value."""
     from runqueue import events
-    from runqueue.models import RunEvent
+    from runqueue.models import EventLog
 
-    rows = RunEvent.objects.filter(run_id=run.id, type__in=(events.CLAIMED, TASK_ERROR))
+    rows = EventLog.objects.filter(run_id=run.id, type__in=(events.CLAIMED, TASK_ERROR))
     worker_ids: list[str] = []
     errors: list[TaskError] = []
     last_attempted_at = run.started_at

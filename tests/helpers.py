@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import connection, connections
 
-from runqueue.models import RunEvent
+from runqueue.models import EventLog
 from tests.pooling import POOLER
 
 DEADLINE = 30.0
@@ -76,7 +76,7 @@ def is_blocked(backend_pid: int | None) -> bool:
 
 
 def event_types(run_id: Any, epoch: int | None = None) -> list[str]:
-    qs = RunEvent.objects.filter(run_id=run_id).order_by("id")
+    qs = EventLog.objects.filter(run_id=run_id).order_by("id")
     if epoch is not None:
         qs = qs.filter(lease_epoch=epoch)
     return list(qs.values_list("type", flat=True))

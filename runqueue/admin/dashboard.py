@@ -2,8 +2,9 @@
 
 Every number is one indexed read: queue depth and the oldest due run read
 the partial claim index (active runs only), throughput reads the
-finished_at index over the last hour, claim latency reads ``run.claimed``
-events by (type, created_at), uncertain invocations their partial index.
+finished_at index over the last hour, claim latency reads the claims of
+the last hour (event rows by created_at, and runs' rows that hold their
+claim: ``claim_latency``), uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
 count from when the run last became due (``due_since``), never from its
 creation alone, so a requeued old run does not read as a slow claim.
@@ -18,6 +19,7 @@ from typing import Any
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import (
     Aggregate,
     CharField,
@@ -26,19 +28,17 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     FloatField,
-    IntegerField,
     Min,
     Q,
     Value,
 )
 from django.db.models.expressions import Combinable
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, Greatest, Now, TruncMinute
+from django.db.models.functions import Coalesce, Greatest, Now, TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import budgets, events, versions, waiting
+from runqueue import budgets, versions, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
@@ -46,12 +46,12 @@ from runqueue.models import (
     ACTIVE_STATUSES,
     PriorityClass,
     Run,
-    RunEvent,
     RunStatus,
     ToolInvocation,
     ToolStatus,
     Worker,
 )
+from runqueue.sql import execute
 
 WINDOW = dt.timedelta(hours=1)
 CLASSES = list(PriorityClass)
@@ -126,19 +126,12 @@ def class_stats() -> list[ClassStats]:
     )
     for oldest in due:
         stats[oldest["ci"]].oldest_due = display.duration(oldest["oldest"])
-    wait = Cast(KeyTextTransform("wait_ms", "data"), FloatField())
-    latency = (
-        RunEvent.objects.filter(type=events.CLAIMED, created_at__gte=Now() - WINDOW)
-        .annotate(
-            ci=PriorityClass.orm_index(Cast(KeyTextTransform("priority", "data"), IntegerField()))
-        )
-        .values("ci")
-        .annotate(n=Count("*"), p50=PercentileCont(wait, 0.5), p99=PercentileCont(wait, 0.99))
-        .order_by()
-    )
-    for claims in latency:
-        stats[claims["ci"]].claims = claims["n"]
-        stats[claims["ci"]].p50_ms, stats[claims["ci"]].p99_ms = claims["p50"], claims["p99"]
+    with connection.cursor() as cursor:
+        window = {"window_seconds": WINDOW.total_seconds()}
+        latency = execute(cursor, "claim_latency", window).fetchall()
+    for ci, n, p50, p99 in latency:
+        stats[ci].claims = n
+        stats[ci].p50_ms, stats[ci].p99_ms = p50, p99
     return stats
 
 

@@ -40,8 +40,8 @@ from runqueue.admin.permissions import NoBulkDelete, RunPermissionsMixin
 from runqueue.models import (
     Checkpoint,
     DeadLetteredRun,
+    EventLog,
     Run,
-    RunEvent,
     ToolInvocation,
     ToolStatus,
     UncertainRun,
@@ -255,8 +255,8 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         """The detail page prefetches its tables: three queries, not one per row."""
         queryset = self.get_queryset(request).prefetch_related(
             Prefetch(
-                "events",
-                queryset=RunEvent.objects.order_by("-id")[:TIMELINE_LIMIT],
+                "log",
+                queryset=EventLog.objects.order_by("-id")[:TIMELINE_LIMIT],
                 to_attr="recent_events",
             ),
             Prefetch("tool_invocations", queryset=ToolInvocation.objects.order_by("seq")),
@@ -381,7 +381,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     def timeline_display(self, run: Run) -> SafeString:
         events = getattr(run, "recent_events", None)
         if events is None:
-            events = list(run.events.order_by("-id")[:TIMELINE_LIMIT])
+            events = list(run.log.order_by("-id")[:TIMELINE_LIMIT])
         return render_to_string(
             "admin/runqueue/run/timeline.html", {"events": events, "limit": TIMELINE_LIMIT}
         )

@@ -46,7 +46,7 @@ from runqueue.errors import (
     RunqueueError,
     SignalTooLarge,
 )
-from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Run, RunStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
 from runqueue.stream.sse import parse_cursor
@@ -144,7 +144,7 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     limit = _int_param(
         request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
     )
-    page = list(RunEvent.objects.filter(run_id=run.id, id__gt=after).order_by("id")[: limit + 1])
+    page = list(EventLog.objects.filter(run_id=run.id, id__gt=after).order_by("id")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
     next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None

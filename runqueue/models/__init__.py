@@ -47,6 +47,7 @@ from runqueue.models.choices import (
 )
 from runqueue.models.records import (
     Checkpoint,
+    EventLog,
     IdempotencyKey,
     RunEvent,
     Signal,
@@ -89,6 +90,7 @@ __all__ = [
     "Checkpoint",
     "ConcurrencyLimit",
     "DeadLetteredRun",
+    "EventLog",
     "Idempotency",
     "IdempotencyKey",
     "LIVE_STATUSES",

@@ -70,6 +70,41 @@ class RunEvent(models.Model):
         return f"{self.type} @{self.lease_epoch}"
 
 
+class EventLog(models.Model):
+    """A run's whole log, to read: its event rows, and the two events its
+    row holds instead (a view, ``runqueue_event_log``, migration 0024).
+
+    A claim does not write a ``run.claimed`` row, nor a success a
+    ``run.succeeded`` row: the run's row has their ids (from the events'
+    sequence), the claim's time, owner, token and attempt, and the finish's
+    time, so the view builds both from it while the run runs and after it
+    succeeds. An attempt that ends any other way writes its claim as an
+    event row (a trigger on runqueue_run, ``runqueue_run_log_kept``), as
+    a succeeded run that is moved again writes both. Every reader of events
+    reads here; writers append to ``RunEvent``.
+    """
+
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.DO_NOTHING,
+        related_name="log",
+        db_constraint=False,
+        db_index=False,
+    )
+    type = models.CharField(max_length=64)
+    lease_epoch = models.BigIntegerField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "runqueue_event_log"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.type} @{self.lease_epoch}"
+
+
 class Signal(models.Model):
     """A signal sent to a run that was not waiting for it yet: the run's
     mailbox. The wait that names it takes it (and deletes it) in its own

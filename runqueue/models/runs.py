@@ -91,9 +91,25 @@ class Run(models.Model):
     lease_epoch = models.BigIntegerField(default=0)
     #: A random token each claim writes and every fenced write matches, with
     #: the epoch: a claim a failover lost cannot be made again with the same
-    #: token, as it can with the same epoch. NULL when no lease is held.
+    #: token, as it can with the same epoch. NULL when no lease is held, but
+    #: a succeeded run keeps its last lease's token and owner: its
+    #: ``run.claimed`` event is read from the row (``claim_event_id``).
     lease_token = models.UUIDField(null=True, blank=True, editable=False)
     lease_owner = models.CharField(max_length=255, blank=True, default="")
+    #: The id of the current attempt's ``run.claimed`` event, taken from the
+    #: events' sequence by the claim, and when the claim was made: the event
+    #: is read from the row (``EventLog``) while the run runs and after it
+    #: succeeds, and written as an event row when the attempt ends any other
+    #: way (migration 0024; docs/decisions.md, "Claim and success on the
+    #: run's row"). NULL: no such claim on the row.
+    claim_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    #: How long the claimed run had waited since it became due, in ms (the
+    #: claim's ``wait_ms``), as the claim measured it.
+    claim_wait_ms = models.IntegerField(null=True, blank=True, editable=False)
+    #: The id of the run's ``run.succeeded`` event, read from the row as the
+    #: claim's is; NULL unless the run succeeded.
+    success_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(null=True, blank=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from runqueue import events
 from runqueue.models import (
     Checkpoint,
+    EventLog,
     Run,
-    RunEvent,
     ToolInvocation,
     ToolStatus,
 )
@@ -77,7 +77,7 @@ def interrupted_of(run_id: uuid.UUID) -> Interrupted | None:
 def _last_attempt_text(run_id: uuid.UUID) -> str:
     """The durable text (``run.text`` chunks) of the run's last attempt:
     each chunk where its offset puts it, a chunk seen twice written once."""
-    logged = RunEvent.objects.filter(run_id=run_id)
+    logged = EventLog.objects.filter(run_id=run_id)
     claimed = (
         logged.filter(type=events.CLAIMED).order_by("-id").values_list("id", flat=True).first()
     )

@@ -27,6 +27,12 @@
 -- joined has no row and calls nothing. A finished run in a session queues
 -- its session's next pending turn (promoted: runqueue_promote); for runs
 -- without a session promoted has no row and calls nothing.
+-- A success writes no event row: the run's row keeps the lease's owner and
+-- token and takes its run.succeeded event's id (the events' sequence), and
+-- the log (runqueue_event_log) reads both events from it (migration 0024;
+-- docs/decisions.md, "Claim and success on the run's row"); a failure's
+-- claim is written as an event row by the trigger that lets it go
+-- (runqueue_run_log_kept, functions.sql).
 input AS (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS epoch, (e->>2)::uuid AS token,
            e->>3 AS status, e->>4 AS event_type, e->5->0 AS result, e->6->0 AS failure,
@@ -38,8 +44,10 @@ input AS (
            result = i.result,
            failure = i.failure,
            finished_at = now(),
-           lease_owner = '',
-           lease_token = NULL,
+           success_event_id = CASE WHEN i.status = 'succeeded'
+                                   THEN nextval('runqueue_run_event_id_seq') END,
+           lease_owner = CASE WHEN i.status = 'succeeded' THEN r.lease_owner ELSE '' END,
+           lease_token = CASE WHEN i.status = 'succeeded' THEN r.lease_token END,
            lease_expires_at = NULL
       FROM input i
      WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
@@ -66,10 +74,16 @@ input AS (
 -- attempt, the lease, and a fresh random token that every fenced write of
 -- this lease must match (docs/decisions.md, "A fencing token lost WAL
 -- cannot recreate"). A run with a budget adds the call its claim reserved
--- (runqueue_budget_take) to what it reserved so far.
+-- (runqueue_budget_take) to what it reserved so far. The claim's
+-- run.claimed event is the row's: its id from the events' sequence and its
+-- time (the log reads it from the row; migration 0024).
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
            lease_token = gen_random_uuid(),
+           claim_event_id = nextval('runqueue_run_event_id_seq'),
+           claimed_at = now(),
+           claim_wait_ms = greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
+               r.created_at, coalesce(r.scheduled_for, r.created_at))) * 1000)),
            attempts = r.attempts + 1,
            lease_owner = %(owner)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
@@ -139,24 +153,24 @@ lease_owner = '',
 lease_token = NULL,
 lease_expires_at = NULL
 
--- fragment: claimed_event --
--- The event of each run a claim took (the claimed CTE's rows): run.claimed,
--- with the lease's owner and token, the attempt, the priority and how long
--- the run waited since it became due.
-SELECT c.id, 'run.claimed', c.lease_epoch,
-       jsonb_build_object(
-           'owner', c.lease_owner,
-           'token', c.lease_token,
-           'attempt', c.attempts,
-           'priority', c.priority,
-           'wait_ms', greatest(0, round(extract(epoch FROM statement_timestamp() - greatest(
-               c.created_at, coalesce(c.scheduled_for, c.created_at))) * 1000))),
-       now()
-  FROM claimed c
+-- fragment: watched --
+-- The NOTIFY of each watched run (runqueue_stream_watch) whose log the
+-- statement grew without an event row (the ids of its CTE grown: claims,
+-- successes), as the trigger on runqueue_run_event sends one for each row
+-- (functions.sql, runqueue_event_notify): the stream reads the claim and the
+-- success from the run's row. A CTE the statement's last SELECT counts, once
+-- (an InitPlan); a NOTIFY repeated in one transaction is sent once.
+watched AS (
+    SELECT pg_notify('runqueue_events', x.id::text)
+      FROM grown x
+     WHERE EXISTS (SELECT 1 FROM runqueue_stream_watch w WHERE w.run_id = x.id)
+)
 
 -- fragment: logged --
 -- The end of finish_and_claim and finish_and_claim_capped: the events of the
--- finishes and of the claims, then the result. It has at least one row:
+-- failed finishes (a claim's and a success's are the row's: the finish
+-- fragment), the NOTIFYs of the watched runs, then the result. It has at
+-- least one row:
 -- finished_ids, then the claimed run's columns (all NULL when nothing was
 -- claimed), then how many parents the finishes resumed (joined, evaluated
 -- once: the result always has a row) and how many pending turns they
@@ -165,25 +179,29 @@ logged AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, f.event_type, f.lease_epoch, f.event_data, now()
       FROM finished f
+     WHERE f.event_type <> 'run.succeeded'
+), grown AS (
+    SELECT f.id FROM finished f WHERE f.event_type = 'run.succeeded'
     UNION ALL
-    -- include: claimed_event --
-)
+    SELECT c.id FROM claimed c
+),
+-- include: watched --
 SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids, c.*,
        (SELECT j.resumed FROM joined j) AS joined_resumed,
        (SELECT p.n FROM promoted p) AS promoted_turns
   FROM (SELECT 1) AS one
   LEFT JOIN claimed c ON true
+ WHERE (SELECT count(*) FROM watched) >= 0
  ORDER BY c.priority, c.created_at
 
 -- fragment: claimed_only --
--- The end of claim and claim_capped: the claims' events, then one row per
--- claimed run (none when nothing was claimed).
-logged AS (
-    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    -- include: claimed_event --
-)
+-- The end of claim and claim_capped: one row per claimed run (none when
+-- nothing was claimed), the NOTIFYs of the watched ones sent first.
+grown AS (SELECT c.id FROM claimed c),
+-- include: watched --
 SELECT c.*
   FROM claimed c
+ WHERE (SELECT count(*) FROM watched) >= 0
  ORDER BY c.priority, c.created_at
 
 -- fragment: idle_limit --
@@ -361,15 +379,19 @@ RETURNING r.id;
 -- JSON travels as text, as in finish_and_claim; a failure is a
 -- runqueue.failures.Failure built in Python. A run with a parent counts in
 -- it (runqueue_join), and a run in a session queues its session's next
--- pending turn (runqueue_promote), in this statement.
+-- pending turn (runqueue_promote), in this statement. A success writes no
+-- event row, as in finish_and_claim (its finish fragment says why); the
+-- NOTIFY of a watched run is sent here instead.
 WITH finished AS (
     UPDATE runqueue_run
-       SET status = %(status)s,
+       SET status = %(status)s::text,
            result = %(result)s::jsonb,
            failure = %(failure)s::jsonb,
            finished_at = now(),
-           lease_owner = '',
-           lease_token = NULL,
+           success_event_id = CASE WHEN %(status)s::text = 'succeeded'
+                                   THEN nextval('runqueue_run_event_id_seq') END,
+           lease_owner = CASE WHEN %(status)s::text = 'succeeded' THEN lease_owner ELSE '' END,
+           lease_token = CASE WHEN %(status)s::text = 'succeeded' THEN lease_token END,
            lease_expires_at = NULL
      WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
        AND status = 'running'
@@ -379,12 +401,17 @@ WITH finished AS (
     INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
     SELECT f.id, %(event_type)s, f.lease_epoch, %(event_data)s::jsonb, now()
       FROM finished f
-)
+     WHERE %(status)s::text <> 'succeeded'
+), grown AS (
+    SELECT f.id FROM finished f WHERE %(status)s::text = 'succeeded'
+),
+-- include: watched --
 SELECT f.id, CASE WHEN f.parent_id IS NOT NULL
                   THEN runqueue_join(ARRAY[f.parent_id], %(channel)s) END,
        CASE WHEN f.session_id IS NOT NULL
             THEN runqueue_promote(ARRAY[f.tenant], ARRAY[f.session_id], %(channel)s) END
-  FROM finished f;
+  FROM finished f
+ WHERE (SELECT count(*) FROM watched) >= 0;
 
 -- name: fence_wait --
 -- End the turn waiting for the user: the run keeps its session slot but
@@ -810,6 +837,37 @@ SELECT set_config(%(name)s, %(value)s, true);
 -- name: notify --
 -- Wake idle workers; sent inside the transaction, delivered on commit.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: claim_latency --
+-- The dashboard's claims of the last %(window_seconds)s seconds, by class:
+-- how many, and the median and 99th percentile of how long each run waited
+-- since it became due (wait_ms, as the claim measured it). Raw: a claim is
+-- an event row (its attempt ended otherwise: the events' created_at BRIN)
+-- or held by its run's row (migration 0024): a running run (the live
+-- partition) or a succeeded one, which finished after its claim, so the
+-- window's bound on finished_at keeps the finished days to the window's.
+WITH claims AS (
+    SELECT (e.data->>'priority')::int AS priority, (e.data->>'wait_ms')::float8 AS wait_ms
+      FROM runqueue_run_event e
+     WHERE e.type = 'run.claimed'
+       AND e.created_at >= now() - make_interval(secs => %(window_seconds)s)
+    UNION ALL
+    SELECT r.priority, r.claim_wait_ms::float8
+      FROM runqueue_run r
+     WHERE r.status = 'running' AND r.claim_event_id IS NOT NULL
+       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+    UNION ALL
+    SELECT r.priority, r.claim_wait_ms::float8
+      FROM runqueue_run r
+     WHERE r.status = 'succeeded' AND r.claim_event_id IS NOT NULL
+       AND r.finished_at >= now() - make_interval(secs => %(window_seconds)s)
+       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+)
+SELECT runqueue_priority_class(c.priority) AS ci, count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY c.wait_ms) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY c.wait_ms) AS p99
+  FROM claims c
+ GROUP BY 1;
 
 -- name: admin_tenants --
 -- The admin's tenant filter: distinct tenants by a skip scan of the

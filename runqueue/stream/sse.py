@@ -44,7 +44,7 @@ from django.db import DatabaseError
 
 from runqueue import events
 from runqueue.conf import get_settings
-from runqueue.models import Run, RunEvent
+from runqueue.models import EventLog, Run
 from runqueue.stream.hub import MAX_PENDING_DELTAS, Delta, Hub, Place
 
 TERMINAL_EVENTS = frozenset({events.SUCCEEDED, events.FAILED, events.CANCELLED})
@@ -67,7 +67,7 @@ def stamp(created_at: dt.datetime) -> str:
     return _base36(micros)
 
 
-def cursor(event: RunEvent) -> str:
+def cursor(event: EventLog) -> str:
     """The event's ``id:``: what a lost timeline cannot issue again."""
     return f"{event.id}.{stamp(event.created_at)}"
 
@@ -91,7 +91,7 @@ def on_this_history(run_id: uuid.UUID, after: int, mark: str | None) -> bool:
     if mark is None or after == 0:
         return True
     created = (
-        RunEvent.objects.filter(run_id=run_id, id=after)
+        EventLog.objects.filter(run_id=run_id, id=after)
         .values_list("created_at", flat=True)
         .first()
     )
@@ -111,7 +111,7 @@ def _base36(n: int) -> str:
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def frame(event: RunEvent) -> bytes:
+def frame(event: EventLog) -> bytes:
     """One SSE message; JSON escapes newlines, so ``data`` is one line. A
     ``run.text`` chunk's data is its offset and text, as a delta's is."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
@@ -134,7 +134,7 @@ def text_frame(offset: int, text: str) -> bytes:
 
 
 def has_events_after(run_id: uuid.UUID, after: int) -> bool:
-    return RunEvent.objects.filter(run_id=run_id, id__gt=after).exists()
+    return EventLog.objects.filter(run_id=run_id, id__gt=after).exists()
 
 
 class EventStream:
@@ -179,9 +179,9 @@ class EventStream:
         finally:
             self.place.release()
 
-    def _read(self) -> list[RunEvent]:
+    def _read(self) -> list[EventLog]:
         return list(
-            RunEvent.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
+            EventLog.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
         )
 
     def _events(self) -> Generator[bytes, None, None]:

@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 
 import runqueue
-from runqueue.models import Run, RunEvent, ToolInvocation
+from runqueue.models import EventLog, Run, RunEvent, ToolInvocation
 from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
 
 #: The screen the console must fit without a horizontal scroll.
@@ -104,7 +104,7 @@ def test_requeue_a_dead_lettered_run(page, tmp_path) -> None:
     playwright.expect(page.locator(".rq-timeline")).to_contain_text("run.operator_requeued")
     screenshot(page, "run-after-requeue", tmp_path)
     assert Run.objects.get(id=run.id).status == "queued"
-    event = RunEvent.objects.get(run_id=run.id, type="run.operator_requeued")
+    event = EventLog.objects.get(run_id=run.id, type="run.operator_requeued")
     assert event.data["actor"] == "staff:support"
 
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 import runqueue
 from runqueue import leases, schedules, testing
 from runqueue.clock import db_now
-from runqueue.models import PausedKind, QueueEvent, Run, RunEvent, RunStatus, Schedule
+from runqueue.models import EventLog, PausedKind, QueueEvent, Run, RunStatus, Schedule
 from tests.browser.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
 from tests.database.test_admin_scheduled_work import failed_runs
 
@@ -132,4 +132,4 @@ def test_bulk_requeue_every_matching_run(page, tmp_path) -> None:  # noqa: F811
         RunStatus.QUEUED
     }
     assert Run.objects.filter(kind="k", status=RunStatus.FAILED).count() == 3
-    assert RunEvent.objects.filter(type="run.operator_requeued").count() == 60
+    assert EventLog.objects.filter(type="run.operator_requeued").count() == 60

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 import runqueue
 from runqueue import leases
-from runqueue.models import Run, RunEvent, ToolInvocation
+from runqueue.models import EventLog, Run, ToolInvocation
 from tests.admin_support import ALL_PERMS, PASSWORD, dead_lettered, staff, uncertain
 from tests.helpers import expire_lease
 
@@ -87,7 +87,7 @@ def test_view_only_staff_see_but_cannot_act() -> None:
     response = action(client, DEAD, "requeue_runs", [run], confirm="yes")
     assert response.status_code == 200  # the changelist again, nothing done
     assert Run.objects.get(id=run.id).status == "failed"
-    assert not RunEvent.objects.filter(run_id=run.id, type="run.operator_requeued").exists()
+    assert not EventLog.objects.filter(run_id=run.id, type="run.operator_requeued").exists()
 
     listing = client.get(UNCERTAIN).content.decode()
     assert "charge_card #0" in listing and "rq-resolve" not in listing
@@ -127,7 +127,7 @@ def test_requeue_confirms_then_requeues_with_both_audit_records() -> None:
     assert messages_of(done) == ["Requeued 1 run(s)."]
     run.refresh_from_db()
     assert (run.status, run.attempts, run.failure) == ("queued", 0, None)
-    event = RunEvent.objects.get(run_id=run.id, type="run.operator_requeued")
+    event = EventLog.objects.get(run_id=run.id, type="run.operator_requeued")
     assert event.data["actor"] == "staff:ann"
     assert event.data["reason"] == "provider fixed"
     entry = LogEntry.objects.get(object_id=str(run.id))
@@ -214,7 +214,7 @@ def test_cancel_needs_a_reason_and_fences_the_running_worker() -> None:
     run = Run.objects.get(id=sub.run.id)
     assert run.status == "cancelled" and run.lease_epoch == lease.epoch + 1
     assert leases.heartbeat(lease) is False  # the live worker is fenced
-    event = RunEvent.objects.get(run_id=run.id, type="run.cancelled")
+    event = EventLog.objects.get(run_id=run.id, type="run.cancelled")
     assert event.data == {"actor": "staff:bob", "reason": "user left"}
     entry = LogEntry.objects.get(object_id=str(run.id))
     assert entry.change_message == "Cancelled by staff:bob: user left"
@@ -253,7 +253,7 @@ def test_resolve_uncertain_records_the_answer_and_both_audit_records() -> None:
     tool.refresh_from_db()
     assert tool.resolution["happened"] is False
     assert tool.resolution["actor"] == "staff:cy"
-    event = RunEvent.objects.get(run_id=run.id, type="tool.resolved")
+    event = EventLog.objects.get(run_id=run.id, type="tool.resolved")
     assert event.data["actor"] == "staff:cy" and event.data["note"] == "no charge in the PSP"
     entry = LogEntry.objects.get(object_id=str(run.id))
     assert entry.change_message == (

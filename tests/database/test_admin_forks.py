@@ -11,7 +11,7 @@ from django.urls import reverse
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Run, RunStatus
 from tests.admin_support import dead_lettered, uncertain
 from tests.database.test_admin import DEAD, RUNS, action, login, messages_of
 
@@ -51,7 +51,7 @@ def test_fork_from_here_confirms_then_forks_with_the_edited_payload() -> None:
     assert response["Location"] == reverse("admin:runqueue_run_change", args=[fork.id])
     assert fork.payload == {"steps": 3, "fail_after": None}
     assert list(fork.tool_invocations.values_list("seq", flat=True)) == [0]
-    event = RunEvent.objects.get(run_id=fork.id, type="run.forked")
+    event = EventLog.objects.get(run_id=fork.id, type="run.forked")
     assert event.data["actor"] == "staff:ann"
     assert event.data["reason"] == "fixed the order service"
     assert event.data["payload_edited"] is True
@@ -107,7 +107,7 @@ def test_fork_from_failure_on_dead_lettered_runs() -> None:
     fork = Run.objects.get(forked_from_id=first.id)
     assert fork.tool_invocations.count() == 2  # every recorded step kept
     assert Run.objects.filter(forked_from_id=second.id).count() == 1
-    assert RunEvent.objects.get(run_id=first.id, type="run.forked").data["reason"] == (
+    assert EventLog.objects.get(run_id=first.id, type="run.forked").data["reason"] == (
         "provider back"
     )
     nobody = login("fay", "view_run", "requeue_run")

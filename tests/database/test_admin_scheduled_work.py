@@ -13,11 +13,11 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases, schedules, testing
 from runqueue.models import (
+    EventLog,
     PausedKind,
     PriorityClass,
     QueueEvent,
     Run,
-    RunEvent,
     RunStatus,
     Schedule,
 )
@@ -85,7 +85,7 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     summary = Run.objects.get(id=background.id).result
     assert (summary["of"], summary["done"], summary["refused"]) == (60, 59, 1)
     assert str(busy.id) in summary["refusals"][0] and "conv-1" in summary["refusals"][0]
-    progress = RunEvent.objects.filter(run_id=background.id, type="progress")
+    progress = EventLog.objects.filter(run_id=background.id, type="progress")
     assert progress.count() == 1 and progress.get().data["done"] == 59
     page = client.get(done.url).content.decode()
     assert "&quot;done&quot;: 59" in page  # the checkpoint: progress in the console
@@ -95,7 +95,7 @@ def test_bulk_requeue_acts_on_every_matching_run_beyond_the_page() -> None:
     assert set(
         Run.objects.filter(id__in=[r.id for r in others]).values_list("status", flat=True)
     ) == {RunStatus.FAILED}
-    events = RunEvent.objects.filter(type="run.operator_requeued")
+    events = EventLog.objects.filter(type="run.operator_requeued")
     assert events.count() == 59 and {e.data["actor"] for e in events} == {"staff:ann"}
     assert (
         LogEntry.objects.filter(

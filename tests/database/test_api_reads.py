@@ -8,7 +8,7 @@ import pytest
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import PriorityClass, Run, RunEvent
+from runqueue.models import EventLog, PriorityClass, Run
 from tests.api_helpers import ApiCaller, make_caller, problem, submit
 
 pytestmark = pytest.mark.django_db
@@ -100,7 +100,7 @@ def test_events_are_paged_by_cursor(client, alice) -> None:
     lease = leases.claim_one("api-test", [PriorityClass.INTERACTIVE])
     assert testing.execute(lease) == "waiting"
     expected = list(
-        RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("type", flat=True)
+        EventLog.objects.filter(run_id=run.id).order_by("id").values_list("type", flat=True)
     )
     assert expected[:2] == ["run.created", "run.claimed"]
     assert expected[-1] == "run.waiting"
@@ -138,11 +138,11 @@ def test_cancel_cancels_once_and_answers_a_retry_the_same(client, alice) -> None
         headers=alice.headers(),
     )
     assert (response.status_code, response.json()["status"]) == (200, "cancelled")
-    event = RunEvent.objects.get(run_id=run.id, type="run.cancelled")
+    event = EventLog.objects.get(run_id=run.id, type="run.cancelled")
     assert event.data == {"reason": "user closed the tab", "actor": alice.principal}
     again = client.generic("POST", f"/api/runs/{run.id}/cancel/", headers=alice.headers())
     assert (again.status_code, again.json()["status"]) == (200, "cancelled")
-    assert RunEvent.objects.filter(run_id=run.id, type="run.cancelled").count() == 1
+    assert EventLog.objects.filter(run_id=run.id, type="run.cancelled").count() == 1
 
 
 def test_cancel_of_a_finished_run_answers_409(client, alice) -> None:

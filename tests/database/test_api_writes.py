@@ -13,7 +13,7 @@ import pytest
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus, Signal
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus, Signal
 from runqueue.outcomes import Suspended
 from tests.api_helpers import ApiCaller, make_caller, problem, submit
 
@@ -89,7 +89,7 @@ def test_a_sessionless_ask_user_shows_its_question_and_takes_the_answer(client, 
     body = answered.json()
     assert body["status"] == "queued" and body["input"] == {"day": "Tuesday"}
     assert body["wait"] is None and "input" not in body["links"]
-    assert RunEvent.objects.filter(run_id=run.id, type="run.input_delivered").count() == 1
+    assert EventLog.objects.filter(run_id=run.id, type="run.input_delivered").count() == 1
     assert not Signal.objects.exists()  # delivered, not kept in a mailbox
     assert _finish(run.id) == {"answer": {"day": "Tuesday"}, "state": {"asked": True}}
 

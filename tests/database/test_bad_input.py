@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import runqueue
 from runqueue.errors import InvalidSubmission, UnknownKind
 from runqueue.management.commands.runworker import heartbeat_for, seconds, slot_spec
-from runqueue.models import IdempotencyKey, Run, RunEvent
+from runqueue.models import EventLog, IdempotencyKey, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +44,13 @@ SETTINGS = settings(
 def _nothing_half_written(before: tuple[int, int, int]) -> None:
     assert (
         Run.objects.count(),
-        RunEvent.objects.count(),
+        EventLog.objects.count(),
         IdempotencyKey.objects.count(),
     ) == before
 
 
 def _counts() -> tuple[int, int, int]:
-    return Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count()
+    return Run.objects.count(), EventLog.objects.count(), IdempotencyKey.objects.count()
 
 
 @SETTINGS
@@ -162,13 +162,13 @@ def test_a_short_lease_alone_gets_a_heartbeat_that_fits_it() -> None:
 def test_cancel_checks_its_reason_before_writing(kwargs: dict, message: str) -> None:
     """Issue 26: a reason the database cannot store hit a database error."""
     run = runqueue.submit(kind="test.echo").run
-    events = RunEvent.objects.count()
+    events = EventLog.objects.count()
     with pytest.raises(runqueue.InvalidArgument) as excinfo:
         runqueue.cancel(run.id, **({"reason": "r", "actor": "a"} | kwargs))
     assert str(excinfo.value).startswith(message)
     assert isinstance(excinfo.value, ValueError)
     assert Run.objects.get(id=run.id).status == "queued"
-    assert RunEvent.objects.count() == events
+    assert EventLog.objects.count() == events
 
 
 def test_cancel_and_requeue_check_the_run_id() -> None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import budgets, leases, runtime
 from runqueue.errors import InvalidArgument, InvalidSubmission
-from runqueue.models import Budget, Checkpoint, Run, RunEvent, RunStatus
+from runqueue.models import Budget, Checkpoint, EventLog, Run, RunStatus
 from runqueue.outcomes import BudgetWait, Reported
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +91,7 @@ def test_settle_refunds_into_the_reserved_bucket_and_charges_extra_now() -> None
     run = Run.objects.get(id=lease.run_id)
     assert (run.budget_reserved, run.budget_used) == (500, 450)
     types = list(
-        RunEvent.objects.filter(run_id=run.id, type__startswith="budget.").values_list(
+        EventLog.objects.filter(run_id=run.id, type__startswith="budget.").values_list(
             "type", flat=True
         )
     )
@@ -254,7 +254,7 @@ def test_a_run_given_back_before_its_handler_started_refunds_its_call() -> None:
     assert lease.reservations == []
     stored = Run.objects.get(id=run.id)
     assert (stored.status, stored.budget_reserved) == (RunStatus.QUEUED, 0)
-    refunded = RunEvent.objects.get(run_id=run.id, type="budget.refunded")
+    refunded = EventLog.objects.get(run_id=run.id, type="budget.refunded")
     assert refunded.data == {"key": "openai:gpt-5", "tokens": 400}
     assert refunded.lease_epoch == lease.epoch
     (again,) = _claim()  # at once: the window has its request back

@@ -15,7 +15,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases, testing
 from runqueue.admin import dashboard
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def claim(run_id) -> leases.Lease:
 
 
 def last_wait_ms(run_id) -> float:
-    event = RunEvent.objects.filter(run_id=run_id, type="run.claimed").latest("id")
+    event = EventLog.objects.filter(run_id=run_id, type="run.claimed").latest("id")
     return event.data["wait_ms"]
 
 

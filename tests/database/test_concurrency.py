@@ -461,6 +461,12 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             )
             cursor.execute(sql_functions()["runqueue_between_turns"])
             cursor.execute(sql_functions()["runqueue_claim_version"])
+            # And holds its claim's and success's events on the row (0024).
+            cursor.execute(
+                "ALTER TABLE runqueue_run ADD COLUMN claim_event_id bigint,"
+                " ADD COLUMN claimed_at timestamptz, ADD COLUMN claim_wait_ms integer,"
+                " ADD COLUMN success_event_id bigint"
+            )
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -485,6 +491,11 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
             )
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_between_turns(uuid)")
             cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS handler_version")
+            cursor.execute(
+                "ALTER TABLE runqueue_run DROP COLUMN IF EXISTS claim_event_id,"
+                " DROP COLUMN IF EXISTS claimed_at, DROP COLUMN IF EXISTS claim_wait_ms,"
+                " DROP COLUMN IF EXISTS success_event_id"
+            )
             cursor.execute("ALTER TABLE runqueue_checkpoint DROP COLUMN IF EXISTS turn_end")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_join(uuid[], text)")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_promote(text[], text[], text)")

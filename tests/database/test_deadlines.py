@@ -20,7 +20,7 @@ import runqueue
 from runqueue import leases, registry, runtime
 from runqueue.errors import EXPIRED, ActiveRunConflict, InvalidSubmission
 from runqueue.limits import MAX_WAIT_SECONDS
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Suspended
 from runqueue.submission import SubmitRequest
 from tests.handlers import LEDGER_DDL
@@ -54,7 +54,7 @@ def _db_passed(run_id) -> bool:
 
 def _events(run_id, type_: str) -> list[dict]:
     return list(
-        RunEvent.objects.filter(run_id=run_id, type=type_)
+        EventLog.objects.filter(run_id=run_id, type=type_)
         .order_by("id")
         .values_list("data", flat=True)
     )
@@ -207,7 +207,7 @@ def test_claims_racing_the_expiry_claim_or_expire_each_run_never_both(iteration:
     statuses = dict(Run.objects.filter(id__in=runs).values_list("id", "status"))
     assert {statuses[r] for r in claimed} <= {RunStatus.RUNNING}
     assert {statuses[r] for r in expired} <= {RunStatus.CANCELLED}
-    both = RunEvent.objects.filter(run_id__in=expired, type="run.claimed")
+    both = EventLog.objects.filter(run_id__in=expired, type="run.claimed")
     assert not both.exists()
 
 
@@ -223,6 +223,20 @@ CREATE TRIGGER runqueue_test_pause BEFORE INSERT ON runqueue_run_event
     FOR EACH ROW EXECUTE FUNCTION runqueue_test_pause('{event}', '{run_id}');
 """
 
+#: A claim writes no event row (its run.claimed is the run's row, migration
+#: 0024): the claim pauses once it has updated the row.
+_PAUSE_CLAIM_DDL = """
+CREATE OR REPLACE FUNCTION runqueue_test_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'running' AND NEW.id::text = TG_ARGV[0] THEN
+        PERFORM pg_advisory_xact_lock(4242);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER runqueue_test_pause AFTER UPDATE ON runqueue_run
+    FOR EACH ROW EXECUTE FUNCTION runqueue_test_pause('{run_id}');
+"""
+
 
 class _Pause:
     """``pause(run_id, event_type)``: the statement that logs that event for
@@ -236,8 +250,9 @@ class _Pause:
         self.held.execute("SELECT pg_advisory_lock(4242)")
 
     def __call__(self, run_id, event_type: str) -> None:
+        ddl = _PAUSE_CLAIM_DDL if event_type == "run.claimed" else _PAUSE_DDL
         with connection.cursor() as cursor:
-            cursor.execute(_PAUSE_DDL.format(event=event_type, run_id=run_id))
+            cursor.execute(ddl.format(event=event_type, run_id=run_id))
 
     def release(self) -> None:
         self.held.execute("SELECT pg_advisory_unlock(4242)")
@@ -250,6 +265,7 @@ def pause_at():
     pause.held.close()
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER IF EXISTS runqueue_test_pause ON runqueue_run_event")
+        cursor.execute("DROP TRIGGER IF EXISTS runqueue_test_pause ON runqueue_run")
         cursor.execute("DROP FUNCTION IF EXISTS runqueue_test_pause()")
 
 
@@ -284,7 +300,7 @@ def test_a_claim_holding_the_run_as_its_deadline_passes_keeps_it(pause_at) -> No
     assert lease is not None and lease.run_id == run.id
     assert expirer.outcome() == []
     assert leases.expire_unstarted() == []
-    types = set(RunEvent.objects.filter(run_id=run.id).values_list("type", flat=True))
+    types = set(EventLog.objects.filter(run_id=run.id).values_list("type", flat=True))
     assert Run.objects.get(id=run.id).status == RunStatus.RUNNING
     assert "run.cancelled" not in types
 

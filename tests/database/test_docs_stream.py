@@ -12,7 +12,7 @@ import pytest
 
 import runqueue
 from runqueue import Idempotency, aio, events, leases, testing
-from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation
+from runqueue.models import EventLog, Run, RunStatus, ToolInvocation
 from tests.database.docs_blocks import named
 from tests.helpers import wait_until
 
@@ -78,7 +78,7 @@ def _fresh() -> Iterator[None]:
 
 
 def _text(run_id: object) -> str:
-    chunks = RunEvent.objects.filter(run_id=run_id, type=events.TEXT).order_by("id")
+    chunks = EventLog.objects.filter(run_id=run_id, type=events.TEXT).order_by("id")
     chars: list[str] = []
     for data in chunks.values_list("data", flat=True):
         chars[data["offset"] :] = list(data["text"])

@@ -16,7 +16,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import Checkpoint, Run, RunEvent, RunStatus, ToolInvocation
+from runqueue.models import Checkpoint, EventLog, Run, RunStatus, ToolInvocation
 from tests.helpers import Worker, event_types, is_blocked, wait_until
 from tests.pooling import not_through_a_pooler
 
@@ -65,7 +65,7 @@ WRITE_PATHS: dict[str, tuple[Callable | None, Callable[[leases.Lease], bool], st
 def _rows_written_at(run_id, epoch: int) -> dict[str, list]:
     return {
         "events": list(
-            RunEvent.objects.filter(run_id=run_id, lease_epoch=epoch)
+            EventLog.objects.filter(run_id=run_id, lease_epoch=epoch)
             .order_by("id")
             .values_list("type", flat=True)
         ),
@@ -143,13 +143,13 @@ def test_reclaim_first_the_stale_worker_writes_nothing(path: str, settings, hook
     run.refresh_from_db()
     assert run.status == status_after
     assert run.lease_epoch == (4 if path == "give_up" else 3)
-    fenced = RunEvent.objects.get(run_id=run.id, type="run.fenced")
+    fenced = EventLog.objects.get(run_id=run.id, type="run.fenced")
     assert fenced.data["owner"] == "worker-A"
     assert fenced.data["current_epoch"] == 2
     # B committed all its transitions, each with B's epoch (give_up's requeue
     # carries the epoch it moved the run to).
     b_events = list(
-        RunEvent.objects.filter(run_id=run.id, lease_epoch__gte=3)
+        EventLog.objects.filter(run_id=run.id, lease_epoch__gte=3)
         .exclude(type="run.claimed")
         .order_by("id")
         .values_list("type", flat=True)

@@ -19,7 +19,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import Checkpoint, Run, RunEvent, RunStatus, ToolInvocation
+from runqueue.models import Checkpoint, EventLog, Run, RunStatus, ToolInvocation
 from runqueue.outcomes import Succeeded
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,7 +99,7 @@ def _written(run_id: object) -> dict[str, object]:
     return {
         "run": (run.status, run.lease_epoch, run.lease_token, run.result, run.attempts),
         "events": list(
-            RunEvent.objects.filter(run_id=run_id)
+            EventLog.objects.filter(run_id=run_id)
             .exclude(type="run.fenced")
             .values_list("id", "type", "data")
         ),
@@ -121,7 +121,7 @@ def test_a_claim_made_again_at_the_same_epoch_fences_the_lost_owner(path: str) -
     assert ZOMBIE_WRITES[path](_fresh(zombie)) is False
 
     assert _written(run.id) == before
-    fenced = RunEvent.objects.filter(run_id=run.id, type="run.fenced").values_list(
+    fenced = EventLog.objects.filter(run_id=run.id, type="run.fenced").values_list(
         "data", flat=True
     )
     assert [(d["owner"], d["token"]) for d in fenced] == [("worker-Z", str(zombie.token))]
@@ -132,7 +132,7 @@ def test_the_lost_owner_writes_nothing_and_the_new_owner_everything() -> None:
     nothing; W's, made after each of them, all commit, and the audit tells
     the two apart by token."""
     run, zombie, owner = _same_epoch_twice()
-    claimed = RunEvent.objects.get(run_id=run.id, type="run.claimed")
+    claimed = EventLog.objects.get(run_id=run.id, type="run.claimed")
     assert claimed.data["token"] == str(owner.token)
     assert claimed.data["owner"] == "worker-W"
 
@@ -160,19 +160,22 @@ def test_the_lost_owner_writes_nothing_and_the_new_owner_everything() -> None:
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert run.result == {"by": "W"}
-    assert run.lease_token is None  # no lease is held any more
+    # No lease is held any more (the run is succeeded, and every fence
+    # matches status running); the row keeps the last lease's token, which
+    # its run.claimed event reads (migration 0024).
+    assert (run.lease_token, run.lease_expires_at) == (owner.token, None)
     (tool,) = ToolInvocation.objects.filter(run_id=run.id)
     assert (tool.status, tool.result, tool.lease_token) == ("completed", {"by": "W"}, owner.token)
     assert list(Checkpoint.objects.filter(run_id=run.id).values_list("state", flat=True)) == [
         {"by": "W"}
     ]
-    notes = RunEvent.objects.filter(run_id=run.id, type="agent.note").values_list(
+    notes = EventLog.objects.filter(run_id=run.id, type="agent.note").values_list(
         "data", flat=True
     )
     assert list(notes) == [{"by": "W"}]
-    fenced = RunEvent.objects.filter(run_id=run.id, type="run.fenced")
+    fenced = EventLog.objects.filter(run_id=run.id, type="run.fenced")
     assert {e.data["token"] for e in fenced} == {str(zombie.token)}
-    assert RunEvent.objects.filter(run_id=run.id, type="run.succeeded").count() == 1
+    assert EventLog.objects.filter(run_id=run.id, type="run.succeeded").count() == 1
 
 
 def test_every_transition_by_another_clears_the_token() -> None:

@@ -14,7 +14,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Failed, Succeeded
 from tests.database.test_fencing import Pause
 from tests.helpers import Worker, event_types, expire_lease, is_blocked, wait_until
@@ -71,12 +71,12 @@ def test_finishes_and_a_claim_commit_together_a_fenced_finish_costs_the_claim_no
     assert (runs[stale.run_id].status, runs[stale.run_id].lease_epoch) == (RunStatus.QUEUED, 2)
     assert runs[stale.run_id].result is None
     assert event_types(stale.run_id, epoch=1) == ["run.claimed", "run.fenced"]
-    fenced = RunEvent.objects.get(run_id=stale.run_id, type="run.fenced")
+    fenced = EventLog.objects.get(run_id=stale.run_id, type="run.fenced")
     assert fenced.data["action"] == "succeeded" and fenced.data["current_epoch"] == 2
     assert runs[last.run_id].status == RunStatus.FAILED
     assert runs[last.run_id].failure["message"] == "x"
     assert event_types(last.run_id, epoch=1) == ["run.claimed", "run.failed"]
-    failed = RunEvent.objects.get(run_id=last.run_id, type="run.failed")
+    failed = EventLog.objects.get(run_id=last.run_id, type="run.failed")
     assert failed.data["error_type"] == "ValueError" and "traceback" not in failed.data
     for run_id in waiting:
         assert runs[run_id].status == RunStatus.RUNNING
@@ -112,7 +112,7 @@ def test_a_null_result_is_json_null_and_no_result_or_failure_is_sql_null() -> No
     assert rows[text.run_id] == (False, "string", True)
     assert rows[failing.run_id] == (True, None, False)
     assert Run.objects.get(id=text.run_id).result == '{"a": [null]}'
-    assert RunEvent.objects.get(run_id=nothing.run_id, type="run.succeeded").data == {"attempt": 1}
+    assert EventLog.objects.get(run_id=nothing.run_id, type="run.succeeded").data == {"attempt": 1}
 
 
 def test_a_spent_lease_writes_nothing_and_is_not_called_fenced() -> None:

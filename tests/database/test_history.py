@@ -27,6 +27,7 @@ from runqueue.admin.runs import id_range
 from runqueue.errors import ActiveRunConflict, InvalidTransition
 from runqueue.models import (
     Checkpoint,
+    EventLog,
     IdempotencyKey,
     Run,
     RunEvent,
@@ -89,7 +90,7 @@ def _run_with_history(status: str, at: dt.datetime, **fields: object) -> Run:
 def _rows_of(run: Run) -> tuple[int, int, int, int, int]:
     return (
         Run.objects.filter(pk=run.pk).count(),
-        RunEvent.objects.filter(run_id=run.pk).count(),
+        EventLog.objects.filter(run_id=run.pk).count(),
         ToolInvocation.objects.filter(run_id=run.pk).count(),
         Checkpoint.objects.filter(run_id=run.pk).count(),
         IdempotencyKey.objects.filter(run_id=run.pk).count(),
@@ -121,7 +122,7 @@ def test_a_run_waiting_for_its_user_past_the_retention_keeps_all_its_rows() -> N
         cursor.execute("SELECT to_regclass(%s)", [event_day])
         assert cursor.fetchone()[0] is None  # the day is dropped, not emptied row by row
     # The kept events are read as before, in their order.
-    assert [e.type for e in RunEvent.objects.filter(run=waiting)] == [
+    assert [e.type for e in EventLog.objects.filter(run=waiting)] == [
         "run.created",
         "run.claimed",
         "run.waiting",
@@ -487,13 +488,13 @@ def test_rows_made_before_the_migration_are_read_after_it() -> None:
     assert _where("runqueue_run", "id", queued) == "runqueue_run_live"
     three_days_ago = _today() - 3 * DAY
     assert _where("runqueue_run", "id", failed) == partitions.RUNS.name(three_days_ago)
-    assert [e.type for e in RunEvent.objects.filter(run_id=failed)] == ["run.failed"]
+    assert [e.type for e in EventLog.objects.filter(run_id=failed)] == ["run.failed"]
     assert _where("runqueue_run_event", "run_id", failed) == partitions.EVENTS.name(three_days_ago)
     # The session's active run still holds its slot, and events get new ids.
     with pytest.raises(ActiveRunConflict):
         runqueue.submit(kind="k", tenant="t", session_id="s")
     event = RunEvent.objects.create(run_id=queued, type="run.later", lease_epoch=0)
-    assert event.id > max(e.id for e in RunEvent.objects.exclude(pk=event.pk))
+    assert event.id > max(e.id for e in EventLog.objects.exclude(pk=event.pk))
 
 
 _WRITES = {

@@ -15,7 +15,7 @@ import runqueue
 from runqueue import leases, testing
 from runqueue.errors import InvalidTransition, RunNotFound, ToolInvocationNotFound
 from runqueue.failures import Failure, FailureSummary, failure_summary
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from tests.helpers import Worker, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +42,7 @@ def test_claim_sets_lease_epoch_attempts_and_logs_the_claim() -> None:
         cursor.execute("SELECT lease_expires_at - now() FROM runqueue_run WHERE id = %s", [run.id])
         remaining = cursor.fetchone()[0]
     assert dt.timedelta(seconds=40) < remaining <= dt.timedelta(seconds=45)
-    event = RunEvent.objects.get(run_id=run.id, type="run.claimed")
+    event = EventLog.objects.get(run_id=run.id, type="run.claimed")
     assert event.lease_epoch == 1
     assert event.data["owner"] == "w1" and event.data["attempt"] == 1
     assert event.data["wait_ms"] >= 0
@@ -87,7 +87,7 @@ def test_batched_claim_claims_exactly_limit() -> None:
     batch = leases.claim("w", limit=7)
     assert len(batch) == 7
     assert Run.objects.filter(status=RunStatus.RUNNING).count() == 7
-    assert RunEvent.objects.filter(type="run.claimed").count() == 7
+    assert EventLog.objects.filter(type="run.claimed").count() == 7
 
 
 def test_claim_plan_uses_the_claim_index() -> None:
@@ -131,7 +131,7 @@ def test_concurrent_claimers_never_claim_one_run_twice() -> None:
     assert len(claimed) == n_runs
     assert len(set(claimed)) == n_runs
     assert Counter(Run.objects.values_list("lease_epoch", flat=True)) == {1: n_runs}
-    assert RunEvent.objects.filter(type="run.claimed").count() == n_runs
+    assert EventLog.objects.filter(type="run.claimed").count() == n_runs
 
 
 def test_heartbeat_renews_on_the_database_clock_and_is_false_once_fenced() -> None:
@@ -223,7 +223,7 @@ def test_sweep_requeues_expired_leases_with_backoff(settings) -> None:
     run = Run.objects.get(id=sub.run.id)
     assert run.scheduled_for > timezone.now() + dt.timedelta(seconds=50)
     assert run.lease_owner == "" and run.lease_expires_at is None
-    requeued = RunEvent.objects.get(run_id=run.id, type="run.requeued")
+    requeued = EventLog.objects.get(run_id=run.id, type="run.requeued")
     assert requeued.data["reason"] == "lease_expired" and requeued.data["expired_epoch"] == 1
     # The old owner is fenced now.
     assert testing.succeed(lease, "late") is False
@@ -263,7 +263,7 @@ def test_every_stored_failure_has_exactly_the_failure_keys(how: str, fast_retry)
     run = Run.objects.get(id=sub.run.id)
     assert run.status == RunStatus.FAILED
     assert set(run.failure) == Failure.__required_keys__ == set(Failure.__annotations__)
-    failed = RunEvent.objects.get(run_id=run.id, type="run.failed")
+    failed = EventLog.objects.get(run_id=run.id, type="run.failed")
     if how == "swept":
         assert run.failure == {
             "classification": "lease_expired",
@@ -304,7 +304,7 @@ def test_cancel_fences_a_running_worker_and_frees_the_session() -> None:
     lease = leases.claim_one("w1")
     run = runqueue.cancel(sub.run.id, reason="user stopped it", actor="support:ann")
     assert (run.status, run.lease_epoch) == (RunStatus.CANCELLED, 2)
-    cancelled = RunEvent.objects.get(run_id=run.id, type="run.cancelled")
+    cancelled = EventLog.objects.get(run_id=run.id, type="run.cancelled")
     assert cancelled.data == {"reason": "user stopped it", "actor": "support:ann"}
     assert leases.checkpoint(lease, {"step": 2}) is False
     assert runqueue.submit(kind="k", session_id="s1").outcome == "created"

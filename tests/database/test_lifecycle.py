@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 import runqueue
 from runqueue import events, leases, testing
 from runqueue.errors import ActiveRunConflict, IdempotencyConflict, InvalidTransition
-from runqueue.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Run, RunEvent
+from runqueue.models import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLog, Run
 from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -241,7 +241,7 @@ class Lifecycle(RuleBasedStateMachine):
     def event_log_rebuilds_every_status_history(self) -> None:
         for model in self.runs:
             types = (
-                RunEvent.objects.filter(run_id=model.id)
+                EventLog.objects.filter(run_id=model.id)
                 .order_by("id")
                 .values_list("type", flat=True)
             )

@@ -10,7 +10,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import housekeeping, leases, testing
 from runqueue.errors import ActiveRunConflict, InvalidTransition
-from runqueue.models import Idempotency, IdempotencyKey, Run, RunEvent, ToolStatus
+from runqueue.models import EventLog, Idempotency, IdempotencyKey, Run, ToolStatus
 from tests.helpers import event_types
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,7 @@ def test_requeue_a_dead_lettered_run() -> None:
     requeued = leases.requeue(run.id, actor="support:ann", reason="provider fixed")
     assert (requeued.status, requeued.attempts, requeued.failure) == ("queued", 0, None)
     assert requeued.lease_epoch == run.lease_epoch + 1
-    event = RunEvent.objects.get(run_id=run.id, type="run.operator_requeued")
+    event = EventLog.objects.get(run_id=run.id, type="run.operator_requeued")
     assert event.data["actor"] == "support:ann"
     assert event.data["previous_failure"]["message"] == "boom"
     assert leases.claim_one("w2").run_id == run.id
@@ -69,7 +69,7 @@ def test_resolve_uncertain_records_the_answer_and_leaves_the_view() -> None:
     tool.refresh_from_db()
     assert tool.resolution["happened"] is True and tool.resolution["actor"] == "ann"
     assert not Run.objects.uncertain().filter(id=sub.run.id).exists()
-    resolved = RunEvent.objects.get(run_id=sub.run.id, type="tool.resolved")
+    resolved = EventLog.objects.get(run_id=sub.run.id, type="tool.resolved")
     assert resolved.data["note"] == "seen in the PSP dashboard"
     with pytest.raises(InvalidTransition):
         leases.resolve_uncertain(tool.id, happened=False, note="again", actor="bob")
@@ -91,7 +91,7 @@ def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None
         assert testing.execute(lease) == "succeeded"
     assert not IdempotencyKey.objects.exists()
     assert not Run.objects.filter(id=old.id).exists()
-    assert not RunEvent.objects.filter(run_id=old.id).exists()
+    assert not EventLog.objects.filter(run_id=old.id).exists()
     assert Run.objects.filter(id__in=[recent.id, keyed.id]).count() == 2
 
 
@@ -103,6 +103,6 @@ def test_pruning_counts_the_runs_it_deleted_not_their_rows() -> None:
         finished_at=timezone.now() - dt.timedelta(days=2)
     )
     recent = _dead_lettered()
-    assert RunEvent.objects.filter(run_id__in=[r.id for r in old]).count() > 3
+    assert EventLog.objects.filter(run_id__in=[r.id for r in old]).count() > 3
     assert housekeeping.prune_terminal(60).runs == 3
     assert list(Run.objects.values_list("id", flat=True)) == [recent.id]

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 import runqueue
 from runqueue import leases, registry, replay, testing
-from runqueue.models import Checkpoint, Run, RunEvent, ToolInvocation
+from runqueue.models import Checkpoint, EventLog, Run, ToolInvocation
 from runqueue.registry import Served
 
 pytestmark = pytest.mark.django_db
@@ -111,7 +111,7 @@ def _rows() -> tuple[int, ...]:
     return (
         Run.objects.count(),
         ToolInvocation.objects.count(),
-        RunEvent.objects.count(),
+        EventLog.objects.count(),
         Checkpoint.objects.count(),
     )
 

@@ -20,6 +20,7 @@ from runqueue import housekeeping, leases, partitions, runtime, testing
 from runqueue.errors import ChildrenGone
 from runqueue.models import (
     Checkpoint,
+    EventLog,
     IdempotencyKey,
     PriorityClass,
     Run,
@@ -47,6 +48,7 @@ def _age(run_ids: list[uuid.UUID], at: dt.datetime) -> None:
     runs = Run.objects.filter(id__in=run_ids)
     runs.filter(finished_at__isnull=False).update(created_at=at, started_at=at, finished_at=at)
     runs.filter(finished_at__isnull=True).update(created_at=at)
+    runs.filter(claimed_at__isnull=False).update(claimed_at=at)
     RunEvent.objects.filter(run_id__in=run_ids).update(created_at=at)
     ToolInvocation.objects.filter(run_id__in=run_ids).update(created_at=at)
 
@@ -54,7 +56,7 @@ def _age(run_ids: list[uuid.UUID], at: dt.datetime) -> None:
 def _rows(run_id: uuid.UUID) -> tuple[int, int, int]:
     return (
         Run.objects.filter(pk=run_id).count(),
-        RunEvent.objects.filter(run_id=run_id).count(),
+        EventLog.objects.filter(run_id=run_id).count(),
         ToolInvocation.objects.filter(run_id=run_id).count(),
     )
 
@@ -119,10 +121,10 @@ def test_a_parent_still_waiting_keeps_its_finished_children_and_grandchildren(ol
 
 def _keyed_by_a_run() -> set[str]:
     """Every runqueue table with a key to a run (a foreign key to Run or a
-    run_id column), the run's own table aside."""
+    run_id column), the run's own table and views (the event log) aside."""
     tables = set()
     for model in apps.get_app_config("runqueue").get_models():
-        if model._meta.proxy or model is Run:
+        if model._meta.proxy or not model._meta.managed or model is Run:
             continue
         for field in model._meta.concrete_fields:
             if field.related_model is Run or field.column == "run_id":

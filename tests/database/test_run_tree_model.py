@@ -63,7 +63,7 @@ from runqueue.errors import (
     SpendCapReached,
     TransientError,
 )
-from runqueue.models import Idempotency, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Idempotency, Run, RunStatus
 from runqueue.registry import Served
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -547,7 +547,7 @@ class RunTree(RuleBasedStateMachine):
             Run.objects.filter(id=run_id).exclude(start_by=None).update(start_by=past)
         expired = set(leases.expire_unstarted())
         claimed_before = set(
-            RunEvent.objects.filter(run_id__in=expired, type="run.claimed").values_list(
+            EventLog.objects.filter(run_id__in=expired, type="run.claimed").values_list(
                 "run_id", flat=True
             )
         )

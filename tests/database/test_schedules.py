@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from runqueue import schedules, testing
 from runqueue.conf import parse
-from runqueue.models import QueueEvent, Run, RunEvent, Schedule, ScheduleTick
+from runqueue.models import EventLog, QueueEvent, Run, Schedule, ScheduleTick
 from runqueue.schedules import cron
 
 pytestmark = pytest.mark.django_db
@@ -180,7 +180,7 @@ def test_a_tick_fires_once_and_its_run_carries_the_schedule_name() -> None:
         "acme",
     )
     assert run.principal == "schedule:hourly"
-    event = RunEvent.objects.get(run=run, type="schedule.fired")
+    event = EventLog.objects.get(run=run, type="schedule.fired")
     assert event.data == {"schedule": "hourly", "tick_at": "2026-05-04T13:00:00+00:00"}
     schedule.refresh_from_db()
     assert schedule.next_fire_at == dt.datetime(2026, 5, 4, 14, tzinfo=UTC)
@@ -328,7 +328,7 @@ def test_run_now_is_a_normal_submit_and_a_repeated_request_is_one_run() -> None:
     assert first.outcome == "created" and again.outcome == "replayed"
     assert again.run.id == first.run.id and Run.objects.count() == 1
     assert first.run.principal == "schedule:hourly" and first.run.payload == {"x": 1}
-    event = RunEvent.objects.get(run=first.run, type="schedule.fired")
+    event = EventLog.objects.get(run=first.run, type="schedule.fired")
     assert event.data == {"schedule": "hourly", "run_now": True, "actor": "staff:ann"}
     assert QueueEvent.objects.get(type="schedule.run_now").data["run"] == str(first.run.id)
 
@@ -414,7 +414,7 @@ def test_overlap_cancel_previous_fires_and_cancels_the_earlier_run(
         [second] = schedules.tick(T0 + 2 * HOUR)
     assert Run.objects.get(id=first.run_id).status == "cancelled"
     assert Run.objects.get(id=second.run_id).status == "queued"
-    cancelled = RunEvent.objects.get(run_id=first.run_id, type="run.cancelled")
+    cancelled = EventLog.objects.get(run_id=first.run_id, type="run.cancelled")
     assert cancelled.data["actor"] == "schedule:hourly"
     assert "replaced by its tick" in cancelled.data["reason"]
 

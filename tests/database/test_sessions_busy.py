@@ -23,9 +23,9 @@ from runqueue.errors import (
 from runqueue.failures import permanent_failure
 from runqueue.models import (
     LIVE_STATUSES,
+    EventLog,
     IdempotencyKey,
     Run,
-    RunEvent,
     RunStatus,
     ToolInvocation,
 )
@@ -329,7 +329,7 @@ def test_interrupt_cancels_the_active_run_and_starts_the_new_one_with_what_it_di
     assert (sub.run.status, sub.run.interrupted_id) == (RunStatus.QUEUED, first.run.id)
     old = Run.objects.get(id=first.run.id)
     assert old.status == RunStatus.CANCELLED
-    (cancelled,) = RunEvent.objects.filter(run_id=old.id, type="run.cancelled").values_list(
+    (cancelled,) = EventLog.objects.filter(run_id=old.id, type="run.cancelled").values_list(
         "data", flat=True
     )
     assert (cancelled["reason"], cancelled["by"]) == ("interrupted", str(sub.run.id))
@@ -366,7 +366,7 @@ def test_rollback_cancels_the_active_run_and_carries_nothing() -> None:
     assert sub.run.interrupted_id is None
     old = Run.objects.get(id=first.run.id)
     assert old.status == RunStatus.CANCELLED
-    assert RunEvent.objects.get(run_id=old.id, type="run.cancelled").data["reason"] == (
+    assert EventLog.objects.get(run_id=old.id, type="run.cancelled").data["reason"] == (
         "rolled_back"
     )
     new = _claim()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import runqueue
 from runqueue.errors import InvalidSubmission, UnknownKind
-from runqueue.models import IdempotencyKey, Run, RunEvent
+from runqueue.models import EventLog, IdempotencyKey, Run
 from tests.api_helpers import RUNS, ApiCaller, make_caller, problem, submit
 
 pytestmark = pytest.mark.django_db
@@ -73,7 +73,7 @@ JSON_WITH_EDGE_TEXT = st.recursive(
 
 
 def counts() -> tuple[int, int, int]:
-    return Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count()
+    return Run.objects.count(), EventLog.objects.count(), IdempotencyKey.objects.count()
 
 
 # -- the two reported 500s, through submit() ------------------------------------

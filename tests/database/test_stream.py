@@ -14,7 +14,7 @@ from django.test import Client
 
 import runqueue
 from runqueue import leases, runtime, testing
-from runqueue.models import Run, RunEvent, RunStatus, StreamWatch
+from runqueue.models import EventLog, Run, RunStatus, StreamWatch
 from runqueue.sql import execute
 from runqueue.stream import hub as hub_module
 from runqueue.stream import sse
@@ -100,7 +100,7 @@ def test_a_fenced_event_waits_for_the_runs_writer(hooks) -> None:
     release.set()
     assert writer.outcome() is True
     fenced.outcome()
-    types = list(RunEvent.objects.filter(run_id=new.run_id).values_list("type", flat=True))
+    types = list(EventLog.objects.filter(run_id=new.run_id).values_list("type", flat=True))
     assert types[-2:] == ["progress", "run.fenced"]
 
 
@@ -111,7 +111,7 @@ def test_a_finished_run_is_replayed_then_the_stream_ends() -> None:
     lease = leases.claim_one("w")
     runtime.build_context(lease).emit("progress", {"pct": 50})
     testing.succeed(lease, {"ok": True})
-    ids = list(RunEvent.objects.filter(run_id=run.id).values_list("id", flat=True))
+    ids = list(EventLog.objects.filter(run_id=run.id).values_list("id", flat=True))
 
     response = Client().get(_stream_url(run.id), headers=alice.headers())
     assert response.status_code == 200
@@ -253,7 +253,7 @@ def test_emit_appends_through_the_fence_and_refuses_without_writing(settings) ->
     assert ctx.emit("token.delta") is True
     with pytest.raises(ValueError, match="the limit is 100"):
         ctx.emit("progress", {"text": "z" * 200})
-    rows = RunEvent.objects.filter(run_id=ctx.run.id).exclude(type__startswith="run.")
+    rows = EventLog.objects.filter(run_id=ctx.run.id).exclude(type__startswith="run.")
     assert list(rows.values_list("type", "data")) == [
         ("progress", {"pct": 5}),
         ("token.delta", {}),
@@ -274,7 +274,7 @@ def test_a_fenced_workers_emit_is_never_published(fast_retry) -> None:
     assert stale.fenced
     assert fresh.emit("progress", {"from": "new"}) is True
     testing.succeed(fresh.lease)
-    progress = RunEvent.objects.filter(run_id=run.id, type="progress")
+    progress = EventLog.objects.filter(run_id=run.id, type="progress")
     assert list(progress.values_list("data", "lease_epoch")) == [
         ({"from": "new"}, fresh.lease.epoch)
     ]
@@ -401,10 +401,10 @@ def test_a_cursor_a_failover_lost_replays_the_run_after_a_reset() -> None:
     resumed = read({"Last-Event-ID": cursor})
     assert not any(sse.RESET in m for m in resumed)
     apply(resumed)
-    assert client == list(RunEvent.objects.filter(run_id=run.id).values_list("id", "type"))
+    assert client == list(EventLog.objects.filter(run_id=run.id).values_list("id", "type"))
 
     # The failover: the last two events lost, their ids issued again to other events.
-    lost = list(RunEvent.objects.filter(run_id=run.id).order_by("-id")[:2])
+    lost = list(EventLog.objects.filter(run_id=run.id).order_by("-id")[:2])
     with connection.cursor() as cursor_:
         for event in lost:
             cursor_.execute(
@@ -420,7 +420,7 @@ def test_a_cursor_a_failover_lost_replays_the_run_after_a_reset() -> None:
     assert replayed[0].startswith(f"event: {sse.RESET}")
     apply(replayed)
     assert client == list(
-        RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("id", "type")
+        EventLog.objects.filter(run_id=run.id).order_by("id").values_list("id", "type")
     )
     # The plain number an older client sends is resumed after, as before.
     assert read({"Last-Event-ID": str(lost[0].id)}) == []

@@ -14,7 +14,7 @@ from django.test import Client
 
 import runqueue
 from runqueue import aio, events, leases, runtime, testing
-from runqueue.models import RunEvent
+from runqueue.models import EventLog
 from runqueue.sql import execute
 from runqueue.stream import hub as hub_module
 from runqueue.stream import sse, text
@@ -59,7 +59,7 @@ def _until_sentinel(listener) -> list[tuple[str, int, int, str]]:
 
 def _texts(run_id: object) -> list[dict]:
     return list(
-        RunEvent.objects.filter(run_id=run_id, type=events.TEXT)
+        EventLog.objects.filter(run_id=run_id, type=events.TEXT)
         .order_by("id")
         .values_list("data", flat=True)
     )
@@ -110,7 +110,7 @@ def test_each_delta_is_notified_to_watched_runs_with_no_row(raw_connect, slow_fl
     _watch(watched.id)
     ctxs = {lease.run_id: runtime.build_context(lease) for lease in leases.claim("w", limit=2)}
     ctx, other = ctxs[watched.id], ctxs[unwatched.id]
-    rows = RunEvent.objects.count()
+    rows = EventLog.objects.count()
 
     assert ctx.stream("Hello ") is True
     assert ctx.stream("wörld 🙂") is True
@@ -121,7 +121,7 @@ def test_each_delta_is_notified_to_watched_runs_with_no_row(raw_connect, slow_fl
         (str(watched.id), epoch, 0, "Hello "),
         (str(watched.id), epoch, 6, "wörld 🙂"),
     ]
-    assert RunEvent.objects.count() == rows  # no row per delta
+    assert EventLog.objects.count() == rows  # no row per delta
 
     big = "€" * 3000  # 9000 bytes: two NOTIFYs
     assert ctx.stream(big) is True
@@ -165,7 +165,7 @@ def test_the_turns_end_flushes_before_its_outcome(slow_flush, extra, last) -> No
     run = runqueue.submit(kind="test.stream", payload={"deltas": 50, "seed": 3, **extra}).run
     testing.execute(leases.claim_one("w", lease_seconds=30))
     types = list(
-        RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("type", flat=True)
+        EventLog.objects.filter(run_id=run.id).order_by("id").values_list("type", flat=True)
     )
     assert types == [events.CREATED, events.CLAIMED, events.TEXT, last]
     [chunk] = _texts(run.id)
@@ -221,7 +221,7 @@ def test_a_delta_racing_a_fence_waits_for_it_and_reaches_no_one(raw_connect, fen
     assert result["sent"] is False
     assert ctx.fenced
     assert [d[3] for d in _until_sentinel(listener)] == ["before "]
-    assert RunEvent.objects.filter(run_id=run.id, type=events.FENCED).count() == 1
+    assert EventLog.objects.filter(run_id=run.id, type=events.FENCED).count() == 1
 
 
 def test_a_finished_runs_stream_replays_its_text_chunks() -> None:

@@ -17,7 +17,7 @@ import runqueue
 from runqueue import leases, runtime, testing
 from runqueue.errors import InvalidTransition, RunCancelled, RunNotFound
 from runqueue.failures import failure_record
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus, Signal
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus, Signal
 from runqueue.outcomes import Succeeded, Suspended
 from tests.handlers import LEDGER_DDL
 from tests.helpers import Worker
@@ -66,7 +66,7 @@ def _reclaim(run_id: uuid.UUID) -> leases.Lease:
 
 
 def _resumes(run_id: uuid.UUID) -> int:
-    return RunEvent.objects.filter(run_id=run_id, type="run.resumed").count()
+    return EventLog.objects.filter(run_id=run_id, type="run.resumed").count()
 
 
 def _claim_children(n: int) -> list[leases.Lease]:
@@ -450,7 +450,7 @@ def test_a_cascade_reaches_grandchildren_below_a_finished_child() -> None:
     runqueue.cancel(lease.run_id, reason="stop", actor="t")
     assert Run.objects.get(id=grandchild).status == "cancelled"
     assert Run.objects.get(id=child_id).status == "succeeded"
-    event = RunEvent.objects.get(run_id=grandchild, type="run.cancelled")
+    event = EventLog.objects.get(run_id=grandchild, type="run.cancelled")
     assert event.data["cascade_from"] == str(lease.run_id)
     lone = runqueue.submit(kind="test.fanout").run
     assert runqueue.cancel(lone.id, reason="x", actor="t", cascade=False).status == "cancelled"

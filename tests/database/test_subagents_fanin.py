@@ -15,7 +15,7 @@ import runqueue
 from runqueue import leases, runtime, testing
 from runqueue.failures import failure_record
 from runqueue.leases.writes import finish_params
-from runqueue.models import PriorityClass, Run, RunEvent
+from runqueue.models import EventLog, PriorityClass, Run
 from runqueue.outcomes import Succeeded, Suspended
 from runqueue.sql import execute
 from tests.helpers import Worker, is_blocked, wait_until
@@ -53,7 +53,7 @@ def _replay_and_wait(parent: uuid.UUID, n: int) -> Run:
 
 
 def _resumes(run_id: uuid.UUID) -> int:
-    return RunEvent.objects.filter(run_id=run_id, type="run.resumed").count()
+    return EventLog.objects.filter(run_id=run_id, type="run.resumed").count()
 
 
 def _together(*fns) -> list:

@@ -15,7 +15,7 @@ from runqueue.errors import (
     IdempotencyConflict,
     InvalidSubmission,
 )
-from runqueue.models import IdempotencyKey, PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, IdempotencyKey, PriorityClass, Run, RunStatus
 from tests.helpers import Worker, event_types
 
 pytestmark = pytest.mark.django_db
@@ -187,7 +187,7 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(kwargs: dict, field: st
     assert excinfo.value.field == field
     assert str(excinfo.value).startswith(f"{field}: ")
     assert not Run.objects.exists()
-    assert not RunEvent.objects.exists()
+    assert not EventLog.objects.exists()
     assert not IdempotencyKey.objects.exists()
 
 

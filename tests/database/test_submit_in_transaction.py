@@ -8,7 +8,7 @@ from django.db import transaction
 
 import runqueue
 from runqueue.errors import ActiveRunConflict
-from runqueue.models import Run, RunEvent
+from runqueue.models import EventLog, Run
 from runqueue.submission import submit_in_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +26,7 @@ def test_the_run_exists_for_others_only_once_the_caller_commits(raw_connect) -> 
     count = other.execute("SELECT count(*) FROM runqueue_run WHERE id = %s", (run.id,))
     assert count.fetchone()[0] == 1
     assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == ["interactive"]
-    assert list(RunEvent.objects.filter(run_id=run.id).values_list("type", flat=True)) == [
+    assert list(EventLog.objects.filter(run_id=run.id).values_list("type", flat=True)) == [
         "run.created"
     ]
 
@@ -36,7 +36,7 @@ def test_a_rollback_leaves_nothing() -> None:
         submit_in_transaction(kind="k")
         raise RuntimeError("the caller failed")
     assert Run.objects.count() == 0
-    assert RunEvent.objects.count() == 0
+    assert EventLog.objects.count() == 0
 
 
 def test_a_session_conflict_leaves_the_callers_transaction_usable() -> None:

@@ -11,7 +11,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import PriorityClass, SubmitRequest, db
-from runqueue.models import IdempotencyKey, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, IdempotencyKey, Run, RunStatus
 from tests.helpers import event_types
 
 R = SubmitRequest
@@ -100,7 +100,7 @@ def test_requests_alike_but_their_payload_are_checked_as_one_by_one() -> None:
 @pytest.mark.django_db
 def test_a_conflict_rolls_back_the_whole_call() -> None:
     runqueue.submit(kind="k", payload={"a": 1}, idempotency_key="taken")
-    before = (Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count())
+    before = (Run.objects.count(), EventLog.objects.count(), IdempotencyKey.objects.count())
     with pytest.raises(runqueue.IdempotencyConflict) as conflict:
         runqueue.submit_many(
             [
@@ -112,7 +112,7 @@ def test_a_conflict_rolls_back_the_whole_call() -> None:
     with pytest.raises(runqueue.ActiveRunConflict) as busy:
         runqueue.submit_many([R(kind="k", session_id="s"), R(kind="k", session_id="s")])
     assert busy.value.index == 1
-    after = (Run.objects.count(), RunEvent.objects.count(), IdempotencyKey.objects.count())
+    after = (Run.objects.count(), EventLog.objects.count(), IdempotencyKey.objects.count())
     assert after == before
 
 

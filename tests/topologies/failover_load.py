@@ -104,7 +104,7 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
             while first is None and time.monotonic() < deadline:
                 first = sql(
                     new,
-                    "SELECT min(created_at) FROM runqueue_run_event"
+                    "SELECT min(created_at) FROM runqueue_event_log"
                     " WHERE type = 'run.claimed' AND created_at > %s",
                     [promoted_at],
                 )[0][0]
@@ -151,7 +151,7 @@ def main(folder: str, port_a: int, port_b: int, failovers: int) -> dict[str, obj
     }
     terminal = sql(
         primary,
-        "SELECT run_id, count(*) FROM runqueue_run_event"
+        "SELECT run_id, count(*) FROM runqueue_event_log"
         " WHERE type IN ('run.succeeded', 'run.failed', 'run.cancelled')"
         " GROUP BY run_id HAVING count(*) > 1",
     )

@@ -28,7 +28,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
 
     import runqueue
     from runqueue import leases, testing
-    from runqueue.models import Run, RunEvent, ToolInvocation
+    from runqueue.models import EventLog, Run, ToolInvocation
     from tools.topology.clusters import Pair
 
     pair = Pair(Path(folder), (primary_port, standby_port))
@@ -98,12 +98,12 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, object]
         "fenced_owners": sorted(
             {
                 e["owner"]
-                for e in RunEvent.objects.filter(run_id=run.id, type="run.fenced").values_list(
+                for e in EventLog.objects.filter(run_id=run.id, type="run.fenced").values_list(
                     "data", flat=True
                 )
             }
         ),
-        "notes": RunEvent.objects.filter(run_id=run.id, type="agent.note").count(),
+        "notes": EventLog.objects.filter(run_id=run.id, type="agent.note").count(),
     }
     return result
 

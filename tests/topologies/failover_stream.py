@@ -42,7 +42,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
 
     import runqueue
     from runqueue import leases, runtime, testing
-    from runqueue.models import RunEvent
+    from runqueue.models import EventLog
     from runqueue.stream import sse
     from tests.api_helpers import make_caller
     from tests.topologies.failover_scenario import server_port
@@ -57,13 +57,13 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     ctx = runtime.build_context(lease)
     for n in range(3):
         assert ctx.emit("progress", {"timeline": "shared", "n": n})
-    shared = set(RunEvent.objects.filter(run_id=run.id).values_list("id", flat=True))
+    shared = set(EventLog.objects.filter(run_id=run.id).values_list("id", flat=True))
     pair.wait_replayed()
     pair.standby.stop()  # replication cut: nothing below reaches it
     for n in range(LOST_EVENTS):
         assert ctx.emit("progress", {"timeline": "lost", "n": n})
     lost = list(
-        RunEvent.objects.filter(run_id=run.id).order_by("id").values_list("id", "type", "data")
+        EventLog.objects.filter(run_id=run.id).order_by("id").values_list("id", "type", "data")
     )
 
     url = f"/api/runs/{run.id}/stream/"
@@ -120,7 +120,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     assert testing.succeed(lease, {"ok": True})
     server = [
         list(row)
-        for row in RunEvent.objects.filter(run_id=run.id)
+        for row in EventLog.objects.filter(run_id=run.id)
         .order_by("id")
         .values_list("id", "type", "data")
     ]

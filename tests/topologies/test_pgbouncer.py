@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Run, RunStatus
 from tests.helpers import wait_until
 from tools.topology import pgbouncer
 
@@ -90,7 +90,7 @@ def test_workers_through_a_transaction_pooler_finish_every_run_once(
         timeout=120,
         what="every run to succeed through the pooler",
     )
-    finishes = RunEvent.objects.filter(run_id__in=runs, type="run.succeeded").count()
+    finishes = EventLog.objects.filter(run_id__in=runs, type="run.succeeded").count()
     assert finishes == len(runs)
     with connection.cursor() as cursor:
         cursor.execute(

@@ -15,7 +15,7 @@ import pytest
 
 import runqueue
 from runqueue import leases, runtime, testing
-from runqueue.models import RunEvent
+from runqueue.models import EventLog
 from tests.api_helpers import ApiCaller, make_caller
 from tests.helpers import wait_until
 from tests.topologies import gunicorn as web
@@ -106,7 +106,7 @@ def gunicorn(tmp_path) -> Iterator[int]:
 
 
 def _ids(run_id: object) -> list[int]:
-    return list(RunEvent.objects.filter(run_id=run_id).order_by("id").values_list("id", flat=True))
+    return list(EventLog.objects.filter(run_id=run_id).order_by("id").values_list("id", flat=True))
 
 
 def _stream(port: int, caller: ApiCaller, run_id: object, query: str = "", **headers: str):

@@ -19,7 +19,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import events
-from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Run, RunStatus
 from runqueue.stream import sse
 from tests.api_helpers import ApiCaller, make_caller
 from tests.handlers import token_deltas
@@ -159,7 +159,7 @@ def test_every_client_ends_with_the_streamed_text(start_worker, web: int) -> Non
 
     # The durable rows: at most one run.text per FLUSH_MS of the turn or
     # 8 KiB of its text (STREAM_TEXT_FLUSH_BYTES), and the turn's last.
-    rows = list(RunEvent.objects.filter(run_id=run.id).values_list("type", flat=True))
+    rows = list(EventLog.objects.filter(run_id=run.id).values_list("type", flat=True))
     seconds = (run.finished_at - run.started_at).total_seconds()
     chunks = (
         math.ceil(seconds * 1000 / FLUSH_MS)
@@ -180,7 +180,7 @@ def test_a_worker_fenced_mid_stream_reaches_no_client(start_worker, web: int) ->
     run = runqueue.submit(kind="test.stream", tenant="acme", payload=payload).run
     worker = start_worker("--slots", "interactive=1", settings={"STREAM_TEXT_FLUSH_MS": FLUSH_MS})
     wait_until(
-        lambda: RunEvent.objects.filter(run_id=run.id, type=events.TEXT).exists(),
+        lambda: EventLog.objects.filter(run_id=run.id, type=events.TEXT).exists(),
         what="the first text chunk",
     )
     text = Text()

@@ -13,7 +13,7 @@ from django.db import connection
 
 import runqueue
 from runqueue.errors import LEASE_EXPIRED, MAX_DURATION
-from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.models import EventLog, Run, RunStatus
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -53,7 +53,7 @@ def test_a_handler_past_its_max_duration_is_cancelled_and_fails_for_good(
     assert run.failure["classification"] == MAX_DURATION
     assert run.attempts == 1  # not retried
     assert _ledger(run_id, "cancelled") == [MAX_DURATION]
-    (failed,) = RunEvent.objects.filter(run_id=run_id, type="run.failed").values_list(
+    (failed,) = EventLog.objects.filter(run_id=run_id, type="run.failed").values_list(
         "data", flat=True
     )
     assert failed["classification"] == MAX_DURATION
@@ -79,7 +79,7 @@ def test_a_handler_that_ignores_the_cancel_is_fenced_by_its_lease(start_worker) 
     wait_until(lambda: _ledger(run_id, "ended"), what="the handler to end")
     assert _ledger(run_id, "ended") == [MAX_DURATION]
     wait_until(
-        lambda: RunEvent.objects.filter(run_id=run_id, type="run.fenced").exists(),
+        lambda: EventLog.objects.filter(run_id=run_id, type="run.fenced").exists(),
         what="the late finish to be fenced",
     )
     assert Run.objects.get(id=run_id).failure["classification"] == LEASE_EXPIRED

@@ -13,7 +13,7 @@ from django.db import connection
 import runqueue
 from runqueue import leases, testing
 from runqueue.errors import SPEND_CAP
-from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation, TreeSpend
+from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, TreeSpend
 from tests.admin_support import uncertain
 from tests.helpers import wait_until
 
@@ -100,8 +100,8 @@ def test_a_fork_of_a_failed_run_replays_its_first_steps_and_runs_the_rest_in_a_w
     assert fork.tool_invocations.get(seq=2).result["key"] == f"{fork.id}:2"
     # Lineage both ways, and run.forked in both logs.
     assert list(original.forks.values_list("id", flat=True)) == [fork.id]
-    mine = RunEvent.objects.get(run_id=fork.id, type="run.forked").data
-    theirs = RunEvent.objects.get(run_id=original.id, type="run.forked").data
+    mine = EventLog.objects.get(run_id=fork.id, type="run.forked").data
+    theirs = EventLog.objects.get(run_id=original.id, type="run.forked").data
     assert mine == {
         "forked_from": str(original.id),
         "from_step": 2,

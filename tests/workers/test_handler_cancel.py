@@ -20,7 +20,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import Idempotency, leases
-from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation, Worker
+from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Worker
 from runqueue.runtime import AsyncRunContext, RunContext
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
@@ -169,7 +169,7 @@ def test_a_sync_handler_waiting_on_ctx_cancelled_is_told_and_its_slot_is_free(
     wait_until(lambda: Run.objects.get(id=nxt).status == RunStatus.SUCCEEDED, what="next run")
     run = Run.objects.get(id=run_id)
     assert run.status == RunStatus.CANCELLED
-    assert not RunEvent.objects.filter(run_id=run_id, type="run.checkpoint").exists()
+    assert not EventLog.objects.filter(run_id=run_id, type="run.checkpoint").exists()
     assert pool.ignoring_cancellation() == []
 
 
@@ -207,7 +207,7 @@ def test_a_non_idempotent_tool_interrupted_by_cancel_is_uncertain(pool_of) -> No
     uncertain = ToolInvocation.objects.get(run_id=non_idem, seq=0)
     assert uncertain.status == "uncertain"
     assert uncertain.error["type"] == "RunCancelled"
-    assert RunEvent.objects.filter(run_id=non_idem, type="tool.uncertain").count() == 1
+    assert EventLog.objects.filter(run_id=non_idem, type="tool.uncertain").count() == 1
     # An idempotent call needs no answer: nothing will run it again.
     assert ToolInvocation.objects.get(run_id=idem, seq=0).status == "started"
 
@@ -224,7 +224,7 @@ def test_async_handlers_write_through_the_fence_like_sync_ones(pool_of) -> None:
         assert run.result["value"] == 2 * i
         # The handler ran on the loop, not in a thread of its own.
         assert run.result["threads"] == "runqueue-loop"
-        types = list(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
+        types = list(EventLog.objects.filter(run_id=run_id).values_list("type", flat=True))
         assert types.count("tool.completed") == 1 and "run.succeeded" in types
         tool = ToolInvocation.objects.get(run_id=run_id, seq=0)
         assert (tool.status, tool.result) == ("completed", 2 * i)

@@ -19,7 +19,7 @@ from psycopg import sql
 import runqueue
 from runqueue import db, leases, runtime
 from runqueue.db import connection_lost
-from runqueue.models import PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from runqueue.worker import services
 from tests.helpers import Worker, wait_until
 from tests.pooling import not_through_a_pooler
@@ -164,7 +164,7 @@ def test_a_read_only_server_under_a_handler_does_not_fail_its_run() -> None:
     connection.close()
     run.refresh_from_db()
     assert (run.status, run.failure, run.lease_epoch) == (RunStatus.RUNNING, None, 1)
-    assert not RunEvent.objects.filter(run_id=run.id, type__in=["run.failed", "run.requeued"])
+    assert not EventLog.objects.filter(run_id=run.id, type__in=["run.failed", "run.requeued"])
     assert leases.heartbeat(lease) is True
 
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 import runqueue
 from runqueue.models import (
     Checkpoint,
+    EventLog,
     PriorityClass,
     Run,
-    RunEvent,
     RunStatus,
     ToolInvocation,
     Worker,
@@ -110,7 +110,7 @@ def test_frozen_worker_writes_nothing_but_run_fenced(start_worker) -> None:
     wait_until(lambda: status_of(run_id) == "succeeded", what="B to finish")
     a.send(signal.SIGCONT)
     wait_until(
-        lambda: RunEvent.objects.filter(run_id=run_id, type="run.fenced").exists(),
+        lambda: EventLog.objects.filter(run_id=run_id, type="run.fenced").exists(),
         what="A to notice it was fenced",
     )
     wait_until(lambda: ledger_rows(run_id, "noticed_fenced"), what="A's handler to stop")
@@ -167,7 +167,7 @@ def test_a_frozen_worker_loses_its_row_locks(start_worker) -> None:
     assert ledger_rows(run_id, "finishing") == [run.result["finished_by"]]
     states = Checkpoint.objects.filter(run_id=run_id).values_list("state", flat=True)
     assert list(states) == [{"by": run.result["finished_by"]}]  # A's rolled back with it
-    assert RunEvent.objects.filter(run_id=run_id, type="run.succeeded").count() == 1
+    assert EventLog.objects.filter(run_id=run_id, type="run.succeeded").count() == 1
     for worker in (a, b):
         worker.send(signal.SIGTERM)
         assert worker.wait() == 0, worker.output()
@@ -195,7 +195,7 @@ def test_sigterm_gives_back_what_the_grace_period_did_not_cover(start_worker) ->
     # epoch moved past A's.
     assert (run.status, run.attempts, run.lease_epoch) == ("queued", 0, 2)
     assert run.started_at <= run.scheduled_for <= timezone.now()
-    requeued = RunEvent.objects.get(run_id=run_id, type="run.requeued")
+    requeued = EventLog.objects.get(run_id=run_id, type="run.requeued")
     assert requeued.data["reason"] == "shutdown"
     assert Worker.objects.get(id="A").stopped_at is not None
 
@@ -221,7 +221,7 @@ def test_sigterm_tells_handlers_to_stop_before_the_grace_ends(start_worker) -> N
     for run_id in (sync_run, async_run, stubborn):
         run = Run.objects.get(id=run_id)
         assert (run.status, run.attempts) == ("queued", 0)  # given back, attempt returned
-        assert RunEvent.objects.get(run_id=run_id, type="run.requeued").data["reason"] == (
+        assert EventLog.objects.get(run_id=run_id, type="run.requeued").data["reason"] == (
             "shutdown"
         )
     ignored = [line for line in w.output().splitlines() if "ignored the stop" in line]
@@ -239,7 +239,7 @@ def test_interactive_is_claimed_before_a_queued_async_backlog(start_worker) -> N
     wait_until(lambda: status_of(interactive) == "succeeded", what="the interactive run")
 
     claims = list(
-        RunEvent.objects.filter(type="run.claimed").order_by("id").values_list("run_id", flat=True)
+        EventLog.objects.filter(type="run.claimed").order_by("id").values_list("run_id", flat=True)
     )
     assert claims == [blocker, interactive]
     assert Run.objects.get(id=interactive).result["owner"] == "W/interactive"
@@ -265,7 +265,7 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll(start_worker) -> None:
     wait_until(lambda: Worker.objects.filter(id="N").exists(), what="the worker to register")
     run_id = runqueue.submit(kind="test.record").run.id
     wait_until(lambda: status_of(run_id) == "succeeded", timeout=20, what="the run to finish")
-    claimed = RunEvent.objects.get(run_id=run_id, type="run.claimed")
+    claimed = EventLog.objects.get(run_id=run_id, type="run.claimed")
     assert claimed.data["wait_ms"] < 10_000  # a 60 s poll could not have found it
     w.send(signal.SIGTERM)
     assert w.wait() == 0

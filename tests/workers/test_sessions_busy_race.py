@@ -18,7 +18,7 @@ from django.db import transaction
 import runqueue
 from runqueue import leases, testing
 from runqueue.errors import InvalidTransition
-from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus
+from runqueue.models import TERMINAL_STATUSES, EventLog, Run, RunStatus
 from runqueue.sql import functions, queries
 from runqueue.submission import submit_in_transaction
 from tests.helpers import Worker, is_blocked, wait_until
@@ -250,7 +250,7 @@ def test_cancel_racing_the_finish_of_the_active_run_queues_the_next_turn_once(ro
         # Exactly one of them ended the run.
         assert (finished is True) != (cancelled == RunStatus.CANCELLED), (finished, cancelled)
         assert _status(nxt.id) == RunStatus.QUEUED
-        assert RunEvent.objects.filter(run_id=nxt.id, type="run.promoted").count() == 1
+        assert EventLog.objects.filter(run_id=nxt.id, type="run.promoted").count() == 1
         assert leases.claim_one("w1").run_id == nxt.id
         _invariants()
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 import runqueue
 from config import settings as project
-from runqueue.models import TERMINAL_STATUSES, Run, RunEvent, RunStatus, Worker
+from runqueue.models import TERMINAL_STATUSES, EventLog, Run, RunStatus, Worker
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -60,11 +60,11 @@ def test_children_finishing_in_several_workers_resume_the_parent_once(start_work
     for parent in parents:
         run = Run.objects.get(id=parent)
         assert len(_ledger(parent, "resumed")) == 1
-        assert RunEvent.objects.filter(run_id=parent, type="run.resumed").count() == 1
+        assert EventLog.objects.filter(run_id=parent, type="run.resumed").count() == 1
         assert [c[1] for c in run.result["children"]] == ["succeeded"] * 20
         assert run.children_open == 0
         owners = set(
-            RunEvent.objects.filter(run__parent_id=parent, type="run.claimed").values_list(
+            EventLog.objects.filter(run__parent_id=parent, type="run.claimed").values_list(
                 "data__owner", flat=True
             )
         )
@@ -238,11 +238,11 @@ def test_a_fan_in_survives_a_worker_killed_at_any_point(start_worker, when: str)
     run = Run.objects.get(id=parent)
     assert (run.status, run.children_open) == ("succeeded", 0)
     assert [c[1] for c in run.result["children"]] == ["succeeded"] * 4
-    assert RunEvent.objects.filter(run_id=parent, type="run.resumed").count() == 1
+    assert EventLog.objects.filter(run_id=parent, type="run.resumed").count() == 1
     children = _children(parent)
     assert len(children) == 4  # a replayed spawn made no second child
     for child in children:
-        ended = RunEvent.objects.filter(run_id=child, type__in=["run.succeeded", "run.failed"])
+        ended = EventLog.objects.filter(run_id=child, type__in=["run.succeeded", "run.failed"])
         assert ended.count() == 1
     b.send(signal.SIGTERM)
     assert b.wait() == 0, b.output()

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import PriorityClass, Run, RunEvent
+from runqueue.models import EventLog, PriorityClass, Run
 from runqueue.tasks_backend import KIND, RunQueueBackend, TaskCancelled, runqueue_priority
 from tests.helpers import expire_lease
 from tests.workers import tasks
@@ -234,7 +234,7 @@ def test_a_stored_path_that_is_not_a_task_is_never_run(path, message) -> None:
     failure = Run.objects.get(id=run.id).failure
     assert (failure["classification"], failure["error_type"]) == ("permanent", "InvalidTaskPath")
     assert message in failure["message"]
-    assert RunEvent.objects.filter(run_id=run.id, type="task.error").count() == 1
+    assert EventLog.objects.filter(run_id=run.id, type="task.error").count() == 1
 
 
 def test_async_twins() -> None:

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 import runqueue
 from runqueue import aio, leases, testing, usage
-from runqueue.models import Run, RunEvent, RunStatus, TreeSpend, Usage
+from runqueue.models import EventLog, Run, RunStatus, TreeSpend, Usage
 from tests.handlers import ledger
 from tests.helpers import expire_lease, wait_until
 
@@ -232,7 +232,7 @@ def test_a_spend_cap_ends_the_tree() -> None:
         children[2].id: RunStatus.CANCELLED,
     }
     for run_id in (root.id, children[1].id, children[2].id):
-        cancelled = RunEvent.objects.get(run_id=run_id, type="run.cancelled")
+        cancelled = EventLog.objects.get(run_id=run_id, type="run.cancelled")
         assert cancelled.data["reason"] == "spend_cap"
         failure = Run.objects.get(id=run_id).failure
         assert failure["classification"] == "spend_cap"

@@ -17,7 +17,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import versions
-from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation, Worker
+from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Worker
 from tests.handlers import ledger
 from tests.helpers import wait_until
 from tests.workers.test_runworker import ledger_rows
@@ -112,7 +112,7 @@ def test_a_rolling_deploy_of_two_versions_under_load(start_worker) -> None:
     assert not Run.objects.filter(status=RunStatus.FAILED).exists()
     # No worker claimed a run it had no handler for (the runtime would have
     # given it back: run.requeued, reason unhandled).
-    assert not RunEvent.objects.filter(type="run.requeued", data__reason="unhandled").exists()
+    assert not EventLog.objects.filter(type="run.requeued", data__reason="unhandled").exists()
     runs = {r.id: r for r in Run.objects.filter(id__in=everything)}
     for run_id in held:
         run = runs[run_id]

@@ -12,7 +12,7 @@ from django.db import connection
 
 import runqueue
 from runqueue import budgets, leases
-from runqueue.models import Budget, PriorityClass, Run, RunEvent, RunStatus
+from runqueue.models import Budget, EventLog, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Reported, Succeeded
 from runqueue.testing import ready
 from runqueue.worker import group as group_module
@@ -293,7 +293,7 @@ def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) ->
         (ahead,) = ready(group)
         wait_until(lambda: ahead not in group.held(), what="the lease ahead to be given back")
         assert ready(group) == []
-        given_back = RunEvent.objects.filter(type="run.requeued")
+        given_back = EventLog.objects.filter(type="run.requeued")
         assert [(e.run_id, e.data["reason"]) for e in given_back] == [
             (ahead.run_id, "claimed_ahead")
         ]
@@ -365,11 +365,11 @@ def test_a_stopping_group_refunds_the_calls_of_the_leases_it_never_started(
 
     _stop(group)
 
-    given_back = RunEvent.objects.filter(type="run.requeued").order_by("run_id")
+    given_back = EventLog.objects.filter(type="run.requeued").order_by("run_id")
     assert sorted((e.run_id, e.data["reason"]) for e in given_back) == sorted(
         [(running, "shutdown"), (waiting, "shutdown")]
     )
-    refunded = RunEvent.objects.filter(type="budget.refunded")
+    refunded = EventLog.objects.filter(type="budget.refunded")
     assert [(e.run_id, e.data["tokens"]) for e in refunded] == [(waiting, 200)]
     assert _window("b") == (100, 1)
 
@@ -399,10 +399,10 @@ def test_a_burst_pool_drains_every_run_exactly_once() -> None:
         ("run.succeeded", ok_runs),
         ("run.failed", failing),
     ):
-        per_run = RunEvent.objects.filter(run_id__in=everything, type=event_type)
+        per_run = EventLog.objects.filter(run_id__in=everything, type=event_type)
         assert per_run.count() == len(runs)
         assert set(per_run.values_list("run_id", flat=True)) == set(runs)
-    assert not RunEvent.objects.filter(run_id__in=everything, type="run.fenced").exists()
+    assert not EventLog.objects.filter(run_id__in=everything, type="run.fenced").exists()
 
 
 def test_a_run_handed_to_the_loop_keeps_its_room_until_its_outcome_comes() -> None:

@@ -220,7 +220,7 @@ def _claims() -> list[tuple[str, int, float]]:
     with rq_db.cursor() as cur:
         cur.execute(
             "SELECT e.run_id::text, e.lease_epoch, extract(epoch FROM e.created_at)::float8"
-            " FROM runqueue_run_event e JOIN runqueue_run r ON r.id = e.run_id"
+            " FROM runqueue_event_log e JOIN runqueue_run r ON r.id = e.run_id"
             " WHERE e.type = 'run.claimed' AND r.kind = %s",
             [KIND],
         )

@@ -34,7 +34,7 @@ TARGET_SECONDS = 2.0
 BACKLOG, BUSY_SECONDS = 400, 0.05
 DATABASE = "bench_promotion"
 FIRST_CLAIM = (
-    "SELECT min(created_at) FROM runqueue_run_event WHERE type = 'run.claimed' AND created_at > %s"
+    "SELECT min(created_at) FROM runqueue_event_log WHERE type = 'run.claimed' AND created_at > %s"
 )
 
 

@@ -216,9 +216,9 @@ async def _echo(i: int) -> dict:
 
 
 def _requeued(run_id: Any) -> bool:
-    from runqueue.models import RunEvent
+    from runqueue.models import EventLog
 
-    return RunEvent.objects.filter(run_id=run_id, type="run.operator_requeued").exists()
+    return EventLog.objects.filter(run_id=run_id, type="run.operator_requeued").exists()
 
 
 @handler(KIND_GATHER)

@@ -29,9 +29,9 @@ from runqueue.models import (
     TERMINAL_STATUSES,
     Budget,
     ConcurrencyLimit,
+    EventLog,
     PriorityClass,
     Run,
-    RunEvent,
 )
 from tools.chaos.handlers import (
     FAIL_ONCE,
@@ -684,7 +684,7 @@ class ChaosRun:
             for run_id in ids:
                 # A run a retention pass dropped since has no events to read.
                 later = (
-                    RunEvent.objects.filter(run_id=run_id, type="run.claimed", created_at__gt=at)
+                    EventLog.objects.filter(run_id=run_id, type="run.claimed", created_at__gt=at)
                     .order_by("id")
                     .first()
                 )
@@ -726,7 +726,7 @@ class ChaosRun:
         promotions = self.counts.promotions
         out: list[float | None] = []
         for k, at in enumerate(promotions):
-            claims = RunEvent.objects.filter(type="run.claimed", created_at__gt=at)
+            claims = EventLog.objects.filter(type="run.claimed", created_at__gt=at)
             if k + 1 < len(promotions):
                 claims = claims.filter(created_at__lt=promotions[k + 1])
             first = claims.order_by("created_at").values_list("created_at", flat=True).first()

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 
 from runqueue import events
-from runqueue.models import TERMINAL_STATUSES, PriorityClass, Run, RunEvent, ToolInvocation
+from runqueue.models import TERMINAL_STATUSES, EventLog, PriorityClass, Run, ToolInvocation
 
 TERMINAL_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 
@@ -53,7 +53,7 @@ def writes_by_fenced_epochs() -> int:
     log (run.fenced, which records the stale epoch on purpose, aside)."""
     bad = 0
     highest: dict[Any, int] = {}
-    for run_id, type_, epoch in RunEvent.objects.order_by("id").values_list(
+    for run_id, type_, epoch in EventLog.objects.order_by("id").values_list(
         "run_id", "type", "lease_epoch"
     ):
         if type_ == "run.fenced":
@@ -82,7 +82,7 @@ def cap_violations(cap: Any) -> tuple[int, dict[str, int]]:
     violations = 0
     peak: dict[str, int] = {}
     rows = (
-        RunEvent.objects.filter(type__in=list(events.STATUS_OF))
+        EventLog.objects.filter(type__in=list(events.STATUS_OF))
         .order_by("id")
         .values_list("run_id", "type", "run__concurrency_key", "run__priority")
     )
@@ -120,7 +120,7 @@ def stream_mismatches(submitted: set[Any]) -> tuple[int, int]:
     }
     texts: dict[Any, list[str | None]] = {}
     rows = (
-        RunEvent.objects.filter(run_id__in=list(results), type__in=["run.claimed", "run.text"])
+        EventLog.objects.filter(run_id__in=list(results), type__in=["run.claimed", "run.text"])
         .order_by("run_id", "id")
         .values_list("run_id", "type", "data")
     )
@@ -150,7 +150,7 @@ def budget_charges() -> dict[str, list[tuple[float, int]]]:
     made and counts nothing."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT run_id, type, extract(epoch FROM created_at), data FROM runqueue_run_event"
+            "SELECT run_id, type, extract(epoch FROM created_at), data FROM runqueue_event_log"
             " WHERE type IN ('run.created', 'run.requeued', 'run.claimed', 'budget.reserved',"
             " 'budget.settled', 'budget.refunded') ORDER BY id"
         )
@@ -241,7 +241,7 @@ def subagent_figures(
     ones aside); no run was spawned under a tree after its cancel committed
     (``spawned_after_cancel``), and the cancel left none of it running."""
     resumes = Counter(
-        RunEvent.objects.filter(type=events.RESUMED, data__reason="children").values_list(
+        EventLog.objects.filter(type=events.RESUMED, data__reason="children").values_list(
             "run_id", flat=True
         )
     )
@@ -272,13 +272,13 @@ def subagent_figures(
 def figures(submitted: set[Any]) -> dict[str, Any]:
     runs = dict(Run.objects.values_list("id", "status"))
     terminal_events = Counter(
-        RunEvent.objects.filter(type__in=TERMINAL_EVENTS).values_list("run_id", flat=True)
+        EventLog.objects.filter(type__in=TERMINAL_EVENTS).values_list("run_id", flat=True)
     )
     # An operator's requeue of a dead letter starts the run's life again:
     # one terminal event more is its due, not a second end of one life.
     terminal_events.subtract(
         Counter(
-            RunEvent.objects.filter(type=events.OPERATOR_REQUEUED).values_list("run_id", flat=True)
+            EventLog.objects.filter(type=events.OPERATOR_REQUEUED).values_list("run_id", flat=True)
         )
     )
     repeated = _scalar(
@@ -307,7 +307,7 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
         "runs_by_status": dict(sorted(statuses.items())),
         "runs_with_several_terminal_events": sum(1 for n in terminal_events.values() if n > 1),
         "writes_by_fenced_epochs": writes_by_fenced_epochs(),
-        "run_fenced_events": RunEvent.objects.filter(type="run.fenced").count(),
+        "run_fenced_events": EventLog.objects.filter(type="run.fenced").count(),
         "non_idempotent_effects": _scalar(
             "SELECT count(*) FROM chaos_ledger WHERE idempotency = 'non_idempotent'"
         ),
@@ -367,18 +367,18 @@ def session_figures(double_actives_seen: int) -> dict[str, Any]:
     from runqueue import testing
     from runqueue.models import RunStatus
 
-    promoted = RunEvent.objects.filter(type=events.PROMOTED)
+    promoted = EventLog.objects.filter(type=events.PROMOTED)
     return {
         "sessions_with_two_active_runs": double_actives_seen + len(testing.double_actives()),
         "pending_turns_never_promoted": len(testing.unpromoted_sessions())
         + Run.objects.filter(status=RunStatus.PENDING).count(),
         "turns_promoted_twice": len(testing.double_promotions()),
         "turns_promoted": promoted.count(),
-        "turns_merged": RunEvent.objects.filter(type=events.MERGED).count(),
-        "runs_interrupted": RunEvent.objects.filter(
+        "turns_merged": EventLog.objects.filter(type=events.MERGED).count(),
+        "runs_interrupted": EventLog.objects.filter(
             type=events.CANCELLED, data__reason__in=["interrupted", "rolled_back"]
         ).count(),
-        "turns_expired_in_line": RunEvent.objects.filter(
+        "turns_expired_in_line": EventLog.objects.filter(
             type=events.CANCELLED, data__reason="expired", run__place__isnull=False
         ).count(),
     }
