@@ -56,7 +56,12 @@ input AS (
        -- hash-join the input against every running run.
        AND r.id = ANY(%(ids)s::uuid[])
     RETURNING r.id, r.lease_epoch, i.event_type, i.event_data, r.parent_id, r.tenant,
-              r.session_id
+              r.session_id, r.success_event_id,
+              -- A failure's event id, taken here with a success's: every
+              -- finish's event sorts before the claims of the same statement
+              -- (the logged fragment).
+              CASE WHEN i.status <> 'succeeded'
+                   THEN nextval('runqueue_run_event_id_seq') END AS event_id
 ), joined AS (
     SELECT runqueue_join(array_agg(f.parent_id), %(channel)s) AS resumed
       FROM finished f
@@ -99,6 +104,16 @@ input AS (
                r.id, r.kind, r.handler_version, %(kinds)s::text[], %(kind_newest)s::int[],
                %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
                r.handler_version)
+
+-- fragment: claim_after_finishes --
+-- A claim's UPDATE takes its runs once the statement's finishes are done
+-- (the CTE finished; an empty one in claim and claim_capped): a gating
+-- InitPlan, run before the first run is claimed. So the finishes' event ids
+-- (taken in finished) are below the claims' (taken per claimed row), as a
+-- replay of the log in id order needs: a claim a finish made room for comes
+-- after it (tools/chaos/verify.py, cap_violations). Without it the executor
+-- may run claimed first.
+AND (SELECT count(*) FROM finished) >= 0
 
 -- fragment: claim_pruned --
 -- A claim's UPDATE (plain or capped) reads the live partition alone, never
@@ -176,12 +191,12 @@ watched AS (
 -- once: the result always has a row) and how many pending turns they
 -- queued (promoted).
 logged AS (
-    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
-    SELECT f.id, f.event_type, f.lease_epoch, f.event_data, now()
+    INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)
+    SELECT f.event_id, f.id, f.event_type, f.lease_epoch, f.event_data, now()
       FROM finished f
-     WHERE f.event_type <> 'run.succeeded'
+     WHERE f.event_id IS NOT NULL
 ), grown AS (
-    SELECT f.id FROM finished f WHERE f.event_type = 'run.succeeded'
+    SELECT f.id FROM finished f WHERE f.success_event_id IS NOT NULL
     UNION ALL
     SELECT c.id FROM claimed c
 ),
@@ -244,6 +259,7 @@ claimed AS (
              ORDER BY q.priority, q.created_at
              LIMIT %(limit)s
                FOR NO KEY UPDATE SKIP LOCKED))
+       -- include: claim_after_finishes --
        -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
@@ -276,6 +292,7 @@ claimed AS (
                %(tokens)s::uuid[], %(kinds)s::text[], %(kind_newest)s::int[],
                %(kind_versions)s::text[], %(kind_moves)s::text[],
                %(kind_move_to)s::int[]))::uuid[])
+       -- include: claim_after_finishes --
        -- include: claim_pruned --
        -- include: claim_commit --
     RETURNING r.*
@@ -309,8 +326,9 @@ WITH
 -- A claim with nothing to finish (a wake-up's, leases.claim's): no finish
 -- CTEs, whose UPDATE of the runs table costs its executor start-up even
 -- when it finishes nothing (about a tenth of a millisecond of an idle
--- pickup). One row per claimed run.
-WITH
+-- pickup). One row per claimed run. It finishes nothing: finished is empty
+-- (the claim's claim_after_finishes reads it).
+WITH finished AS (SELECT NULL::uuid AS id WHERE false),
 -- include: plain_claimed --
 ,
 -- include: claimed_only --
@@ -318,7 +336,7 @@ WITH
 
 -- name: claim_capped --
 -- claim with the capped claim (no finishing runs: %(ids)s is empty).
-WITH
+WITH finished AS (SELECT NULL::uuid AS id WHERE false),
 -- include: capped_claimed --
 ,
 -- include: claimed_only --

@@ -410,6 +410,12 @@ def test_a_cursor_a_failover_lost_replays_the_run_after_a_reset() -> None:
             cursor_.execute(
                 "DELETE FROM runqueue_run_event WHERE run_id = %s AND id = %s", [run.id, event.id]
             )
+            # The success is the run's row (migration 0024): lost with it.
+            cursor_.execute(
+                "UPDATE runqueue_run SET success_event_id = NULL"
+                " WHERE id = %s AND success_event_id = %s",
+                [run.id, event.id],
+            )
             cursor_.execute(
                 "INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)"
                 " VALUES (%s, %s, %s, %s, '{}', now())",
