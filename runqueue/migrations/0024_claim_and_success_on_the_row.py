@@ -108,14 +108,21 @@ EXECUTE FUNCTION runqueue_run_log_kept();
 """
 
 # Backwards: what the rows hold becomes event rows (the view's last two
-# branches), then the view, the trigger and the functions go.
+# branches, read from the runs alone: one pass over them, none over the
+# events), then the view, the trigger and the functions go.
 BACKWARD = """
 INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)
-SELECT l.id, l.run_id, l.type, l.lease_epoch, l.data, l.created_at
-  FROM runqueue_event_log l
-  JOIN runqueue_run r ON r.id = l.run_id
- WHERE (l.type = 'run.claimed' AND l.id = r.claim_event_id)
-    OR (l.type = 'run.succeeded' AND l.id = r.success_event_id);
+SELECT r.claim_event_id, r.id, 'run.claimed', r.lease_epoch,
+       runqueue_claimed_data(r.lease_owner, r.lease_token, r.attempts, r.priority,
+                             r.claim_wait_ms),
+       r.claimed_at
+  FROM runqueue_run r
+ WHERE r.claim_event_id IS NOT NULL
+UNION ALL
+SELECT r.success_event_id, r.id, 'run.succeeded', r.lease_epoch,
+       jsonb_build_object('attempt', r.attempts), r.finished_at
+  FROM runqueue_run r
+ WHERE r.success_event_id IS NOT NULL;
 DROP VIEW runqueue_event_log;
 DROP TRIGGER runqueue_run_log_kept ON runqueue_run;
 DROP FUNCTION runqueue_run_log_kept();
