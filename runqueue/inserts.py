@@ -68,11 +68,11 @@ def insert_runs(
     capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
     with transaction.atomic() if capped else nullcontext():
         with prepared("create_runs", params) as cursor:
-            made = {run_id: (created_at, start_by) for run_id, created_at, start_by in cursor}
+            made = {run_id: tuple(rest) for run_id, *rest in cursor}
         # The trees' spend caps, in the runs' transaction (usage.py).
         TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
-    # The rows hold what was sent, and the defaults; only created_at and
-    # start_by come from the server. (Hydrating RETURNING * cost more
+    # The rows hold what was sent, and the defaults; only created_at,
+    # start_by and created_event_id come from the server. (Hydrating RETURNING * cost more
     # than the insert.)
     runs = [
         _inserted(r, run_id, *made[run_id], traceparent, parent_id)
@@ -134,6 +134,7 @@ def _inserted(
     run_id: uuid.UUID,
     created_at: object,
     start_by: object,
+    created_event_id: object,
     tp: str,
     parent_id: uuid.UUID | None = None,
 ) -> Run:
@@ -157,5 +158,6 @@ def _inserted(
             "parent_id": parent_id,
             "max_duration": request.max_duration,
             "start_by": start_by,
+            "created_event_id": created_event_id,
         }
     )

@@ -6,9 +6,12 @@ run (docs/performance.md, "Claim and success on the run's row").
 - ``runqueue_run`` gains ``claim_event_id``, ``claimed_at`` and
   ``claim_wait_ms`` (set by every claim: an id from the events' sequence,
   the claim's time and the run's wait) and ``success_event_id`` (set by a
-  success); a success keeps the lease's owner and token on the row.
-- ``runqueue_event_log``, a view: the event rows, and the claim and the
-  success built from the rows that hold them (``runqueue_claimed_data``);
+  success); a success keeps the lease's owner and token on the row. A
+  submit whose ``run.created`` says only the run's priority (no start
+  deadline, budget, place in line or interrupted run) sets
+  ``created_event_id`` and writes no event row either.
+- ``runqueue_event_log``, a view: the event rows, and the creation, the
+  claim and the success built from the rows that hold them (``runqueue_claimed_data``);
   every reader of a run's events reads it (``EventLog``).
 - ``runqueue_run_log_kept``, a trigger before an update of a run that
   leaves the state whose events its row holds (an attempt that fails, is
@@ -94,7 +97,12 @@ UNION ALL
 SELECT r.success_event_id, r.id, 'run.succeeded'::varchar(64), r.lease_epoch,
        jsonb_build_object('attempt', r.attempts), r.finished_at
   FROM runqueue_run r
- WHERE r.success_event_id IS NOT NULL;
+ WHERE r.success_event_id IS NOT NULL
+UNION ALL
+SELECT r.created_event_id, r.id, 'run.created'::varchar(64), 0::bigint,
+       jsonb_build_object('priority', r.priority), r.created_at
+  FROM runqueue_run r
+ WHERE r.created_event_id IS NOT NULL;
 """
 
 TRIGGER = """
@@ -122,7 +130,12 @@ UNION ALL
 SELECT r.success_event_id, r.id, 'run.succeeded', r.lease_epoch,
        jsonb_build_object('attempt', r.attempts), r.finished_at
   FROM runqueue_run r
- WHERE r.success_event_id IS NOT NULL;
+ WHERE r.success_event_id IS NOT NULL
+UNION ALL
+SELECT r.created_event_id, r.id, 'run.created', 0,
+       jsonb_build_object('priority', r.priority), r.created_at
+  FROM runqueue_run r
+ WHERE r.created_event_id IS NOT NULL;
 DROP VIEW runqueue_event_log;
 DROP TRIGGER runqueue_run_log_kept ON runqueue_run;
 DROP FUNCTION runqueue_run_log_kept();
@@ -154,6 +167,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="run",
             name="success_event_id",
+            field=models.BigIntegerField(blank=True, editable=False, null=True),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="created_event_id",
             field=models.BigIntegerField(blank=True, editable=False, null=True),
         ),
         migrations.RunSQL(FUNCTIONS + VIEW + TRIGGER, BACKWARD),

@@ -43,7 +43,9 @@ class IdempotencyKey(models.Model):
 
 
 class RunEvent(models.Model):
-    """Append-only log: the events alone rebuild a run's history."""
+    """Append-only log of a run's events, but for the claim and the success
+    its row holds (migration 0024): read through ``EventLog``, which shows
+    both, so the log alone rebuilds a run's history."""
 
     # db_index=False: the primary key in the database is (run, id,
     # created_at) (migration 0023), so it serves every read by run; Django
@@ -78,10 +80,12 @@ class EventLog(models.Model):
     ``run.succeeded`` row: the run's row has their ids (from the events'
     sequence), the claim's time, owner, token and attempt, and the finish's
     time, so the view builds both from it while the run runs and after it
-    succeeds. An attempt that ends any other way writes its claim as an
-    event row (a trigger on runqueue_run, ``runqueue_run_log_kept``), as
-    a succeeded run that is moved again writes both. Every reader of events
-    reads here; writers append to ``RunEvent``.
+    succeeds. A submit whose ``run.created`` says only the priority holds it
+    on the row the same way (``created_event_id``). An attempt that ends
+    any other way writes its claim as an event row (a trigger on
+    runqueue_run, ``runqueue_run_log_kept``), as a succeeded run that is
+    moved again writes both. Every reader of events reads here; writers
+    append to ``RunEvent``.
     """
 
     run = models.ForeignKey(

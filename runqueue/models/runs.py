@@ -110,6 +110,11 @@ class Run(models.Model):
     #: The id of the run's ``run.succeeded`` event, read from the row as the
     #: claim's is; NULL unless the run succeeded.
     success_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: The id of the run's ``run.created`` event when the row holds it (the
+    #: event says only the run's priority, which never changes); NULL when
+    #: it is an event row (a start deadline, a budget, a place in line or an
+    #: interrupted run recorded in it).
+    created_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(null=True, blank=True)

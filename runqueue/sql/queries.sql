@@ -903,7 +903,7 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
 -- name: create_runs --
 -- Submit without a waiting run to deliver to: the new runs, their
--- run.created events, their idempotency keys (if any) and the NOTIFYs that
+-- run.created events (most on their rows: created), their idempotency keys (if any) and the NOTIFYs that
 -- wake idle workers (one per class with a due run, sent on commit), in one
 -- statement: in autocommit, one round trip and one commit. A key or a
 -- session already taken makes the whole statement fail with its unique
@@ -914,7 +914,7 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 -- element. What every run of a call shares (traceparent, parent, place,
 -- the interrupted run) is a parameter of its own. ids are made by the
 -- caller, so it knows each row; the caller builds the Run from what it
--- sent and the returned created_at.
+-- sent and the returned created_at, start_by and created_event_id.
 -- A run given a place is a pending turn (on_busy: it waits in line behind
 -- its session's active run, whose row lock the caller holds; it wakes no
 -- worker), its key's outcome %(key_outcome)s.
@@ -938,7 +938,7 @@ WITH input AS (
                               priority, attempts, max_attempts, scheduled_for, lease_epoch,
                               lease_owner, traceparent, concurrency_key, budget_key,
                               budget_tokens, parent_id, start_by, max_duration, place,
-                              interrupted_id)
+                              interrupted_id, created_event_id)
     SELECT i.id, i.tenant, i.principal, i.session_id, i.kind, i.payload,
            CASE WHEN i.place IS NULL THEN 'queued' ELSE 'pending' END,
            i.priority, 0, i.max_attempts, i.scheduled_for, 0, '', i.traceparent,
@@ -947,7 +947,15 @@ WITH input AS (
            -- "Run deadlines"), on the database clock.
            greatest(coalesce(i.scheduled_for, now()), now())
                + make_interval(secs => i.start_within),
-           i.max_duration, i.place, i.interrupted_id
+           i.max_duration, i.place, i.interrupted_id,
+           -- A run whose run.created says only its priority (no start
+           -- deadline, budget, place in line or interrupted run: most runs)
+           -- holds that event on its row, its id taken here; the others
+           -- write it as an event row (logged). docs/decisions.md, "Claim
+           -- and success on the run's row".
+           CASE WHEN i.start_within IS NULL AND i.budget_key IS NULL AND i.place IS NULL
+                     AND i.interrupted_id IS NULL
+                THEN nextval('runqueue_run_event_id_seq') END
       FROM input i
     RETURNING *
 ), logged AS (
@@ -966,6 +974,7 @@ WITH input AS (
                    ELSE jsonb_build_object('interrupted', c.interrupted_id) END,
            now()
       FROM created c
+     WHERE c.created_event_id IS NULL
 ), keyed AS (
     INSERT INTO runqueue_idempotency_key (tenant, principal, key, request_hash, run_id,
                                           outcome, expires_at)
@@ -975,7 +984,7 @@ WITH input AS (
       JOIN created c ON c.id = i.id
      WHERE i.key IS NOT NULL
 )
-SELECT c.id, c.created_at, c.start_by
+SELECT c.id, c.created_at, c.start_by, c.created_event_id
   FROM created c
  -- The NOTIFYs, once (an InitPlan), before the rows are returned.
  WHERE (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) >= 0;
