@@ -68,7 +68,7 @@ def insert_runs(
     capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
     with transaction.atomic() if capped else nullcontext():
         with prepared("create_runs", params) as cursor:
-            made = {run_id: tuple(rest) for run_id, *rest in cursor}
+            made = {run_id: (at, start_by, event_id) for run_id, at, start_by, event_id in cursor}
         # The trees' spend caps, in the runs' transaction (usage.py).
         TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
     # The rows hold what was sent, and the defaults; only created_at,
