@@ -1,0 +1,110 @@
+"""A run's log reads the same whether its row or an event row holds an event
+(migration 0024; docs/decisions.md, "Claim and success on the run's row"):
+a submit, a claim and a success write no event row, the view
+``runqueue_event_log`` builds them from the row, and when an attempt ends any
+other way its claim becomes an event row under the same id, time and data,
+shown once."""
+
+from __future__ import annotations
+
+import pytest
+
+import runqueue
+from runqueue import leases, testing
+from runqueue.models import EventLog, Run, RunEvent
+from tests.helpers import expire_lease
+
+pytestmark = pytest.mark.django_db
+
+
+def _log(run_id) -> list[tuple]:
+    return list(
+        EventLog.objects.filter(run_id=run_id)
+        .order_by("id")
+        .values_list("id", "type", "lease_epoch", "data", "created_at")
+    )
+
+
+def _rows(run_id) -> list[str]:
+    rows = RunEvent.objects.filter(run_id=run_id).order_by("id")
+    return list(rows.values_list("type", flat=True))
+
+
+def test_a_run_claimed_once_that_succeeds_writes_no_event_row() -> None:
+    run = runqueue.submit(kind="k", priority=12).run
+    lease = leases.claim_one("w-log")
+    assert lease is not None and lease.run_id == run.id
+    testing.succeed(lease, {"ok": True})
+
+    assert _rows(run.id) == []
+    (created, claimed, succeeded) = _log(run.id)
+    row = Run.objects.get(id=run.id)
+    assert created[:4] == (row.created_event_id, "run.created", 0, {"priority": 12})
+    assert created[4] == row.created_at
+    assert claimed[:3] == (row.claim_event_id, "run.claimed", lease.epoch)
+    assert claimed[3] == {
+        "owner": "w-log",
+        "token": str(lease.token),
+        "attempt": 1,
+        "priority": 12,
+        "wait_ms": row.claim_wait_ms,
+    }
+    assert claimed[4] == row.claimed_at
+    assert succeeded[:4] == (row.success_event_id, "run.succeeded", lease.epoch, {"attempt": 1})
+    assert succeeded[4] == row.finished_at
+    assert created[0] < claimed[0] < succeeded[0]
+
+
+def test_a_submit_whose_creation_says_more_writes_it_as_a_row() -> None:
+    run = runqueue.submit(kind="k", start_within=60).run
+    assert Run.objects.get(id=run.id).created_event_id is None
+    assert _rows(run.id) == ["run.created"]
+    ((_, type_, _, data, _),) = _log(run.id)
+    assert type_ == "run.created" and "start_by" in data
+
+
+@pytest.mark.parametrize("end", ["give_up", "expire", "wait_for_user", "fail"])
+def test_an_attempt_that_ends_otherwise_keeps_its_claim_as_an_event_row(end: str) -> None:
+    """The claim the log showed while the run ran is the one it shows after,
+    now an event row: same id, epoch, data and time; the row lets it go."""
+    run = runqueue.submit(kind="k", session_id="conv-log").run
+    lease = leases.claim_one("w-log")
+    assert lease is not None and lease.run_id == run.id
+    (before,) = [e for e in _log(run.id) if e[1] == "run.claimed"]
+    assert "run.claimed" not in _rows(run.id)
+
+    if end == "give_up":
+        assert leases.give_up(lease, RuntimeError("flaky"))
+    elif end == "expire":
+        expire_lease(run.id)
+        assert leases.sweep()
+    elif end == "wait_for_user":
+        assert leases.wait_for_user(lease, {"question": "go on?"})
+    else:
+        testing.fail(lease, leases.permanent_failure(ValueError("no"), lease.attempt))
+
+    row = Run.objects.get(id=run.id)
+    assert (row.claim_event_id, row.claimed_at, row.claim_wait_ms) == (None, None, None)
+    claims = [e for e in _log(run.id) if e[1] == "run.claimed"]
+    assert claims == [before]
+    assert _rows(run.id).count("run.claimed") == 1
+    ids = [e[0] for e in _log(run.id)]
+    assert ids == sorted(set(ids))
+
+
+def test_a_second_attempt_has_a_claim_of_its_own() -> None:
+    run = runqueue.submit(kind="k").run
+    first = leases.claim_one("w-1")
+    assert first is not None
+    assert leases.give_up(first, RuntimeError("flaky"))
+    Run.objects.filter(id=run.id).update(scheduled_for=None)
+    second = leases.claim_one("w-2")
+    assert second is not None and second.run_id == run.id
+    testing.succeed(second, None)
+
+    claims = [e for e in _log(run.id) if e[1] == "run.claimed"]
+    assert [(c[2], c[3]["owner"], c[3]["attempt"]) for c in claims] == [
+        (first.epoch, "w-1", 1),
+        (second.epoch, "w-2", 2),
+    ]
+    assert [e[1] for e in _log(run.id)][-1] == "run.succeeded"
