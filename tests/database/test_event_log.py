@@ -108,3 +108,20 @@ def test_a_second_attempt_has_a_claim_of_its_own() -> None:
         (second.epoch, "w-2", 2),
     ]
     assert [e[1] for e in _log(run.id)][-1] == "run.succeeded"
+
+
+def test_the_dashboard_counts_the_claims_rows_hold() -> None:
+    """Claim latency reads claims wherever they are: a running run's row, a
+    succeeded run's row (through its finished day), an event row."""
+    from runqueue.admin import dashboard
+    from runqueue.models import PriorityClass
+
+    runs = [runqueue.submit(kind="k", priority=25).run for _ in range(3)]
+    held = [leases.claim_one("w-log") for _ in runs]
+    assert all(lease is not None for lease in held)
+    testing.succeed(held[0], None)  # its row, in the finished day
+    assert leases.give_up(held[1], RuntimeError("flaky"))  # an event row
+    # held[2] runs: its row, in the live partition
+    stats = {s.cls: s for s in dashboard.class_stats()}[PriorityClass.MAINTENANCE]
+    assert stats.claims == 3
+    assert stats.p99_ms is not None and stats.p99_ms < 30_000
