@@ -20,6 +20,7 @@ from runqueue.failures import Failure
 from runqueue.leases import SPAWN_TOOL
 from runqueue.models import (
     ACTIVE_STATUSES,
+    EventLog,
     Run,
     RunEvent,
     RunStatus,
@@ -224,3 +225,31 @@ def double_promotions() -> list[uuid.UUID]:
         .filter(n__gt=1)
     )
     return [row["run_id"] for row in rows]
+
+
+def log_mismatches() -> list[tuple[uuid.UUID, str, str | None]]:
+    """Runs whose log (``EventLog``: event rows and the events their rows
+    hold) does not end where the run is: (run, its status, the status its
+    last status event names), for each run whose last event that moves a
+    status (``events.STATUS_OF``; a pending turn's ``run.created`` names
+    pending, ``run.promoted`` queued) names another status, or whose log
+    shows an id twice."""
+    moves = {**events.STATUS_OF, events.PROMOTED: RunStatus.QUEUED.value}
+    last: dict[uuid.UUID, str] = {}
+    seen: dict[uuid.UUID, set[int]] = {}
+    twice: set[uuid.UUID] = set()
+    rows = EventLog.objects.order_by("id").values_list("run_id", "id", "type", "data")
+    for run_id, event_id, type_, data in rows.iterator(chunk_size=5000):
+        ids = seen.setdefault(run_id, set())
+        if event_id in ids:
+            twice.add(run_id)
+        ids.add(event_id)
+        if type_ == events.CREATED and isinstance(data, dict) and data.get("pending"):
+            last[run_id] = RunStatus.PENDING.value
+        elif type_ in moves:
+            last[run_id] = moves[type_]
+    found = []
+    for run_id, status in Run.objects.values_list("id", "status"):
+        if run_id in twice or last.get(run_id) != status:
+            found.append((run_id, status, last.get(run_id)))
+    return found

@@ -678,6 +678,14 @@ class RunTree(RuleBasedStateMachine):
         assert not (missing := testing.missing_descendants()), missing
 
     @invariant()
+    def a_runs_log_ends_where_the_run_is(self) -> None:
+        """The log alone rebuilds a run's history (docs/decisions.md, "Claim
+        and success on the run's row"): whether a row or an event row holds
+        an event, the last status it names is the run's, and no id shows
+        twice."""
+        assert not (wrong := testing.log_mismatches()), wrong
+
+    @invariant()
     def a_session_has_one_active_run_and_its_line_moves(self) -> None:
         assert not (two := testing.double_actives()), two
         assert not (stuck := testing.unpromoted_sessions()), stuck
