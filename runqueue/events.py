@@ -1,10 +1,10 @@
 """Event type names, the append helper, and an event's public body.
 
 Every state change appends its event in the same transaction as the change,
-so the log alone can rebuild a run's history; a claim and a success are held
-by the run's row instead, and ``EventLog`` (what readers read) shows them
-(docs/decisions.md, "Claim and success on the run's row"). ``append`` never opens a
-transaction of its own: it runs inside the caller's.
+so the log alone can rebuild a run's history; a plain creation, a claim and
+a success are held by the run's row instead, and ``EventLog`` (what readers
+read) shows them (docs/decisions.md, "Claim and success on the run's row").
+``append`` never opens a transaction of its own: it runs inside the caller's.
 """
 
 from __future__ import annotations

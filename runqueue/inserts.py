@@ -72,8 +72,8 @@ def insert_runs(
         # The trees' spend caps, in the runs' transaction (usage.py).
         TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
     # The rows hold what was sent, and the defaults; only created_at,
-    # start_by and created_event_id come from the server. (Hydrating RETURNING * cost more
-    # than the insert.)
+    # start_by and created_event_id come from the server. (Hydrating
+    # RETURNING * cost more than the insert.)
     runs = [
         _inserted(r, run_id, *made[run_id], traceparent, parent_id)
         for r, run_id in zip(requests, ids, strict=True)

@@ -52,9 +52,9 @@ $fn$;
 -- Before a run's row leaves the state whose events it holds (migration
 -- 0024): an attempt's claim, held from the claim while the run runs and
 -- after it succeeds, and the success, held while it stays succeeded. When
--- the row moves on (a failure, a requeue, a wait, a cancel, an operator's
--- requeue of a succeeded run), the events it held are written as event
--- rows, under the ids and times the row gave them, and the row lets them
+-- the row moves on (a failure, a requeue, a give-back, a wait, a cancel;
+-- a succeeded run, should anything move it), the events it held are written
+-- as event rows, under the ids and times the row gave them, and the row lets them
 -- go: the log (runqueue_event_log) shows each event once, before and after.
 -- The trigger that calls it fires only then (its WHEN), never for a claim,
 -- a heartbeat or a success.
@@ -82,11 +82,9 @@ END
 $fn$;
 """
 
-VIEW = """
-CREATE VIEW runqueue_event_log AS
-SELECT e.id, e.run_id, e.type, e.lease_epoch, e.data, e.created_at
-  FROM runqueue_run_event e
-UNION ALL
+# The events rows hold (the claim, the success, the creation), as the view
+# reads them and as the backwards migration writes them out.
+HELD = """
 SELECT r.claim_event_id, r.id, 'run.claimed'::varchar(64), r.lease_epoch,
        runqueue_claimed_data(r.lease_owner, r.lease_token, r.attempts, r.priority,
                              r.claim_wait_ms),
@@ -102,8 +100,16 @@ UNION ALL
 SELECT r.created_event_id, r.id, 'run.created'::varchar(64), 0::bigint,
        jsonb_build_object('priority', r.priority), r.created_at
   FROM runqueue_run r
- WHERE r.created_event_id IS NOT NULL;
+ WHERE r.created_event_id IS NOT NULL
 """
+
+VIEW = f"""
+CREATE VIEW runqueue_event_log AS
+SELECT e.id, e.run_id, e.type, e.lease_epoch, e.data, e.created_at
+  FROM runqueue_run_event e
+UNION ALL
+{HELD};
+"""  # noqa: S608 - HELD is this module's constant text, no input
 
 TRIGGER = """
 CREATE TRIGGER runqueue_run_log_kept
@@ -115,27 +121,12 @@ WHEN ((OLD.claim_event_id IS NOT NULL OR OLD.success_event_id IS NOT NULL)
 EXECUTE FUNCTION runqueue_run_log_kept();
 """
 
-# Backwards: what the rows hold becomes event rows (the view's last two
-# branches, read from the runs alone: one pass over them, none over the
-# events), then the view, the trigger and the functions go.
-BACKWARD = """
+# Backwards: what the rows hold becomes event rows (HELD: read from the runs
+# alone, one pass over them, none over the events), then the view, the
+# trigger and the functions go.
+BACKWARD = f"""
 INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)
-SELECT r.claim_event_id, r.id, 'run.claimed', r.lease_epoch,
-       runqueue_claimed_data(r.lease_owner, r.lease_token, r.attempts, r.priority,
-                             r.claim_wait_ms),
-       r.claimed_at
-  FROM runqueue_run r
- WHERE r.claim_event_id IS NOT NULL
-UNION ALL
-SELECT r.success_event_id, r.id, 'run.succeeded', r.lease_epoch,
-       jsonb_build_object('attempt', r.attempts), r.finished_at
-  FROM runqueue_run r
- WHERE r.success_event_id IS NOT NULL
-UNION ALL
-SELECT r.created_event_id, r.id, 'run.created', 0,
-       jsonb_build_object('priority', r.priority), r.created_at
-  FROM runqueue_run r
- WHERE r.created_event_id IS NOT NULL;
+{HELD};
 DROP VIEW runqueue_event_log;
 DROP TRIGGER runqueue_run_log_kept ON runqueue_run;
 DROP FUNCTION runqueue_run_log_kept();

@@ -43,9 +43,10 @@ class IdempotencyKey(models.Model):
 
 
 class RunEvent(models.Model):
-    """Append-only log of a run's events, but for the claim and the success
-    its row holds (migration 0024): read through ``EventLog``, which shows
-    both, so the log alone rebuilds a run's history."""
+    """Append-only log of a run's events, but for those its row holds (a
+    plain creation, the running or last claim, the success: migration
+    0024): read through ``EventLog``, which shows them all, so the log
+    alone rebuilds a run's history."""
 
     # db_index=False: the primary key in the database is (run, id,
     # created_at) (migration 0023), so it serves every read by run; Django
@@ -73,8 +74,8 @@ class RunEvent(models.Model):
 
 
 class EventLog(models.Model):
-    """A run's whole log, to read: its event rows, and the two events its
-    row holds instead (a view, ``runqueue_event_log``, migration 0024).
+    """A run's whole log, to read: its event rows, and the events its row
+    holds instead (a view, ``runqueue_event_log``, migration 0024).
 
     A claim does not write a ``run.claimed`` row, nor a success a
     ``run.succeeded`` row: the run's row has their ids (from the events'

@@ -88,9 +88,9 @@ $fn$;
 -- Before a run's row leaves the state whose events it holds (migration
 -- 0024): an attempt's claim, held from the claim while the run runs and
 -- after it succeeds, and the success, held while it stays succeeded. When
--- the row moves on (a failure, a requeue, a wait, a cancel, an operator's
--- requeue of a succeeded run), the events it held are written as event
--- rows, under the ids and times the row gave them, and the row lets them
+-- the row moves on (a failure, a requeue, a give-back, a wait, a cancel;
+-- a succeeded run, should anything move it), the events it held are written
+-- as event rows, under the ids and times the row gave them, and the row lets them
 -- go: the log (runqueue_event_log) shows each event once, before and after.
 -- The trigger that calls it fires only then (its WHEN), never for a claim,
 -- a heartbeat or a success.

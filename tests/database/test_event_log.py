@@ -11,7 +11,8 @@ import pytest
 
 import runqueue
 from runqueue import leases, testing
-from runqueue.models import EventLog, Run, RunEvent
+from runqueue.admin import dashboard
+from runqueue.models import EventLog, PriorityClass, Run, RunEvent
 from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db
@@ -113,9 +114,6 @@ def test_a_second_attempt_has_a_claim_of_its_own() -> None:
 def test_the_dashboard_counts_the_claims_rows_hold() -> None:
     """Claim latency reads claims wherever they are: a running run's row, a
     succeeded run's row (through its finished day), an event row."""
-    from runqueue.admin import dashboard
-    from runqueue.models import PriorityClass
-
     runs = [runqueue.submit(kind="k", priority=25).run for _ in range(3)]
     held = [leases.claim_one("w-log") for _ in runs]
     assert all(lease is not None for lease in held)

@@ -23,6 +23,12 @@ terminal run its final event; one run in ten made a tool invocation (one in
 fifty two), one in twenty saved a checkpoint, one in ten carried an
 Idempotency-Key. ``--start`` numbers the rows from there, so a second load
 adds to the first.
+
+Where the schema holds events on the run's row (migration 0024), they are
+loaded as runqueue writes them: every run's ``run.created`` (its data is the
+priority alone), the claim of a running or succeeded run and a success on
+the row (ids from the events' sequence, in that order), and the rest as
+event rows: a failed or cancelled run's claim and its final event.
 """
 
 from __future__ import annotations
@@ -54,11 +60,11 @@ _ROWS = """
       FROM generate_series(%(start)s, %(stop)s) AS i
 """
 
-RUNS = f"""
+_RUNS = """
 INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status, priority,
     attempts, max_attempts, scheduled_for, lease_epoch, lease_owner, lease_expires_at,
     heartbeat_at, failure, result, created_at, started_at, finished_at, traceparent,
-    concurrency_key)
+    concurrency_key{held_columns})
 SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
        CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled')
             THEN 'conv-' || (r.i %% 500000) ELSE 'live-' || r.i END,
@@ -70,7 +76,7 @@ SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
        CASE WHEN r.status = 'queued' THEN 0 ELSE 1 END, 3,
        CASE WHEN r.status = 'queued' THEN %(now)s::timestamptz + interval '365 days' END,
        CASE WHEN r.status = 'queued' THEN 0 ELSE 1 END,
-       CASE WHEN r.status = 'running' THEN 'history-worker' ELSE '' END,
+       CASE WHEN r.status = 'running' {held_owner} THEN 'history-worker' ELSE '' END,
        CASE WHEN r.status = 'running' THEN %(now)s::timestamptz + interval '365 days' END,
        CASE WHEN r.status <> 'queued' THEN r.created_at + interval '1 second' END,
        CASE WHEN r.status = 'failed' THEN jsonb_build_object(
@@ -81,9 +87,27 @@ SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
        CASE WHEN r.status <> 'queued' THEN r.created_at + interval '50 milliseconds' END,
        CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled')
             THEN r.created_at + make_interval(secs => 0.2 + (r.i %% 97) * 0.37) END,
-       '', 'tenant-' || (r.i %% 50)
-  FROM ({_ROWS}) AS r
+       '', 'tenant-' || (r.i %% 50){held_values}
+  FROM ({rows}) AS r
 """
+#: Events on the run's row (migration 0024): the columns and values the
+#: runs' statement adds; evaluated left to right, so created < claim < success.
+_HELD = {
+    "held_columns": ", created_event_id, claim_event_id, claimed_at, claim_wait_ms,"
+    " success_event_id, lease_token",
+    "held_owner": "OR r.status = 'succeeded'",
+    "held_values": """,
+       nextval('runqueue_run_event_id_seq'),
+       CASE WHEN r.status IN ('running', 'succeeded')
+            THEN nextval('runqueue_run_event_id_seq') END,
+       CASE WHEN r.status IN ('running', 'succeeded')
+            THEN r.created_at + interval '50 milliseconds' END,
+       CASE WHEN r.status IN ('running', 'succeeded') THEN r.i %% 40 END,
+       CASE WHEN r.status = 'succeeded' THEN nextval('runqueue_run_event_id_seq') END,
+       CASE WHEN r.status IN ('running', 'succeeded') THEN md5('token' || r.i)::uuid END""",
+}
+RUNS = _RUNS.format(rows=_ROWS, held_columns="", held_owner="", held_values="")
+RUNS_HELD = _RUNS.format(rows=_ROWS, **_HELD)
 
 EVENTS = f"""
 INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -100,6 +124,9 @@ SELECT r.id, e.type, e.epoch, e.data, e.at
             r.status IN ('succeeded', 'failed', 'cancelled'))
        ) AS e(type, epoch, data, at, present)
  WHERE e.present
+   -- What the run's row holds (RUNS_HELD), when %(held)s.
+   AND NOT (%(held)s AND (e.type IN ('run.created', 'run.succeeded')
+                          OR (e.type = 'run.claimed' AND r.status IN ('running', 'succeeded'))))
 """
 
 TOOLS = f"""
@@ -144,6 +171,12 @@ def load(*, runs: int, days: float, start: int = 0, batch: int = 200_000, echo=p
 
     now = timezone.now()
     _make_days(now, days, echo)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns"
+            " WHERE table_name = 'runqueue_run' AND column_name = 'claim_event_id')"
+        )
+        (held,) = cursor.fetchone()
     begun = time.monotonic()
     for first in range(start, start + runs, batch):
         params = {
@@ -153,9 +186,10 @@ def load(*, runs: int, days: float, start: int = 0, batch: int = 200_000, echo=p
             "runs": runs,
             "days": days,
             "now": now,
+            "held": held,
         }
         with transaction.atomic(), connection.cursor() as cursor:
-            for statement in (RUNS, EVENTS, TOOLS, CHECKPOINTS, KEYS):
+            for statement in (RUNS_HELD if held else RUNS, EVENTS, TOOLS, CHECKPOINTS, KEYS):
                 cursor.execute(statement, params)
         done = params["stop"] + 1 - start
         rate = done / (time.monotonic() - begun)
