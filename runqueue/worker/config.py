@@ -15,6 +15,10 @@ CLAIM_BATCH = 32
 #: Leases a slot group may claim beyond its idle slots while its runs are
 #: short (docs/performance.md: chosen by measurement).
 CLAIM_AHEAD = 16
+#: Claim lanes per non-interactive slot group: two overlap one lane's
+#: statement with the other's Python (docs/performance.md: by measurement).
+CLAIM_LANES = 2
+CLAIM_LANES_MAX = 8
 #: How often a worker schedules the housekeeping pass.
 HOUSEKEEPING_SECONDS = 600
 #: The address ``--metrics-port`` binds when no ``--metrics-host`` is given.
@@ -44,6 +48,9 @@ class PoolConfig:
     #: At most this many leases held beyond the idle slots of a group, while
     #: its runs are short (``group.AHEAD_BELOW_SECONDS``); 0 turns it off.
     claim_ahead: int = CLAIM_AHEAD
+    #: A non-interactive ``--slots`` group runs as up to this many slot
+    #: groups (lanes), each with its own claim thread and connection.
+    claim_lanes: int = CLAIM_LANES
     burst: bool = False
     worker_id: str = field(default_factory=default_worker_id)
     #: Serve this worker's Prometheus metrics on this port (None: not served).
@@ -53,6 +60,10 @@ class PoolConfig:
     def __post_init__(self) -> None:
         if not self.slots:
             raise ValueError("a pool needs at least one slot")
+        if not 1 <= self.claim_lanes <= CLAIM_LANES_MAX:
+            raise ValueError(
+                f"claim lanes must be between 1 and {CLAIM_LANES_MAX}, got {self.claim_lanes}"
+            )
         if self.heartbeat_seconds >= self.lease_seconds:
             raise ValueError(
                 f"heartbeat every {self.heartbeat_seconds}s would let a {self.lease_seconds}s "

@@ -25,6 +25,7 @@ from runqueue.worker import background
 from runqueue.worker.config import (
     CLAIM_AHEAD,
     CLAIM_BATCH,
+    CLAIM_LANES,
     PoolConfig,
     default_worker_id,
 )
@@ -35,7 +36,15 @@ from runqueue.worker.services import Periodic, reconnect_delay, retrying
 from runqueue.worker.slot import LoopRuns, LoopSlots, Slot
 from runqueue.worker.spec import SlotSpec, shape
 
-__all__ = ["CLAIM_AHEAD", "CLAIM_BATCH", "Pool", "PoolConfig", "SlotSpec", "default_worker_id"]
+__all__ = [
+    "CLAIM_AHEAD",
+    "CLAIM_BATCH",
+    "CLAIM_LANES",
+    "Pool",
+    "PoolConfig",
+    "SlotSpec",
+    "default_worker_id",
+]
 
 logger = logging.getLogger("runqueue.worker")
 
@@ -65,24 +74,40 @@ class Pool:
         self._signals = 0
         #: Runs whose handler was logged as ignoring its cancellation.
         self._reported_ignoring: set[uuid.UUID] = set()
-        self.groups = [
-            Group(
-                GroupConfig(
-                    label=spec.label,
-                    classes=spec.classes,
-                    size=spec.count,
-                    slots=spec.slots,
-                    owner=f"{config.worker_id}/{spec.label}",
-                    lease_seconds=config.lease_seconds,
-                    claim_batch=config.claim_batch,
-                    ahead=config.claim_ahead,
-                    poll_seconds=config.poll_seconds,
-                    burst=config.burst,
-                ),
-                finished=self.finished,
-            )
-            for spec in config.slots
-        ]
+        #: One slot group per claim lane of each spec (``SlotSpec.lanes``).
+        self.groups: list[Group] = []
+        self.slots: list[Slot | LoopSlots | LoopRuns] = []
+        for spec in config.slots:
+            lanes = spec.lanes(config.claim_lanes)
+            first = 0
+            for lane in lanes:
+                name = spec.label if len(lanes) == 1 else f"{spec.label}.{lane.index}"
+                group = Group(
+                    GroupConfig(
+                        label=name,
+                        classes=spec.classes,
+                        size=lane.count,
+                        slots=lane.slots,
+                        owner=f"{config.worker_id}/{spec.label}",
+                        lease_seconds=config.lease_seconds,
+                        claim_batch=config.claim_batch,
+                        ahead=config.claim_ahead,
+                        poll_seconds=config.poll_seconds,
+                        burst=config.burst,
+                    ),
+                    finished=self.finished,
+                )
+                self.groups.append(group)
+                if spec.loop:
+                    self.slots.append(LoopSlots(f"{name}-loop", group, lane.count))
+                    continue
+                # Thread slots hand their async runs to the loop (LoopRuns).
+                loop_runs = LoopRuns(f"{name}-on-loop", group)
+                self.slots.extend(
+                    Slot(f"{spec.label}-{first + i}", group, loop_runs) for i in range(lane.slots)
+                )
+                self.slots.append(loop_runs)
+                first += lane.slots
         #: The background services (runqueue.worker.background): renewing
         #: every held lease, until the last lease is given back ...
         self.heartbeat_services = background.periodic(self, "heartbeat")
@@ -91,17 +116,6 @@ class Pool:
         self.maintenance_services = background.periodic(self, "maintenance")
         #: The services started, by name: their threads or servers.
         self.running: dict[str, object] = {}
-        self.slots: list[Slot | LoopSlots | LoopRuns] = []
-        for spec, group in zip(config.slots, self.groups, strict=True):
-            if spec.loop:
-                self.slots.append(LoopSlots(f"{spec.label}-loop", group, spec.count))
-                continue
-            # Thread slots hand their async runs to the loop (LoopRuns).
-            loop_runs = LoopRuns(f"{spec.label}-on-loop", group)
-            self.slots.extend(
-                Slot(f"{spec.label}-{i}", group, loop_runs) for i in range(spec.slots)
-            )
-            self.slots.append(loop_runs)
 
     # --- leases held by this process ---------------------------------------------
 

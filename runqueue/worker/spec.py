@@ -41,6 +41,25 @@ class SlotSpec:
         """The group's slot threads (or coroutines, ``:loop``)."""
         return self.count if self.loop else min(self.count, THREAD_SLOTS_MAX)
 
+    def lanes(self, most: int) -> tuple[Lane, ...]:
+        """The spec's slots split into at most ``most`` claim lanes, each a
+        slot group with its own thread and connection, so one lane's claim
+        statement runs on the server while the other's runs are started and
+        handed back in Python (docs/decisions.md, "Claim lanes"). A group
+        that takes the interactive class is one lane: it never claims ahead,
+        and its pickup is one claim for the idle slots."""
+        if PriorityClass.INTERACTIVE in self.classes:
+            most = 1
+        n = max(1, min(most, self.count))
+        return tuple(
+            Lane(
+                index=i,
+                count=self.count // n + (i < self.count % n),
+                slots=self.slots // n + (i < self.slots % n),
+            )
+            for i in range(n)
+        )
+
     @classmethod
     def parse(cls, text: str) -> SlotSpec:
         """Parse ``CLASSES=N``; raise ValueError with the reason."""
@@ -69,6 +88,15 @@ class SlotSpec:
         if not 1 <= n <= SLOTS_MAX:
             raise ValueError(f"slot count must be between 1 and {SLOTS_MAX}, got {n}")
         return cls(classes=tuple(sorted(classes)), count=n, loop=bool(colon))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lane:
+    """One claim lane of a spec: runs at once and slot threads (or coroutines)."""
+
+    index: int
+    count: int
+    slots: int
 
 
 def shape(specs: tuple[SlotSpec, ...]) -> dict[str, int]:

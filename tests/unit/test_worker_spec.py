@@ -91,3 +91,61 @@ def test_runworker_rejects_bad_options(args: list[str], message: str, capsys) ->
         call_command("runworker", *args)
     shown = str(excinfo.value) + capsys.readouterr().err
     assert message in shown
+
+
+@pytest.mark.parametrize(
+    ("text", "most", "lanes"),
+    [
+        ("async=8", 2, [(4, 4), (4, 4)]),
+        ("async=5", 2, [(3, 3), (2, 2)]),
+        ("async=7", 3, [(3, 3), (2, 2), (2, 2)]),
+        ("async=1", 2, [(1, 1)]),
+        ("async=8", 1, [(8, 8)]),
+        ("maintenance=2", 2, [(1, 1), (1, 1)]),
+        # A thread spec keeps its threads in all: 300 runs on 256 threads.
+        ("async=300", 2, [(150, 128), (150, 128)]),
+        ("async=301:loop", 2, [(151, 151), (150, 150)]),
+        # The interactive class never claims ahead: one lane, one claim.
+        ("interactive=4", 2, [(4, 4)]),
+        ("interactive,async=4", 2, [(4, 4)]),
+    ],
+)
+def test_a_spec_splits_into_claim_lanes(text: str, most: int, lanes: list) -> None:
+    got = SlotSpec.parse(text).lanes(most)
+    assert [(lane.count, lane.slots) for lane in got] == lanes
+    assert [lane.index for lane in got] == list(range(len(lanes)))
+
+
+def test_a_pool_has_a_group_per_lane_with_the_specs_owner_and_unique_slot_names() -> None:
+    from runqueue.worker.pool import Pool
+
+    specs = (SlotSpec.parse("interactive=2"), SlotSpec.parse("async=5"))
+    pool = Pool(PoolConfig(slots=specs, worker_id="w", claim_lanes=2))
+    groups = [(g.label, g.size, g.config.owner) for g in pool.groups]
+    assert groups == [
+        ("interactive", 2, "w/interactive"),
+        ("async.0", 3, "w/async"),
+        ("async.1", 2, "w/async"),
+    ]
+    names = [slot.name for slot in pool.slots]
+    assert len(names) == len(set(names))
+    assert sum(1 for n in names if n.startswith("async-") and n[6:].isdigit()) == 5
+    assert shape(pool.config.slots) == {"interactive": 2, "async": 5}
+    one = Pool(PoolConfig(slots=specs, worker_id="w", claim_lanes=1))
+    assert [(g.label, g.size) for g in one.groups] == [("interactive", 2), ("async", 5)]
+
+
+@pytest.mark.parametrize("lanes", [0, 9, -1])
+def test_claim_lanes_out_of_range_say_why(lanes: int) -> None:
+    with pytest.raises(ValueError, match=f"claim lanes must be between 1 and 8, got {lanes}"):
+        PoolConfig(claim_lanes=lanes)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "must be between 1 and 8, got 0"), ("two", "expected a whole number, got 'two'")],
+)
+def test_runworker_rejects_bad_claim_lanes(value: str, message: str, capsys) -> None:
+    with pytest.raises((CommandError, SystemExit)) as excinfo:
+        call_command("runworker", "--claim-lanes", value)
+    assert message in str(excinfo.value) + capsys.readouterr().err

@@ -374,7 +374,10 @@ def test_a_stopping_group_refunds_the_calls_of_the_leases_it_never_started(
     assert _window("b") == (100, 1)
 
 
-def test_a_burst_pool_drains_every_run_exactly_once() -> None:
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_burst_pool_drains_every_run_exactly_once(lanes: int) -> None:
+    """One lane or two (each a group of its own, claiming on its own
+    connection): every run ends once, by the outcome its handler gave."""
     ok_runs = [
         runqueue.submit(kind="test.group_noop", payload={"i": i}, priority=ASYNC).run.id
         for i in range(60)
@@ -383,12 +386,14 @@ def test_a_burst_pool_drains_every_run_exactly_once() -> None:
         runqueue.submit(kind="test.fail", payload={"error": "permanent"}, priority=ASYNC).run.id
         for _ in range(8)
     ]
-    config = PoolConfig(slots=(SlotSpec.parse("async=4"),), burst=True, worker_id="grouptest")
+    config = PoolConfig(
+        slots=(SlotSpec.parse("async=4"),), burst=True, worker_id="grouptest", claim_lanes=lanes
+    )
     pool = Pool(config)
+    assert len(pool.groups) == lanes
     assert pool.run() == 0
     assert pool.held() == []
-    (group,) = pool.groups
-    assert group.outcomes_written == 68
+    assert sum(group.outcomes_written for group in pool.groups) == 68
     for run in Run.objects.filter(id__in=ok_runs):
         assert run.status == RunStatus.SUCCEEDED
         assert run.result == {"owner": "grouptest/async"}

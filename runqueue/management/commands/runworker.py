@@ -11,7 +11,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
 from runqueue.models import PriorityClass
-from runqueue.worker.config import CLAIM_AHEAD, METRICS_HOST, PoolConfig, default_worker_id
+from runqueue.worker.config import (
+    CLAIM_AHEAD,
+    CLAIM_LANES,
+    CLAIM_LANES_MAX,
+    METRICS_HOST,
+    PoolConfig,
+    default_worker_id,
+)
 from runqueue.worker.pool import Pool
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
@@ -40,6 +47,16 @@ def ahead(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if not 0 <= value <= 256:
         raise argparse.ArgumentTypeError(f"must be between 0 and 256, got {value}")
+    return value
+
+
+def lanes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= CLAIM_LANES_MAX:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {CLAIM_LANES_MAX}, got {value}")
     return value
 
 
@@ -136,6 +153,14 @@ class Command(BaseCommand):
             "runs are short, 0 to turn off (default: %(default)s)",
         )
         parser.add_argument(
+            "--claim-lanes",
+            type=lanes,
+            default=CLAIM_LANES,
+            help="claim lanes per non-interactive slot group: each lane is a share of its slots "
+            "with its own claim thread and database connection, so one lane's statement "
+            "overlaps the others' work; 1 for one lane (default: %(default)s)",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="drain the runs that are due, then exit 0"
         )
         parser.add_argument(
@@ -170,6 +195,7 @@ class Command(BaseCommand):
                 poll_seconds=options["poll_seconds"],
                 grace_seconds=options["grace_seconds"],
                 claim_ahead=options["claim_ahead"],
+                claim_lanes=options["claim_lanes"],
                 burst=options["burst"],
                 worker_id=options["worker_id"] or default_worker_id(),
                 metrics_port=options["metrics_port"],
