@@ -126,7 +126,13 @@ AND q.attempts < q.max_attempts
 -- fragment: claimable --
 -- Claimable: due, not past its start deadline (start_within: the deadline
 -- service cancels it as expired, docs/decisions.md "Run deadlines"), and
--- its kind not paused (in all classes, or in its class).
+-- its kind not paused (in all classes, or in its class). The pause test
+-- is a subplan per candidate run, never a join: OFFSET 0 keeps the planner
+-- from pulling it up into an anti-join, which it may make a hash join when
+-- runqueue_paused_kind has no statistics (never analyzed: a table nobody
+-- paused a kind in), and a hash join's rows come unordered: the claim would
+-- sort every due run instead of reading the claim index's first few
+-- (docs/performance.md, "A claim's plan whatever the statistics").
 -- include: due --
 AND (q.start_by IS NULL OR q.start_by > now())
 AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
@@ -134,7 +140,8 @@ AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
                    AND (p.priority_class IS NULL
                         OR p.priority_class
                            = runqueue_priority_class_low(
-                                 runqueue_priority_class(q.priority))))
+                                 runqueue_priority_class(q.priority)))
+                OFFSET 0)
 
 -- function: runqueue_between_turns --
 -- A run is between turns when a newer version of its handler would replay

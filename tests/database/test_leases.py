@@ -110,6 +110,59 @@ def test_claim_plan_uses_the_claim_index() -> None:
     assert "InitPlan" in plan, plan
 
 
+def _generic_plan(name: str) -> str:
+    """The plan a prepared ``name`` runs once PostgreSQL keeps one plan for
+    every parameter value (``plan_cache_mode = force_generic_plan``)."""
+    import re
+
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    from runqueue.sql import queries
+
+    statement = re.sub(r"%\((\w+)\)s", number, queries()[name]).replace("%%", "%")
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE runqueue_generic_{name} AS {statement}")
+        try:
+            nulls = ", ".join(["NULL"] * len(names))
+            cursor.execute(f"EXPLAIN (COSTS OFF) EXECUTE runqueue_generic_{name}({nulls})")
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute(f"DEALLOCATE runqueue_generic_{name}")
+            cursor.execute("RESET plan_cache_mode")
+
+
+def test_a_claims_generic_plan_reads_the_claim_index_in_order_without_a_join() -> None:
+    """A worker's claim is a prepared statement: after a few runs PostgreSQL
+    may keep one generic plan for it, made with whatever statistics the
+    tables had. With many paused kinds in the statistics (or none: a table
+    never analyzed is planned as ~50 rows) the pause test became a hash
+    anti-join, whose rows come unordered, and the claim sorted every due run
+    to take the first few. The test is a subplan per candidate (OFFSET 0):
+    the plan reads the claim index in claim order and stops at the limit."""
+    from runqueue.models import PausedKind
+
+    Run.objects.bulk_create([Run(kind="k", priority=10, payload={}) for _ in range(3000)])
+    PausedKind.objects.bulk_create(
+        PausedKind(kind=f"other.{i}", paused_by="t", reason="r") for i in range(300)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runqueue_run")
+        cursor.execute("ANALYZE runqueue_paused_kind")
+    for name in ("finish_and_claim", "claim"):
+        plan = _generic_plan(name)
+        claim = plan[plan.index("CTE claimed") :]
+        claim = claim[: min(claim.find(c) % len(claim) for c in ("CTE logged", "CTE watched"))]
+        assert "runqueue_run_claim_idx" in claim, plan
+        assert "Sort" not in claim and "Hash" not in claim, plan
+        assert "SubPlan" in claim, plan
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claimers_never_claim_one_run_twice() -> None:
     n_runs, n_threads = 120, 8

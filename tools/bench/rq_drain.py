@@ -22,6 +22,7 @@ reports its commits), so it includes their shutdown.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -67,6 +68,9 @@ class Workers:
     ) -> None:
         """``spec``: the ``--slots`` values instead of ``async=<slots>``."""
         slot_args = [a for value in spec or (f"async={slots}",) for a in ("--slots", value)]
+        # More runworker options for every process (e.g. "--claim-lanes 1"), to
+        # compare a setting within one block.
+        slot_args += shlex.split(os.environ.get("BENCH_RUNWORKER_ARGS", ""))
         env = self.environment(url, env)
         self.logs = [tempfile.TemporaryFile() for _ in range(processes)]
         self.procs = [
