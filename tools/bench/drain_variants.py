@@ -35,15 +35,8 @@ import psycopg
 from tools.bench import common, measure
 from tools.bench.rq_db import WAKE
 from tools.bench.rq_drain import DONE
+from tools.bench.wal_breakdown import LOAD
 
-#: The bench's load (tools.bench.rq_db.load), for this schema.
-LOAD = """
-INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, kind, payload, status,
-                          priority, attempts, max_attempts, lease_epoch, lease_owner, created_at)
-SELECT gen_random_uuid(), 'bench', 'bench', '', 'bench.noop', '{}'::jsonb, 'queued', 10, 0, 3,
-       0, '', now() - make_interval(secs => (%s - g) / 1e6)
-  FROM generate_series(1, %s) g
-"""
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -31,7 +31,7 @@ requests = [runqueue.SubmitRequest(kind="bench.noop", payload={{"i": i}}) for i 
 for start in range(0, {n}, 1000):
     runqueue.submit_many(requests[start:start + 1000])
 """
-_LOAD = """
+LOAD = """
 INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, kind, payload, status,
                           priority, attempts, max_attempts, lease_epoch, lease_owner, created_at)
 SELECT gen_random_uuid(), 'bench', 'bench', '', 'bench.noop', '{}'::jsonb, 'queued', 10, 0, 3,
@@ -101,7 +101,7 @@ def main() -> None:
             _report(server, url, oid, "submit_many, 1,000 a call", start, _lsn(server), n)
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("TRUNCATE runqueue_run, runqueue_run_event")
-                conn.execute(_LOAD, [n, n])
+                conn.execute(LOAD, [n, n])
                 conn.execute("ANALYZE")
             server.execute("CHECKPOINT")
             start = _lsn(server)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -40,24 +41,23 @@ def seconds(text: str) -> float:
     return value
 
 
-def ahead(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value <= 256:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 256, got {value}")
-    return value
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An option's parser: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
 
 
-def lanes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= value <= CLAIM_LANES_MAX:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {CLAIM_LANES_MAX}, got {value}")
-    return value
+ahead = whole_number(0, 256)
+lanes = whole_number(1, CLAIM_LANES_MAX)
 
 
 def port(text: str) -> int:
