@@ -266,6 +266,13 @@ def _nodes(plan: dict) -> Iterator[dict]:
 #: claims is most of today's events then); a past day is whole, and checked.
 SMALL_DAY_PAGES = 16
 SMALL_DAY_SHARE = 4
+#: An event day is read by time through its BRIN index (created_at), whose
+#: one range covers 128 pages (the default pages_per_range): a day of events
+#: smaller than that is read whole by the BRIN scan too, so the planner
+#: rightly scans it. Since migration 0024 a day of this fixture's events is
+#: ~40 pages (the failed and cancelled runs' claims and ends; the rest are on
+#: the runs' rows), so today's day passes SMALL_DAY_PAGES by mid-morning UTC.
+EVENT_DAY_BRIN_PAGES = 128
 
 
 def _sequential_reads(
@@ -328,6 +335,8 @@ def _sequential_reads(
                 [table.rstrip("0123456789") + "%", table],
             )
             pages, largest = cursor.fetchone()
+            if table.startswith("runqueue_run_event_p") and pages <= EVENT_DAY_BRIN_PAGES:
+                continue
             if pages > max(SMALL_DAY_PAGES, (largest or 0) // SMALL_DAY_SHARE):
                 found.append(table)
     return found
