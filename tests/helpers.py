@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -89,3 +90,18 @@ def expire_lease(run_id: Any) -> None:
             "UPDATE runqueue_run SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
             [run_id],
         )
+
+
+def numbered(name: str) -> tuple[str, list[str]]:
+    """The named statement as PREPARE takes it: its ``%(name)s`` parameters
+    numbered ``$1``, ``$2``, ... in order of first use, and their names."""
+    from runqueue.sql import queries
+
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, queries()[name]).replace("%%", "%"), names

@@ -18,16 +18,8 @@ from importlib import import_module
 from django.db import migrations
 
 _0019 = import_module("runqueue.migrations.0019_versions")
-
-
-def _claim_capped(functions: str) -> str:
-    """The ``runqueue_claim_capped`` of a migration's FUNCTIONS text: from its
-    leading comment to the end of its body."""
-    start = functions.index("-- The capped claim's walk")
-    end = functions.index(
-        "$fn$;", functions.index("CREATE OR REPLACE FUNCTION runqueue_claim_capped")
-    )
-    return functions[start : end + len("$fn$;")] + "\n"
+# 0020's reader of one function out of a migration's FUNCTIONS text.
+_function = import_module("runqueue.migrations.0020_resume_once")._function
 
 
 FUNCTIONS = r"""
@@ -363,5 +355,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(FUNCTIONS, reverse_sql=_claim_capped(_0019.FUNCTIONS)),
+        migrations.RunSQL(
+            FUNCTIONS, reverse_sql=_function(_0019.FUNCTIONS, "runqueue_claim_capped")
+        ),
     ]

@@ -89,9 +89,10 @@ $fn$;
 -- 0024): an attempt's claim, held from the claim while the run runs and
 -- after it succeeds, and the success, held while it stays succeeded. When
 -- the row moves on (a failure, a requeue, a give-back, a wait, a cancel;
--- a succeeded run, should anything move it), the events it held are written
--- as event rows, under the ids and times the row gave them, and the row lets them
--- go: the log (runqueue_event_log) shows each event once, before and after.
+-- a succeeded run, should anything move it), the events it held are
+-- written as event rows, under the ids and times the row gave them, and the
+-- row lets them go: the log (runqueue_event_log) shows each event once,
+-- before and after.
 -- The trigger that calls it fires only then (its WHEN), never for a claim,
 -- a heartbeat or a success.
 CREATE OR REPLACE FUNCTION runqueue_run_log_kept() RETURNS trigger

@@ -903,9 +903,10 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
 -- name: create_runs --
 -- Submit without a waiting run to deliver to: the new runs, their
--- run.created events (most on their rows: created), their idempotency keys (if any) and the NOTIFYs that
--- wake idle workers (one per class with a due run, sent on commit), in one
--- statement: in autocommit, one round trip and one commit. A key or a
+-- run.created events (most on their rows: created), their idempotency keys
+-- (if any) and the NOTIFYs that wake idle workers (one per class with a due
+-- run, sent on commit), in one statement: in autocommit, one round trip and
+-- one commit. A key or a
 -- session already taken makes the whole statement fail with its unique
 -- violation, writing nothing; submit then takes the routing path.
 -- The runs travel as one JSON document, an array per run (the columns in

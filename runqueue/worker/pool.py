@@ -25,7 +25,6 @@ from runqueue.worker import background
 from runqueue.worker.config import (
     CLAIM_AHEAD,
     CLAIM_BATCH,
-    CLAIM_LANES,
     PoolConfig,
     default_worker_id,
 )
@@ -34,17 +33,9 @@ from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.listener import Listener
 from runqueue.worker.services import Periodic, reconnect_delay, retrying
 from runqueue.worker.slot import LoopRuns, LoopSlots, Slot
-from runqueue.worker.spec import SlotSpec, shape
+from runqueue.worker.spec import Lane, SlotSpec, shape
 
-__all__ = [
-    "CLAIM_AHEAD",
-    "CLAIM_BATCH",
-    "CLAIM_LANES",
-    "Pool",
-    "PoolConfig",
-    "SlotSpec",
-    "default_worker_id",
-]
+__all__ = ["CLAIM_AHEAD", "CLAIM_BATCH", "Pool", "PoolConfig", "SlotSpec", "default_worker_id"]
 
 logger = logging.getLogger("runqueue.worker")
 
@@ -78,36 +69,8 @@ class Pool:
         self.groups: list[Group] = []
         self.slots: list[Slot | LoopSlots | LoopRuns] = []
         for spec in config.slots:
-            lanes = spec.lanes(config.claim_lanes)
-            first = 0
-            for lane in lanes:
-                name = spec.label if len(lanes) == 1 else f"{spec.label}.{lane.index}"
-                group = Group(
-                    GroupConfig(
-                        label=name,
-                        classes=spec.classes,
-                        size=lane.count,
-                        slots=lane.slots,
-                        owner=f"{config.worker_id}/{spec.label}",
-                        lease_seconds=config.lease_seconds,
-                        claim_batch=config.claim_batch,
-                        ahead=config.claim_ahead,
-                        poll_seconds=config.poll_seconds,
-                        burst=config.burst,
-                    ),
-                    finished=self.finished,
-                )
-                self.groups.append(group)
-                if spec.loop:
-                    self.slots.append(LoopSlots(f"{name}-loop", group, lane.count))
-                    continue
-                # Thread slots hand their async runs to the loop (LoopRuns).
-                loop_runs = LoopRuns(f"{name}-on-loop", group)
-                self.slots.extend(
-                    Slot(f"{spec.label}-{first + i}", group, loop_runs) for i in range(lane.slots)
-                )
-                self.slots.append(loop_runs)
-                first += lane.slots
+            for lane in spec.lanes(config.claim_lanes):
+                self._add_lane(spec, lane)
         #: The background services (runqueue.worker.background): renewing
         #: every held lease, until the last lease is given back ...
         self.heartbeat_services = background.periodic(self, "heartbeat")
@@ -116,6 +79,35 @@ class Pool:
         self.maintenance_services = background.periodic(self, "maintenance")
         #: The services started, by name: their threads or servers.
         self.running: dict[str, object] = {}
+
+    def _add_lane(self, spec: SlotSpec, lane: Lane) -> None:
+        """A lane's group and its slots: threads that hand their async runs
+        to the loop (LoopRuns), or coroutines on the loop (``:loop``)."""
+        config = self.config
+        group = Group(
+            GroupConfig(
+                label=lane.label,
+                classes=spec.classes,
+                size=lane.count,
+                slots=lane.slots,
+                owner=f"{config.worker_id}/{spec.label}",
+                lease_seconds=config.lease_seconds,
+                claim_batch=config.claim_batch,
+                ahead=config.claim_ahead,
+                poll_seconds=config.poll_seconds,
+                burst=config.burst,
+            ),
+            finished=self.finished,
+        )
+        self.groups.append(group)
+        if spec.loop:
+            self.slots.append(LoopSlots(f"{lane.label}-loop", group, lane.count))
+            return
+        loop_runs = LoopRuns(f"{lane.label}-on-loop", group)
+        self.slots.extend(
+            Slot(f"{spec.label}-{lane.first + i}", group, loop_runs) for i in range(lane.slots)
+        )
+        self.slots.append(loop_runs)
 
     # --- leases held by this process ---------------------------------------------
 

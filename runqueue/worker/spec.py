@@ -51,14 +51,19 @@ class SlotSpec:
         if PriorityClass.INTERACTIVE in self.classes:
             most = 1
         n = max(1, min(most, self.count))
-        return tuple(
-            Lane(
-                index=i,
-                count=self.count // n + (i < self.count % n),
-                slots=self.slots // n + (i < self.slots % n),
+        lanes, first = [], 0
+        for i in range(n):
+            slots = self.slots // n + (i < self.slots % n)
+            lanes.append(
+                Lane(
+                    label=self.label if n == 1 else f"{self.label}.{i}",
+                    count=self.count // n + (i < self.count % n),
+                    slots=slots,
+                    first=first,
+                )
             )
-            for i in range(n)
-        )
+            first += slots
+        return tuple(lanes)
 
     @classmethod
     def parse(cls, text: str) -> SlotSpec:
@@ -92,11 +97,13 @@ class SlotSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lane:
-    """One claim lane of a spec: runs at once and slot threads (or coroutines)."""
+    """One claim lane of a spec: its group's label, runs at once, slot
+    threads (or coroutines) and the number of its first slot thread."""
 
-    index: int
+    label: str
     count: int
     slots: int
+    first: int
 
 
 def shape(specs: tuple[SlotSpec, ...]) -> dict[str, int]:

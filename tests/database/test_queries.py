@@ -16,9 +16,9 @@ from django.db import connection
 from runqueue.models import PRIORITY_MAX, PriorityClass
 from runqueue.sql import MAX_STATEMENT_BYTES, load, parse, queries
 from runqueue.sql.classes import functions
+from tests.helpers import numbered
 
 RUNQUEUE = Path(__file__).resolve().parents[2] / "runqueue"
-_PARAM = re.compile(r"%\((\w+)\)s")
 
 
 # -- Which names the code runs ------------------------------------------------
@@ -292,14 +292,7 @@ def test_each_statement_parses_and_plans(name: str) -> None:
     """PREPARE makes the server parse and analyse the statement with its
     parameters' types inferred; EXPLAIN EXECUTE with every parameter NULL
     (of those types) plans it. Neither runs it."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    statement = _PARAM.sub(number, queries()[name]).replace("%%", "%")
+    statement, names = numbered(name)
     # EXPLAIN cannot be prepared: check the statement it explains.
     statement = re.sub(r"^EXPLAIN\s*(\([^)]*\))?\s*", "", statement)
     nulls = f"({', '.join(['NULL'] * len(names))})" if names else ""

@@ -113,7 +113,12 @@ def test_runworker_rejects_bad_options(args: list[str], message: str, capsys) ->
 def test_a_spec_splits_into_claim_lanes(text: str, most: int, lanes: list) -> None:
     got = SlotSpec.parse(text).lanes(most)
     assert [(lane.count, lane.slots) for lane in got] == lanes
-    assert [lane.index for lane in got] == list(range(len(lanes)))
+    firsts = [sum(slots for _count, slots in lanes[:i]) for i in range(len(lanes))]
+    assert [lane.first for lane in got] == firsts
+    label = SlotSpec.parse(text).label
+    assert [lane.label for lane in got] == (
+        [label] if len(lanes) == 1 else [f"{label}.{i}" for i in range(len(lanes))]
+    )
 
 
 def test_a_pool_has_a_group_per_lane_with_the_specs_owner_and_unique_slot_names() -> None:

@@ -65,12 +65,13 @@ class Workers:
         label: str,
         env: dict[str, str] | None = None,
         spec: tuple[str, ...] = (),
+        args: tuple[str, ...] = (),
     ) -> None:
-        """``spec``: the ``--slots`` values instead of ``async=<slots>``."""
+        """``spec``: the ``--slots`` values instead of ``async=<slots>``;
+        ``args``: more runworker options, and BENCH_RUNWORKER_ARGS's (e.g.
+        "--claim-lanes 1", to compare a setting within one block)."""
         slot_args = [a for value in spec or (f"async={slots}",) for a in ("--slots", value)]
-        # More runworker options for every process (e.g. "--claim-lanes 1"), to
-        # compare a setting within one block.
-        slot_args += shlex.split(os.environ.get("BENCH_RUNWORKER_ARGS", ""))
+        slot_args += [*args, *shlex.split(os.environ.get("BENCH_RUNWORKER_ARGS", ""))]
         env = self.environment(url, env)
         self.logs = [tempfile.TemporaryFile() for _ in range(processes)]
         self.procs = [
