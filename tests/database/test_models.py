@@ -119,12 +119,3 @@ def test_priority_class_is_a_range(priority: int, cls: PriorityClass) -> None:
     assert PriorityClass.of(priority) is cls
     low, high = cls.bounds
     assert low <= priority <= high
-
-
-def test_fillfactor_leaves_room_for_hot_updates() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        # The live partition is what heartbeats update (migration 0009).
-        cur.execute("SELECT reloptions FROM pg_class WHERE relname = 'runqueue_run_live'")
-        assert "fillfactor=80" in cur.fetchone()[0]
