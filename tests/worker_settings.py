@@ -3,8 +3,20 @@ settings, pointed at the test database the parent test run created."""
 
 import json
 import os
+from urllib.parse import quote
 
-from config.settings import *  # noqa: F403
+# The test database is chosen already: without DATABASE_URL, config.settings
+# would start (or, on a machine where none ran yet, create: as root that
+# needs useradd, which the tests' PATH may not reach) the embedded server,
+# only for DATABASES to be replaced below, as this URL's is.
+_test = json.loads(os.environ["RUNQUEUE_TEST_DATABASE"])
+os.environ.setdefault(
+    "DATABASE_URL",
+    f"postgres://{quote(_test['USER'], safe='')}:{quote(_test['PASSWORD'] or '', safe='')}"
+    f"@{quote(_test['HOST'], safe='')}:{_test['PORT']}/{quote(_test['NAME'], safe='')}",
+)
+
+from config.settings import *  # noqa: E402, F403
 
 DATABASES = {
     "default": json.loads(os.environ["RUNQUEUE_TEST_DATABASE"]),
