@@ -27,6 +27,20 @@ logger = logging.getLogger("runqueue.leases")
 
 #: Attempts of a statement that met a row moved between partitions.
 MOVED_ATTEMPTS = 3
+#: Attempts of a transaction that met a deadlock (a cascading cancel locks a
+#: parent, then its children; a child's terminal transition its own row,
+#: then its parent's: runqueue_join), on either side.
+DEADLOCK_ATTEMPTS = 5
+#: A retry after a deadlock first waits up to this, times the attempt.
+DEADLOCK_PAUSE_SECONDS = 0.05
+
+
+def deadlock_pause(attempt: int) -> None:
+    """Before running again a transaction PostgreSQL failed to break a
+    deadlock: both sides retry, and run again at once they can meet the
+    same way again (a finish lost three in a row to a cancel retrying
+    beside spawns). A random pause lets one of them go first."""
+    time.sleep(random.uniform(0, DEADLOCK_PAUSE_SECONDS * attempt))  # noqa: S311
 
 
 def moved_by_another(exc: BaseException) -> bool:

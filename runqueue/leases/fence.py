@@ -10,7 +10,9 @@ from django.db import OperationalError, connection, transaction
 from runqueue import events
 from runqueue.db import sqlstate
 from runqueue.leases.base import (
+    DEADLOCK_ATTEMPTS,
     Lease,
+    deadlock_pause,
     hooks,
     moved_by_another,
     observers,
@@ -92,8 +94,8 @@ def fenced(
 
 #: Attempts of a worker transaction that met a deadlock, or a row moved
 #: by another, while its lease still held (a child's terminal transition
-#: waits for its parent's row: runqueue_join).
-CONFLICT_ATTEMPTS = 3
+#: waits for its parent's row: runqueue_join): as many as a cancel's.
+CONFLICT_ATTEMPTS = DEADLOCK_ATTEMPTS
 
 
 def fenced_transaction(
@@ -117,6 +119,7 @@ def fenced_transaction(
         except _ConflictError as conflict:
             if attempt == CONFLICT_ATTEMPTS:
                 raise conflict.error from None
+            deadlock_pause(attempt)
     raise AssertionError("unreachable")
 
 

@@ -24,7 +24,9 @@ from runqueue.errors import (
 )
 from runqueue.failures import Failure, lease_expired_failure
 from runqueue.leases.base import (
+    DEADLOCK_ATTEMPTS,
     backoff,
+    deadlock_pause,
     hooks,
     logger,
     notify,
@@ -107,11 +109,6 @@ def checked_operation(operation: str, run_id: uuid.UUID | str, **texts: object) 
     return parsed
 
 
-#: Attempts of a cancel that met a deadlock with a child's terminal
-#: transition (it locks child then parent; a cascade parent then children).
-DEADLOCK_ATTEMPTS = 5
-
-
 def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str, cascade: bool = True) -> Run:
     """Cancel a non-terminal run and, with ``cascade``, every non-terminal
     run below it (its children, theirs, ...), in one transaction; each epoch
@@ -129,6 +126,7 @@ def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str, cascade: bool = 
             if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
                 raise
             logger.info("Cancel of run id=%s met a deadlock; run again", run_id)
+            deadlock_pause(attempt)
     raise AssertionError("unreachable")
 
 
@@ -154,6 +152,7 @@ def cancel_tree(
             if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
                 raise
             logger.info("Cancel of the tree of run id=%s met a deadlock; run again", root_id)
+            deadlock_pause(attempt)
     raise AssertionError("unreachable")
 
 
