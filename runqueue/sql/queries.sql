@@ -345,7 +345,11 @@ WITH finished AS (SELECT NULL::uuid AS id WHERE false),
 -- name: fence_renew --
 -- The heartbeat, and the first statement of every worker transaction that
 -- keeps the run running: asserts the lease and renews it. Zero rows: fenced.
--- Touches only unindexed columns, so it stays a HOT update.
+-- Touches only unindexed columns, so it is a HOT update when the row's page
+-- has room for the new version: the live partition's fillfactor leaves it
+-- (migration 0026). It still writes a lock record before the update: the
+-- BEFORE UPDATE trigger runqueue_run_log_kept (functions.sql) makes
+-- PostgreSQL lock the old row first, whatever the trigger's WHEN says.
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
