@@ -36,8 +36,8 @@ DEADLOCK_PAUSE_SECONDS = 0.05
 
 
 def deadlock_pause(attempt: int) -> None:
-    """Before running again a transaction PostgreSQL failed to break a
-    deadlock (40P01; it wrote nothing): both sides of such a cycle retry,
+    """Before running again a transaction PostgreSQL ended to break a
+    deadlock (40P01: it wrote nothing). Both sides of such a cycle retry,
     and run again at once they can meet the same way again (a finish lost
     three in a row to a cancel retrying beside spawns). A random pause lets
     one of them go first."""
