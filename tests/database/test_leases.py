@@ -203,23 +203,43 @@ def _pages(ids: list) -> dict:
         return dict(cursor.fetchall())
 
 
+def _snapshots_of_others() -> int:
+    """Other backends of this database holding a snapshot: while one does,
+    the row versions an update leaves behind cannot be pruned."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
 @pytest.mark.django_db(transaction=True)
-def test_heartbeats_of_runs_claimed_from_a_packed_backlog_stay_on_their_pages() -> None:
+def test_claims_and_heartbeats_of_a_packed_backlog_stay_on_their_pages() -> None:
     """The live partition's fillfactor (migration 0026) leaves room on each
     page of a backlog for its runs' claimed versions (longer than the queued
     ones: the lease's owner, token and times) and for their heartbeats'. A
-    heartbeat's version that goes to another page is not a HOT update: an
-    entry in every index of the partition, several times the WAL
-    (docs/performance.md, "A claim and a heartbeat on their own page").
-    Each statement commits, as a worker's do, so the versions they leave
-    behind can be pruned."""
+    claimed version that goes to another page costs a second lock record
+    and the whole tuple in the WAL; a heartbeat's is not a HOT update (an
+    entry in every index of the partition): docs/performance.md, "A claim
+    and a heartbeat on their own page". Each statement commits, as a
+    worker's do, so the versions they leave behind can be pruned, unless
+    another session of the database holds a snapshot: the claims' bound
+    holds either way, the heartbeats' only without one."""
     owner = "vm-8006-ac4229/async"  # a runworker's owner is as long
     runqueue.submit_many([runqueue.SubmitRequest(kind="k", payload={"i": i}) for i in range(600)])
+    queued = _pages(list(Run.objects.values_list("id", flat=True)))
+    prunable = _snapshots_of_others() == 0
     held = []
     for _ in range(20):
         held += leases.claim(owner, limit=16)
     ids = [lease.run_id for lease in held]
     assert len(set(ids)) == 320
+    claimed = _pages(ids)
+    left = sum(claimed[run_id] != queued[run_id] for run_id in ids)
+    # Fillfactor 80 (before 0026): 43 % of these claims left their page (83 %
+    # with a snapshot held meanwhile); 50: 5 % (31 % with one held).
+    assert left / len(ids) < 0.37, f"{left} of {len(ids)} claimed versions left their page"
     moved, beats = 0, 0
     for _ in range(10):
         before = _pages(ids)
@@ -227,8 +247,9 @@ def test_heartbeats_of_runs_claimed_from_a_packed_backlog_stay_on_their_pages() 
         after = _pages(ids)
         moved += sum(after[run_id] != before[run_id] for run_id in ids)
         beats += len(ids)
-    # Fillfactor 80 (before 0026) moved 22 % of these heartbeats; 50 moves 5 %.
-    assert moved / beats < 0.12, f"{moved} of {beats} heartbeats moved their run to another page"
+    if prunable and _snapshots_of_others() == 0:
+        # Fillfactor 80 moved 21 % of these heartbeats; 50 moves 5 %.
+        assert moved / beats < 0.12, f"{moved} of {beats} heartbeats left their page"
 
 
 def test_succeed_records_result_and_event() -> None:
