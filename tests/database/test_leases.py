@@ -204,12 +204,14 @@ def _pages(ids: list) -> dict:
 
 
 def _snapshots_of_others() -> int:
-    """Other backends of this database holding a snapshot: while one does,
-    the row versions an update leaves behind cannot be pruned."""
+    """Other sessions of the server in a transaction (an xid or a snapshot):
+    while one is, the row versions an update leaves behind may not be
+    pruned. Any database's: this session's own snapshots take their xmin
+    from every transaction running on the server."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
         )
         return cursor.fetchone()[0]
 
@@ -224,12 +226,12 @@ def test_claims_and_heartbeats_of_a_packed_backlog_stay_on_their_pages() -> None
     entry in every index of the partition): docs/performance.md, "A claim
     and a heartbeat on their own page". Each statement commits, as a
     worker's do, so the versions they leave behind can be pruned, unless
-    another session of the database holds a snapshot: the claims' bound
-    holds either way, the heartbeats' only without one."""
+    another session of the server is in a transaction meanwhile (as beside
+    other test suites): the claims' bound holds either way, the heartbeats'
+    is asserted only when no other session was seen in one."""
     owner = "vm-8006-ac4229/async"  # a runworker's owner is as long
     runqueue.submit_many([runqueue.SubmitRequest(kind="k", payload={"i": i}) for i in range(600)])
     queued = _pages(list(Run.objects.values_list("id", flat=True)))
-    prunable = _snapshots_of_others() == 0
     held = []
     for _ in range(20):
         held += leases.claim(owner, limit=16)
@@ -240,14 +242,15 @@ def test_claims_and_heartbeats_of_a_packed_backlog_stay_on_their_pages() -> None
     # Fillfactor 80 (before 0026): 43 % of these claims left their page (83 %
     # with a snapshot held meanwhile); 50: 5 % (31 % with one held).
     assert left / len(ids) < 0.37, f"{left} of {len(ids)} claimed versions left their page"
-    moved, beats = 0, 0
+    moved, beats, others = 0, 0, 0
     for _ in range(10):
+        others += _snapshots_of_others()
         before = _pages(ids)
         assert leases.heartbeat_many(held) == []
         after = _pages(ids)
         moved += sum(after[run_id] != before[run_id] for run_id in ids)
         beats += len(ids)
-    if prunable and _snapshots_of_others() == 0:
+    if others + _snapshots_of_others() == 0:
         # Fillfactor 80 moved 21 % of these heartbeats; 50 moves 5 %.
         assert moved / beats < 0.12, f"{moved} of {beats} heartbeats left their page"
 
