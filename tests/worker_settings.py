@@ -19,7 +19,7 @@ os.environ.setdefault(
 from config.settings import *  # noqa: E402, F403
 
 DATABASES = {
-    "default": json.loads(os.environ["RUNQUEUE_TEST_DATABASE"]),
+    "default": _test,
     "direct": json.loads(
         os.environ.get("RUNQUEUE_TEST_DIRECT_DATABASE") or os.environ["RUNQUEUE_TEST_DATABASE"]
     ),

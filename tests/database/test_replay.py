@@ -213,7 +213,7 @@ def test_the_replay_writes_nothing_even_if_the_handler_tries() -> None:
     [
         (["--kind", "nope", "--last", "1"], "no handler registered for kind 'nope'"),
         (["--kind", KIND, "--last", "1", "--handler-version", "9"], "kind 'replay.k' version 9"),
-        (["--kind", KIND, "--last", "0"], "must be 1 to 10,000, got 0"),
+        (["--kind", KIND, "--last", "0"], "must be between 1 and 10,000, got 0"),
         (["--kind", KIND, "--last", "x"], "expected a whole number, got 'x'"),
     ],
 )

@@ -12,19 +12,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runqueue import registry, replay
 from runqueue.errors import UnknownKind
+from runqueue.management.options import whole_number
 
 #: The most runs one command replays.
 MOST = 10_000
 
 
-def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= value <= MOST:
-        raise argparse.ArgumentTypeError(f"must be 1 to {MOST:,}, got {value}")
-    return value
+#: ``--last``'s parser.
+count = whole_number(1, MOST)
 
 
 class Command(BaseCommand):

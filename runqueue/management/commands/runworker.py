@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
+from runqueue.management.options import whole_number
 from runqueue.models import PriorityClass
 from runqueue.worker.config import (
     CLAIM_AHEAD,
@@ -39,21 +39,6 @@ def seconds(text: str) -> float:
     if not 0 < value <= 86400:
         raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, got {text}")
     return value
-
-
-def whole_number(low: int, high: int) -> Callable[[str], int]:
-    """An option's parser: a whole number from ``low`` to ``high``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
-        return value
-
-    return parse
 
 
 ahead = whole_number(0, 256)
