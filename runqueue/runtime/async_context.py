@@ -196,12 +196,13 @@ class AsyncRunContext:
         *,
         args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
+        rerun_failed: bool = False,
     ) -> Coroutine[Any, Any, ToolOutcome]:
         """``RunContext.invoke_tool``, awaited; ``fn`` may be ``async def``
         (awaited on the loop) or sync (run in a thread, the loop stays free).
         Numbered when called: calls gathered keep the order they were made in."""
         seq, recorded = self.sync._number()
-        return self._invoke_tool(seq, recorded, name, fn, args, idempotency)
+        return self._invoke_tool(seq, recorded, name, fn, args, idempotency, rerun_failed)
 
     async def _invoke_tool(
         self,
@@ -211,12 +212,13 @@ class AsyncRunContext:
         fn: Callable[..., JSON] | Callable[..., Awaitable[JSON]],
         args: dict[str, JSON] | None,
         idempotency: str,
+        rerun_failed: bool = False,
     ) -> ToolOutcome:
         self.check()
         sync = self.sync
         with observe.tool(sync.lease, name, idempotency) as traced:
             begun = await aio.db(
-                sync.tool_begin, seq, recorded, name, args, Idempotency(idempotency)
+                sync.tool_begin, seq, recorded, name, args, Idempotency(idempotency), rerun_failed
             )
             if isinstance(begun, ToolOutcome):
                 outcome = begun

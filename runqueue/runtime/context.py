@@ -396,12 +396,18 @@ class RunContext:
         *,
         args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
+        rerun_failed: bool = False,
     ) -> ToolOutcome:
-        """Run a side effect at most once per record (``runqueue.runtime``)."""
+        """Run a side effect at most once per record (``runqueue.runtime``).
+        ``rerun_failed``: a failure an earlier attempt recorded runs again
+        instead of being replayed (an idempotent step such as a model
+        request, whose failure is the attempt's, not the run's)."""
         self.check()
         seq, recorded = self._number()
         with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
-            begun = self.tool_begin(seq, recorded, name, args, Idempotency(idempotency))
+            begun = self.tool_begin(
+                seq, recorded, name, args, Idempotency(idempotency), rerun_failed
+            )
             if isinstance(begun, ToolOutcome):
                 outcome = begun
             else:
@@ -425,6 +431,7 @@ class RunContext:
         name: str,
         args: dict[str, JSON] | None,
         idempotency: str,
+        rerun_failed: bool = False,
     ) -> ToolOutcome | dict[str, JSON]:
         """Call ``seq`` (``_number``): its recorded outcome if an earlier
         attempt has one (or ``fenced``); else record it started and return
@@ -434,7 +441,8 @@ class RunContext:
             return ToolOutcome(status="fenced", seq=seq)
         if recorded is not None:
             same_tool_call(recorded, name, args)
-            replay = self._replay(recorded)
+            rerun = rerun_failed and recorded.status == ToolStatus.FAILED
+            replay = None if rerun else self._replay(recorded)
             if replay is not None:
                 return replay
         args = args or {}
