@@ -47,6 +47,9 @@ def jsonable(value: JSON) -> JSON:
     return json.loads(json.dumps(value, default=str))
 
 
+#: A model request's step (``runqueue.contrib.steps``) is named this and
+#: its model: ``model:openai:gpt-5``.
+MODEL_STEP_PREFIX = "model:"
 #: The tool name of a patch decision's step (``ctx.patched``).
 PATCH_TOOL = "runqueue.patched"
 #: The longest patch name (it is stored in the step's arguments).
