@@ -22,6 +22,7 @@ CANCEL = "runqueue.cancel_run"
 RESOLVE = "runqueue.resolve_uncertain"
 PAUSE = "runqueue.pause_kind"
 FORK = "runqueue.fork_run"
+DECIDE = "runqueue.decide_tool"
 
 
 def may_view(request: HttpRequest, opts: Options | None = None) -> bool:
@@ -57,6 +58,11 @@ def may_fork(request: HttpRequest) -> bool:
     return request.user.has_perm(FORK)
 
 
+def may_decide(request: HttpRequest) -> bool:
+    """Approve, edit, reject or answer a tool call awaiting approval."""
+    return request.user.has_perm(DECIDE)
+
+
 def may_pause(request: HttpRequest) -> bool:
     """Pause and resume kinds (from a run list or the paused kinds page)."""
     return request.user.has_perm(PAUSE)
@@ -81,6 +87,9 @@ class RunPermissionsMixin:
 
     def has_fork_permission(self, request: HttpRequest) -> bool:
         return may_fork(request)
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return may_decide(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs are submitted, never typed in

@@ -21,7 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from runqueue import usage
-from runqueue.admin import dashboard, display, forks, resolve, tree
+from runqueue.admin import approvals, dashboard, display, forks, resolve, tree
 from runqueue.admin.actions import cancel_runs, requeue_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import (
@@ -155,6 +155,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "budget_display",
         "failure_display",
         "tools_display",
+        "conversation_display",
         "timeline_display",
         "checkpoints_display",
         "payload_display",
@@ -196,6 +197,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         ("Session", {"fields": ["session_display_line"]}),
         ("Usage and cost", {"fields": ["usage_display"]}),
         ("Failure (the dead letter)", {"fields": ["failure_display"]}),
+        ("Conversation", {"fields": ["conversation_display"]}),
         ("Tool invocations", {"fields": ["tools_display"]}),
         ("Event timeline", {"fields": ["timeline_display"]}),
         ("Checkpoints", {"fields": ["checkpoints_display"]}),
@@ -235,6 +237,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
                 view(self.resolve_view),
                 name=f"{prefix}_resolve",
             ),
+            path("tool/<int:tool_id>/decide/", view(self.decide_view), name=f"{prefix}_decide"),
             path("<path:object_id>/fork/", view(self.fork_view), name=f"{prefix}_fork"),
             *self.bulk_urls(),
             *super().get_urls(),
@@ -248,6 +251,9 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
 
     def resolve_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
         return resolve.view(self, request, tool_id)
+
+    def decide_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
+        return approvals.view(self, request, tool_id)
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None
@@ -271,6 +277,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         # Display methods see the run, not the request: carry the answer.
         run.can_resolve = self.has_resolve_permission(request)
         run.can_fork = run.is_terminal and self.has_fork_permission(request)
+        run.can_decide = self.has_decide_permission(request)
         run.unresolved_tools = [
             t
             for t in run.tool_invocations.all()
@@ -401,6 +408,11 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
                 "fork_after": links.get(len(records), ""),
             },
         )
+
+    @admin.display(description="what the agent did, step by step")
+    def conversation_display(self, run: Run) -> SafeString:
+        records = list(run.tool_invocations.all())
+        return approvals.conversation_html(records, getattr(run, "can_decide", False))
 
     @admin.display(description="forks")
     def lineage_display(self, run: Run) -> SafeString:
