@@ -197,12 +197,15 @@ async def _tool_step(
 ) -> object:
     """One tool call as ``ctx.invoke_tool``: the framework's own encoding
     of its result recorded, or what its recorded outcome tells the model."""
-    tool_name, tool_args = str(cache_key[0]), cache_key[1]
+    tool_name, tool_args, tool = str(cache_key[0]), cache_key[1], cache_key[3]
     args = to_jsonable_python(tool_args)
     raised: list[BaseException] = []
 
-    async def call(idempotency_key: str, **recorded: JSON) -> JSON:
-        # invoke_tool passes the recorded (JSON) arguments; the body has the validated ones.
+    async def call(idempotency_key: str, **given: JSON) -> JSON:
+        # invoke_tool passes the recorded (JSON) arguments, or those a person
+        # edited; the body holds the validated ones, which an edit replaces.
+        if given != args and isinstance(tool_args, dict):
+            _edit_arguments(tool_args, tool, given)
         token = _mcp_key.set(idempotency_key)
         try:
             return to_jsonable_python(await body())
@@ -212,9 +215,6 @@ async def _tool_step(
         finally:
             _mcp_key.reset(token)
 
-    extra: dict[str, Any] = {}
-    if policy.approval is not False:  # the core primitive's keyword; only when asked for
-        extra["approval"] = policy.approval
     idempotent = policy.idempotency == Idempotency.IDEMPOTENT
     outcome = await ctx.invoke_tool(
         tool_name,
@@ -222,9 +222,12 @@ async def _tool_step(
         args=args if isinstance(args, dict) else {"args": args},
         idempotency=policy.idempotency,
         rerun_failed=idempotent,
-        **extra,
+        approval=policy.approval or None,  # ApprovalPending propagates, untouched
     )
     if outcome.status == "completed":
+        decided = outcome.approval.get("decided") if isinstance(outcome.approval, dict) else None
+        if isinstance(decided, dict) and decided.get("decision") == "respond":
+            return _returned(outcome.value)  # a person's result stands for the call
         return _as_result(outcome.value)
     if outcome.status == "failed":
         if raised:
@@ -242,13 +245,21 @@ async def _tool_step(
             f"before its result was recorded ({error.get('message')}). It may or may not have "
             "taken effect; it did not necessarily fail. Do not assume either."
         )
-    status: str = outcome.status  # "rejected": the approval primitive's
-    if status == "rejected":
+    if outcome.status == "rejected":
         error = outcome.error if isinstance(outcome.error, dict) else {}
         return _returned(str(error.get("message") or "The tool call was denied."))
     if outcome.status == "fenced":
         raise RunCancelled(ctx.lease.run_id, ctx.lease.cancel_reason or "fenced")
     raise RuntimeError(f"tool call #{outcome.seq} {tool_name!r} ended {outcome.status}")
+
+
+def _edit_arguments(tool_args: dict[str, Any], tool: object, edited: dict[str, JSON]) -> None:
+    """Replace the arguments the call runs with by ``edited`` (an approver's
+    edit), validated as the model's were."""
+    validator = getattr(tool, "args_validator", None)
+    validated = validator.validate_python(edited) if validator is not None else edited
+    tool_args.clear()
+    tool_args.update(validated)
 
 
 def _as_result(value: JSON) -> object:
