@@ -283,3 +283,30 @@ def test_tool_idempotency_comes_from_the_wrapper_metadata_or_defaults_to_non_ide
         "named": "idempotent",
     }
     assert Run.objects.get(id=run.id).status == RunStatus.SUCCEEDED
+
+
+def test_the_docs_conversion_runs_as_written() -> None:
+    """docs/agents.md's "pydantic-ai-example" block, with a scripted model and a
+    payments client: the change is under 15 lines, and its refund waits for
+    an approval, then runs once."""
+    from types import SimpleNamespace
+
+    from pydantic_ai.models.function import FunctionModel
+
+    from tests.database.docs_blocks import named
+
+    block = named("pydantic-ai-example")
+    changed = [line for line in block.code.splitlines() if line.endswith("# runqueue")]
+    assert 0 < len(changed) < 15
+    refunds: list[int] = []
+    namespace: dict[str, Any] = {
+        "model": FunctionModel(agents.script, model_name=agents.MODEL),
+        "payments": SimpleNamespace(refund=lambda order: refunds.append(order) or "refunded"),
+    }
+    exec(compile(block.code, "docs/agents.md", "exec"), namespace)  # noqa: S102 - our docs
+    run = runqueue.submit(kind="support.turn", payload={"prompt": "refund 7"}).run
+    assert testing.execute(_claim()) == "waiting"  # the refund awaits approval
+    runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
+    assert testing.execute(_claim()) == "succeeded"
+    assert Run.objects.get(id=run.id).result == "refund of order 7: refunded"
+    assert refunds == [7]
