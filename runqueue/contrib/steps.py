@@ -87,7 +87,7 @@ async def model_request(
     and fallback logic sees it); RunCancelled once the run is not ours."""
     raised: list[BaseException] = []
 
-    async def step() -> JSON:
+    async def step(**_request: JSON) -> JSON:  # invoke_tool passes the step's arguments
         try:
             response = await send()
         except Exception as exc:
