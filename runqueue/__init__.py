@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from runqueue.errors import (
     ActiveRunConflict,
+    ApprovalPending,
     ChildrenGone,
     ForkRefused,
     IdempotencyConflict,
@@ -17,12 +18,14 @@ from runqueue.errors import (
     InvalidSubmission,
     InvalidTransition,
     MailboxFull,
+    NotAwaitingApproval,
     PermanentError,
     RunCancelled,
     RunNotFound,
     RunqueueError,
     SessionQueueFull,
     SpendCapReached,
+    ToolCallNotFound,
     TransientError,
     UncertainOutcome,
     UnknownKind,
@@ -33,6 +36,7 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.budgets import pause_budget as pause_budget
     from runqueue.forking import fork as fork
     from runqueue.leases import cancel as cancel
+    from runqueue.leases import decide_tool as decide_tool
     from runqueue.leases import deliver_input as deliver_input
     from runqueue.leases import signal as signal
     from runqueue.models import Idempotency as Idempotency
@@ -53,6 +57,7 @@ _LAZY = {
     "SubmitRequest": "runqueue.submission",
     "submit_many": "runqueue.submission",
     "cancel": "runqueue.leases",
+    "decide_tool": "runqueue.leases",
     "deliver_input": "runqueue.leases",
     "fork": "runqueue.forking",
     "pause_budget": "runqueue.budgets",
@@ -68,6 +73,7 @@ _LAZY = {
 
 __all__ = [
     "ActiveRunConflict",
+    "ApprovalPending",
     "ChildrenGone",
     "ForkRefused",
     "IdempotencyConflict",
@@ -76,12 +82,14 @@ __all__ = [
     "InvalidSubmission",
     "InvalidTransition",
     "MailboxFull",
+    "NotAwaitingApproval",
     "PermanentError",
     "RunCancelled",
     "RunNotFound",
     "RunqueueError",
     "SpendCapReached",
     "SessionQueueFull",
+    "ToolCallNotFound",
     "TransientError",
     "UncertainOutcome",
     "UnknownKind",

@@ -101,6 +101,44 @@ class ToolInvocationNotFound(RunqueueError, LookupError):
         super().__init__(f"no tool invocation {tool_invocation_id}")
 
 
+class ToolCallNotFound(RunqueueError, LookupError):
+    """The run has no tool call with this number."""
+
+    def __init__(self, run_id: object, seq: int) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(f"run {run_id} has no tool call #{seq}")
+
+
+class NotAwaitingApproval(RunqueueError):
+    """The tool call does not wait for a decision: it needed none, or it
+    was decided already (``decision`` says how, None if it needed none)."""
+
+    def __init__(self, run_id: object, seq: int, status: str, decision: object) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.status = status
+        self.decision = decision
+        said = f"decided already ({decision})" if decision else status
+        super().__init__(f"tool call #{seq} of run {run_id} does not await approval: {said}")
+
+
+class ApprovalPending(BaseException):  # noqa: N818 - control flow, as asyncio's CancelledError
+    """Raised by ``ctx.invoke_tool(..., approval=...)`` when a person must
+    decide first: the call is recorded awaiting approval and the runtime
+    ends the turn (the run waits, holding no slot), resumed by the
+    decision. A BaseException, so the handler's and an agent SDK's
+    ``except Exception`` do not take it for the tool's failure; let it
+    propagate."""
+
+    def __init__(self, run_id: object, seq: int, tool: str, timeout: float | None) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.tool = tool
+        self.timeout = timeout
+        super().__init__(f"tool call #{seq} ({tool}) of run {run_id} awaits approval")
+
+
 class InvalidTransition(RunqueueError):
     """The run is not in a status that allows this operation."""
 

@@ -25,6 +25,10 @@ TOOL_COMPLETED = "tool.completed"
 TOOL_FAILED = "tool.failed"
 TOOL_UNCERTAIN = "tool.uncertain"
 TOOL_RESOLVED = "tool.resolved"
+#: A call was recorded awaiting a person's approval (data: seq, tool, timeout).
+TOOL_AWAITING_APPROVAL = "tool.awaiting_approval"
+#: A call awaiting approval was decided (data: seq, tool, decision, actor, reason).
+TOOL_DECIDED = "tool.decided"
 WAITING = "run.waiting"
 INPUT_DELIVERED = "run.input_delivered"
 REQUEUED = "run.requeued"

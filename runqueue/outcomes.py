@@ -177,7 +177,7 @@ class Reported(StrEnum):
 Finish = Succeeded | Failed
 
 
-ToolStatusName = Literal["completed", "failed", "uncertain", "fenced"]
+ToolStatusName = Literal["completed", "failed", "uncertain", "rejected", "fenced"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,8 +185,12 @@ class ToolOutcome:
     """How a tool invocation ended.
 
     ``uncertain``: the call started on an earlier attempt and its outcome is
-    unknown (it may have happened). ``fenced``: not run, because this worker
-    lost the run.
+    unknown (it may have happened). ``rejected``: a person rejected it (a
+    call made with ``approval``): never run, ``error["message"]`` gives the
+    reason. ``fenced``: not run, because this worker lost the run.
+    ``approval``: for a call made with ``approval``, what was asked and
+    decided (who, when, the decision; ``respond``'s ``value`` is the
+    person's result, not the tool's).
     """
 
     status: ToolStatusName
@@ -195,6 +199,7 @@ class ToolOutcome:
     error: JSON = None
     replayed: bool = False
     resolution: JSON = None
+    approval: JSON = None
 
     @property
     def ok(self) -> bool:

@@ -45,7 +45,7 @@ from runqueue.runtime import (
     respawned,
     same_tool_call,
 )
-from runqueue.runtime.tools import recorded_outcome
+from runqueue.runtime.tools import Approval, recorded_outcome
 from runqueue.types import JSON
 
 #: The statuses a replay reads: finished runs whose history is complete.
@@ -119,7 +119,10 @@ class ReplayContext(RunContext):
         name: str,
         args: dict[str, JSON] | None,
         idempotency: str,
+        rerun_failed: bool = False,
+        asked: Approval | None = None,
     ) -> ToolOutcome | dict[str, JSON]:
+        # A call awaiting approval, or approved and not run, ends the records.
         if recorded is None:
             self._stop(RecordsEnd(seq))
         try:

@@ -48,6 +48,8 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "run-not-cancellable": (409, "Run cannot be cancelled"),
     "run-not-signallable": (409, "Run is finished and takes no signal"),
     "run-not-waiting-for-user": (409, "Run does not wait for the user"),
+    "tool-not-awaiting-approval": (409, "Tool call does not await approval"),
+    "run-finished": (409, "Run is finished"),
     "length-required": (411, "Content-Length required"),
     "payload-too-large": (413, "Request body is too large"),
     "signal-too-large": (413, "Signal data is too large"),

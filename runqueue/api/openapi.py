@@ -14,7 +14,7 @@ from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, ON_BUSY, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
-from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus
+from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus, ToolDecision, ToolStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
 
@@ -29,6 +29,9 @@ def _path(name: str) -> str:
         kwargs = {"run_id": "RUNID", "name": "SIGNAL"}
         url = reverse(f"runqueue-api:{name}", kwargs=kwargs)
         return url.replace("RUNID", "{run_id}").replace("SIGNAL", "{name}")
+    if name == "run-tool-decision":
+        url = reverse(f"runqueue-api:{name}", kwargs={"run_id": "RUNID", "seq": "SEQ"})
+        return url.replace("RUNID", "{run_id}").replace("SEQ", "{seq}")
     return reverse(f"runqueue-api:{name}", kwargs={"run_id": "RUNID"}).replace("RUNID", "{run_id}")
 
 
@@ -299,6 +302,7 @@ def _schemas() -> dict[str, JSON]:
                         "events": {"type": "string"},
                         "stream": {"type": "string"},
                         "cancel": {"type": "string"},
+                        "steps": {"type": "string"},
                         "input": {
                             "type": "string",
                             "description": "where to answer the run's question: present "
@@ -307,6 +311,59 @@ def _schemas() -> dict[str, JSON]:
                     },
                 },
             },
+        },
+        "Step": {
+            "type": "object",
+            "description": "one recorded step: a model request (kind model, its result a "
+            "model_response: text, tool_calls, finish_reason, usage, raw), a tool call, a "
+            "spawn or a patch decision",
+            "required": ["seq", "kind", "tool", "status"],
+            "properties": {
+                "seq": {"type": "integer", "minimum": 0},
+                "kind": {"type": "string", "enum": ["model", "tool", "spawn", "patch"]},
+                "tool": {"type": "string"},
+                "status": {"type": "string", "enum": list(ToolStatus.values)},
+                "idempotency": {"type": "string"},
+                "arguments": {},
+                "result": {},
+                "error": {},
+                "approval": {
+                    "description": "for a call made with approval: timeout, on_timeout, and "
+                    "decided (decision, actor, at, reason, arguments or result), null until "
+                    "decided"
+                },
+                "resolution": {},
+                "created_at": {"type": ["string", "null"]},
+                "finished_at": {"type": ["string", "null"]},
+                "decision": {
+                    "type": "string",
+                    "description": "where to decide it: present while it awaits approval",
+                },
+            },
+        },
+        "Steps": {
+            "type": "object",
+            "required": ["steps", "next"],
+            "properties": {
+                "steps": {"type": "array", "items": {"$ref": _REF + "Step"}},
+                "next": {"type": ["string", "null"]},
+            },
+        },
+        "ToolDecision": {
+            "type": "object",
+            "required": ["decision"],
+            "additionalProperties": False,
+            "properties": {
+                "decision": {"type": "string", "enum": list(ToolDecision.values)},
+                "reason": {"type": "string", "description": "told to the handler on reject"},
+                "arguments": {"type": "object", "description": "with edit: the arguments run"},
+                "result": {"description": "with respond: the result that stands for the call"},
+            },
+        },
+        "Decided": {
+            "type": "object",
+            "required": ["step", "run"],
+            "properties": {"step": {"$ref": _REF + "Step"}, "run": {"$ref": _REF + "Run"}},
         },
         "SessionTurn": {
             "type": "object",
@@ -544,6 +601,48 @@ def document() -> dict[str, JSON]:
                             "description": "the answer is the run's input; the run is queued",
                             "headers": _LOCATION,
                             "content": _json("Run"),
+                        },
+                        **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                    },
+                }
+            },
+            _path("run-steps"): {
+                "get": {
+                    "operationId": "getRunSteps",
+                    "description": "The run's recorded steps in order: each model request "
+                    "and response, each tool call with its arguments, outcome and approval.",
+                    "parameters": [
+                        _RUN_ID,
+                        {"name": "after", "in": "query", "schema": {"type": "integer"}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+                    ],
+                    "responses": {
+                        "200": {"description": "a page of steps", "content": _json("Steps")},
+                        **_problems(400, 401, 404, 405, 500, 503),
+                    },
+                }
+            },
+            _path("run-tool-decision"): {
+                "post": {
+                    "operationId": "decideTool",
+                    "description": "Approve, edit, reject or respond to a tool call awaiting "
+                    "approval; the run resumes. The same decision again answers as the first "
+                    "(Idempotent-Replayed); another is 409 tool-not-awaiting-approval.",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "seq",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "minimum": 0},
+                        },
+                    ],
+                    "requestBody": {"required": True, "content": _json("ToolDecision")},
+                    "responses": {
+                        "200": {
+                            "description": "the decided call and its run",
+                            "headers": _REPLAYED,
+                            "content": _json("Decided"),
                         },
                         **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
                     },

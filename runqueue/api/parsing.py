@@ -15,7 +15,7 @@ import json
 import re
 import sys
 from decimal import Decimal
-from typing import NoReturn, NotRequired, TypedDict
+from typing import Any, NoReturn, NotRequired, TypedDict
 
 from django.http import HttpRequest
 from django.urls import reverse
@@ -301,3 +301,25 @@ def cancel_reason(body: object) -> str:
 def _pointer(name: str) -> str:
     """A JSON Pointer to a top-level member (RFC 6901 escaping)."""
     return "/" + name.replace("~", "~0").replace("/", "~1")
+
+
+#: The members a tool call's decision may have.
+_DECISION_MEMBERS = {"decision", "reason", "arguments", "result"}
+
+
+def tool_decision(body: object) -> dict[str, Any]:
+    """A decision's body, ``{"decision": ..., "reason"|"arguments"|"result"}``,
+    as ``runqueue.decide_tool``'s keywords; 422 naming what is not a member
+    (the service checks the values: its InvalidArgument is the 422's
+    detail)."""
+    if not isinstance(body, dict) or "decision" not in body:
+        raise validation_failed(
+            [{"pointer": "/decision", "detail": "required: approve, edit, reject or respond"}]
+        )
+    if extra := sorted(set(body) - _DECISION_MEMBERS):
+        raise validation_failed(
+            [{"pointer": _pointer(name), "detail": "is not a member"} for name in extra]
+        )
+    if not isinstance(body.get("reason", ""), str):
+        raise validation_failed([{"pointer": "/reason", "detail": "must be a string"}])
+    return {name: body[name] for name in _DECISION_MEMBERS if name in body}

@@ -14,7 +14,17 @@ from django.urls import reverse
 
 from runqueue import events, usage
 from runqueue.events import public_time
-from runqueue.models import WAIT_STATUSES, PriorityClass, Run, RunEvent, RunStatus
+from runqueue.leases import SPAWN_TOOL
+from runqueue.models import (
+    WAIT_STATUSES,
+    PriorityClass,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+)
+from runqueue.runtime.tools import MODEL_STEP_PREFIX, PATCH_TOOL
 from runqueue.types import JSON
 
 
@@ -42,6 +52,8 @@ class RunLinks(TypedDict):
     events: str
     stream: str
     cancel: str
+    #: What the run did, step by step: model requests and tool calls.
+    steps: str
     #: Where to answer, while the run waits for the user.
     input: NotRequired[str]
 
@@ -116,6 +128,66 @@ def run_url(run_id: uuid.UUID | None) -> str:
 
 def events_url(run_id: uuid.UUID) -> str:
     return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
+
+
+def steps_url(run_id: uuid.UUID) -> str:
+    return reverse("runqueue-api:run-steps", kwargs={"run_id": str(run_id)})
+
+
+def decision_url(run_id: uuid.UUID, seq: int) -> str:
+    return reverse("runqueue-api:run-tool-decision", kwargs={"run_id": str(run_id), "seq": seq})
+
+
+class StepBody(TypedDict):
+    """One recorded step of a run: a model request (``kind`` "model", its
+    result a ``model_response`` record: ``runqueue.contrib.steps``), a tool
+    call, a spawn or a patch decision."""
+
+    seq: int
+    kind: str
+    tool: str
+    status: str
+    idempotency: str
+    arguments: JSON
+    result: JSON
+    error: JSON
+    #: For a call made with ``approval``: what was asked, and the decision.
+    approval: JSON
+    resolution: JSON
+    created_at: str | None
+    finished_at: str | None
+    #: Where to decide it, while it awaits approval.
+    decision: NotRequired[str]
+
+
+def step_kind(tool: str) -> str:
+    if tool.startswith(MODEL_STEP_PREFIX):
+        return "model"
+    if tool == SPAWN_TOOL:
+        return "spawn"
+    if tool == PATCH_TOOL:
+        return "patch"
+    return "tool"
+
+
+def step_body(step: ToolInvocation) -> StepBody:
+    body: StepBody = {
+        "seq": step.seq,
+        "kind": step_kind(step.tool),
+        "tool": step.tool,
+        "status": step.status,
+        "idempotency": step.idempotency,
+        "arguments": step.arguments,
+        "result": step.result,
+        "error": step.error,
+        "approval": step.approval,
+        "resolution": step.resolution,
+        "created_at": public_time(step.created_at),
+        "finished_at": public_time(step.finished_at),
+    }
+    if step.status == ToolStatus.AWAITING_APPROVAL:
+        body["decision"] = decision_url(step.run_id, step.seq)
+    return body
 
 
 def input_url(run_id: uuid.UUID) -> str:
@@ -201,6 +273,7 @@ def run_body(run: Run) -> RunBody:
         "events": events_url(run.id),
         "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
         "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
+        "steps": steps_url(run.id),
     }
     if run.status == RunStatus.WAITING_FOR_USER:
         links["input"] = input_url(run.id)

@@ -14,5 +14,11 @@ urlpatterns = [
     path("runs/<str:run_id>/cancel/", views.cancel_run, name="run-cancel"),
     path("runs/<str:run_id>/signals/<str:name>/", views.signal_run, name="run-signal"),
     path("runs/<str:run_id>/input/", views.answer_run, name="run-input"),
+    path("runs/<str:run_id>/steps/", views.run_steps, name="run-steps"),
+    path(
+        "runs/<str:run_id>/tools/<str:seq>/decision/",
+        views.decide_tool,
+        name="run-tool-decision",
+    ),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

@@ -37,16 +37,18 @@ from runqueue.api.errors import (
     validation_failed,
 )
 from runqueue.api.openapi import document
-from runqueue.api.render import events_url, run_body, run_url
+from runqueue.api.render import events_url, run_body, run_url, step_body, steps_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import (
     InvalidArgument,
     InvalidTransition,
     MailboxFull,
+    NotAwaitingApproval,
     RunqueueError,
     SignalTooLarge,
+    ToolCallNotFound,
 )
-from runqueue.models import EventLog, Run, RunStatus
+from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, ToolStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
 from runqueue.stream.sse import parse_cursor
@@ -292,6 +294,67 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
         raise _mapped(exc) from exc
     response = JsonResponse(run_body(run), status=202)
     response["Location"] = run_url(run.id)
+    return response
+
+
+@api_view("GET")
+def run_steps(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """A page of the run's recorded steps in order (model requests, tool
+    calls with their approvals, spawns); ``next`` continues after the last."""
+    run = _run_or_404(caller, run_id)
+    after = _int_param(request, "after", -1, -1, 2**31 - 1)
+    limit = _int_param(
+        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
+    )
+    page = list(ToolInvocation.objects.filter(run_id=run.id, seq__gt=after).order_by("seq"))[
+        : limit + 1
+    ]
+    more = len(page) > limit
+    page = page[:limit]
+    next_url = f"{steps_url(run.id)}?after={page[-1].seq}&limit={limit}" if more else None
+    return JsonResponse({"steps": [step_body(s) for s in page], "next": next_url})
+
+
+@api_view("POST")
+def decide_tool(request: HttpRequest, caller: Caller, run_id: str, seq: str) -> HttpResponse:
+    """Decide tool call ``seq`` of a run, which awaits approval (``decision``:
+    approve, edit with ``arguments``, reject with a ``reason``, respond
+    with a ``result``): 200 with the call and the run. The same decision
+    again (a client's retry, with or without its Idempotency-Key) answers
+    as the first did, ``Idempotent-Replayed: true``; another is 409."""
+    run = _writable(caller, run_id)
+    if not (seq.isascii() and seq.isdigit() and len(seq) <= 10 and int(seq) < 2**31):
+        raise not_found()
+    number = int(seq)
+    body = parsing.parse_json(request, parsing.read_body(request))
+    decision = parsing.tool_decision(body)
+    before = ToolInvocation.objects.filter(run_id=run.id, seq=number).first()
+    try:
+        step = runqueue.decide_tool(run.id, number, actor=caller.principal, **decision)
+    except ToolCallNotFound as exc:
+        raise not_found() from exc
+    except NotAwaitingApproval as exc:
+        decided = exc.decision.get("decision") if isinstance(exc.decision, dict) else None
+        said = f": it was decided already ({decided})." if decided else "."
+        raise ApiError(
+            "tool-not-awaiting-approval",
+            f"Tool call #{number} does not await approval{said}",
+            extensions={"tool_status": exc.status},
+        ) from exc
+    except InvalidTransition as exc:
+        raise ApiError(
+            "run-finished",
+            f"The run is {exc.status}; a finished run takes no decision.",
+            extensions={"run_status": exc.status},
+        ) from exc
+    except InvalidArgument as exc:
+        raise validation_failed([{"pointer": f"/{exc.name}", "detail": str(exc)}]) from exc
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    run.refresh_from_db()
+    response = JsonResponse({"step": step_body(step), "run": run_body(run)})
+    if before is not None and before.status != ToolStatus.AWAITING_APPROVAL:
+        response["Idempotent-Replayed"] = "true"
     return response
 
 

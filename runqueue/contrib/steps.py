@@ -24,10 +24,9 @@ from runqueue.leases import payload_digest
 from runqueue.models import Idempotency, ToolInvocation
 from runqueue.runtime.async_context import AsyncRunContext
 from runqueue.runtime.context import RunContext
+from runqueue.runtime.tools import MODEL_STEP_PREFIX
 from runqueue.types import JSON
 
-#: A model step's tool name starts with this; the rest names the model.
-MODEL_STEP_PREFIX = "model:"
 #: The ``kind`` of a model step's result.
 MODEL_RESPONSE = "model_response"
 _NAME_MAX = 255

@@ -15,6 +15,14 @@ these names; the modules inside the package import each other directly.
 """
 
 from runqueue.failures import Failure, failure_record, permanent_failure
+from runqueue.leases.approvals import (
+    ON_TIMEOUT,
+    approval_signal,
+    decide_tool,
+    record_tool_awaiting,
+    reject_timed_out,
+    rejection_message,
+)
 from runqueue.leases.base import (
     ALL_CLASSES,
     Lease,
@@ -74,12 +82,18 @@ from runqueue.leases.writes import (
 
 __all__ = [
     "ALL_CLASSES",
+    "ON_TIMEOUT",
     "PAYLOAD_DIGEST",
     "SPAWN_TOOL",
     "ClaimSpec",
     "Failure",
     "Lease",
     "append_event",
+    "approval_signal",
+    "decide_tool",
+    "record_tool_awaiting",
+    "reject_timed_out",
+    "rejection_message",
     "backoff",
     "cancel",
     "cancel_tree",

@@ -42,6 +42,7 @@ from runqueue.models.choices import (
     PriorityClass,
     RunStatus,
     SubmitOutcome,
+    ToolDecision,
     ToolStatus,
     WaitReason,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "TickOutcome",
     "ToolInvocation",
+    "ToolDecision",
     "ToolStatus",
     "TreeSpend",
     "UncertainRun",

@@ -151,6 +151,24 @@ class ToolStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     FAILED = "failed", "Failed"
     UNCERTAIN = "uncertain", "Uncertain"
+    #: Recorded, not run: a person decides first (``invoke_tool(approval=)``).
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    #: Approved (as asked or with edited arguments), not run yet.
+    APPROVED = "approved", "Approved"
+    #: Rejected: never run; the handler gets the reason.
+    REJECTED = "rejected", "Rejected"
+
+
+class ToolDecision(models.TextChoices):
+    """What a person decided for a tool call awaiting approval."""
+
+    APPROVE = "approve", "Approve"
+    #: Approve with other arguments.
+    EDIT = "edit", "Approve with edited arguments"
+    #: Reject, with a reason the handler (and its model) gets.
+    REJECT = "reject", "Reject"
+    #: Do not run it: this result stands for it.
+    RESPOND = "respond", "Respond with a result"
 
 
 class SubmitOutcome(models.TextChoices):

@@ -171,6 +171,11 @@ class ToolInvocation(models.Model):
     #: owners of one epoch, after a failover, are told apart by it.
     lease_token = models.UUIDField(null=True, blank=True)
     resolution = models.JSONField(null=True, blank=True)
+    #: A call made with ``approval``: what it asked (``timeout``,
+    #: ``on_timeout``) and, once decided, the decision: ``decision``,
+    #: ``actor``, ``at``, and ``reason``, ``arguments`` or ``result`` as it
+    #: says (``runqueue.decide_tool``). Null for a call that needed none.
+    approval = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -186,6 +191,12 @@ class ToolInvocation(models.Model):
                 fields=["run"],
                 condition=Q(status=ToolStatus.UNCERTAIN, resolution__isnull=True),
                 name="runqueue_tool_unresolved_idx",
+            ),
+            # The console's pending approvals, few at any time.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(status=ToolStatus.AWAITING_APPROVAL),
+                name="runqueue_tool_awaiting_idx",
             ),
         ]
 

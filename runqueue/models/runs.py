@@ -382,6 +382,7 @@ class Run(models.Model):
             ("cancel_run", "Can cancel a run"),
             ("resolve_uncertain", "Can resolve an uncertain tool invocation"),
             ("fork_run", "Can fork a finished run from one of its steps"),
+            ("decide_tool", "Can approve, reject, edit or answer a tool call awaiting approval"),
         ]
 
     def __str__(self) -> str:

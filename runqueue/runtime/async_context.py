@@ -24,7 +24,9 @@ from runqueue.outcomes import (
 from runqueue.runtime.context import RunContext
 from runqueue.runtime.returns import AskUser, Wait
 from runqueue.runtime.tools import (
+    Approval,
     acall,
+    approval_of,
     call,
 )
 from runqueue.types import JSON
@@ -197,12 +199,16 @@ class AsyncRunContext:
         args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
         rerun_failed: bool = False,
+        approval: bool | Callable[[dict[str, JSON]], object] | None = None,
+        approval_timeout: float | dt.timedelta | None = None,
+        on_timeout: str = "reject",
     ) -> Coroutine[Any, Any, ToolOutcome]:
         """``RunContext.invoke_tool``, awaited; ``fn`` may be ``async def``
         (awaited on the loop) or sync (run in a thread, the loop stays free).
         Numbered when called: calls gathered keep the order they were made in."""
+        asked = approval_of(approval, approval_timeout, on_timeout)
         seq, recorded = self.sync._number()
-        return self._invoke_tool(seq, recorded, name, fn, args, idempotency, rerun_failed)
+        return self._invoke_tool(seq, recorded, name, fn, args, idempotency, rerun_failed, asked)
 
     async def _invoke_tool(
         self,
@@ -213,12 +219,20 @@ class AsyncRunContext:
         args: dict[str, JSON] | None,
         idempotency: str,
         rerun_failed: bool = False,
+        asked: Approval | None = None,
     ) -> ToolOutcome:
         self.check()
         sync = self.sync
         with observe.tool(sync.lease, name, idempotency) as traced:
             begun = await aio.db(
-                sync.tool_begin, seq, recorded, name, args, Idempotency(idempotency), rerun_failed
+                sync.tool_begin,
+                seq,
+                recorded,
+                name,
+                args,
+                Idempotency(idempotency),
+                rerun_failed,
+                asked,
             )
             if isinstance(begun, ToolOutcome):
                 outcome = begun

@@ -11,7 +11,9 @@ from decimal import Decimal
 
 from runqueue import budgets, leases, spawning, usage
 from runqueue.errors import (
+    ApprovalPending,
     ChildrenGone,
+    PermanentError,
     RunCancelled,
     UncertainOutcome,
 )
@@ -33,6 +35,9 @@ from runqueue.runtime.interrupted import Interrupted
 from runqueue.runtime.returns import AskUser, Wait
 from runqueue.runtime.tools import (
     PATCH_TOOL,
+    Approval,
+    approval_of,
+    approved_arguments,
     call,
     is_patch,
     jsonable,
@@ -397,16 +402,26 @@ class RunContext:
         args: dict[str, JSON] | None = None,
         idempotency: str = Idempotency.NON_IDEMPOTENT,
         rerun_failed: bool = False,
+        approval: bool | Callable[[dict[str, JSON]], object] | None = None,
+        approval_timeout: float | dt.timedelta | None = None,
+        on_timeout: str = "reject",
     ) -> ToolOutcome:
         """Run a side effect at most once per record (``runqueue.runtime``).
         ``rerun_failed``: a failure an earlier attempt recorded runs again
         instead of being replayed (an idempotent step such as a model
-        request, whose failure is the attempt's, not the run's)."""
+        request, whose failure is the attempt's, not the run's).
+        ``approval`` (True, or a predicate of the arguments): a person
+        decides before it runs (``runqueue.decide_tool``); until then the
+        turn ends (``ApprovalPending``), holding no slot, and the decision
+        is replayed on every later attempt. ``approval_timeout`` seconds
+        without one: ``on_timeout`` "reject" (the call is rejected) or
+        "fail" (the run fails for good)."""
         self.check()
+        asked = approval_of(approval, approval_timeout, on_timeout)
         seq, recorded = self._number()
         with observe.tool(self.lease, name, idempotency) as traced:  # span, metrics
             begun = self.tool_begin(
-                seq, recorded, name, args, Idempotency(idempotency), rerun_failed
+                seq, recorded, name, args, Idempotency(idempotency), rerun_failed, asked
             )
             if isinstance(begun, ToolOutcome):
                 outcome = begun
@@ -432,25 +447,65 @@ class RunContext:
         args: dict[str, JSON] | None,
         idempotency: str,
         rerun_failed: bool = False,
+        asked: Approval | None = None,
     ) -> ToolOutcome | dict[str, JSON]:
         """Call ``seq`` (``_number``): its recorded outcome if an earlier
-        attempt has one (or ``fenced``); else record it started and return
-        the arguments to run it with. PermanentError if the record is of
-        another call."""
+        attempt (or a person's decision) has one (or ``fenced``); else
+        record it started and return the arguments to run it with: those
+        asked, or an approval's edited ones. A call that needs approval and
+        has no decision yet raises ApprovalPending. PermanentError if the
+        record is of another call."""
         if self.fenced:
             return ToolOutcome(status="fenced", seq=seq)
+        asked_args = args or {}
+        run_args = asked_args
         if recorded is not None:
             same_tool_call(recorded, name, args)
-            rerun = rerun_failed and recorded.status == ToolStatus.FAILED
-            replay = None if rerun else self._replay(recorded)
-            if replay is not None:
-                return replay
-        args = args or {}
+            decided = self._decided(recorded)
+            if decided is None:
+                return ToolOutcome(status="fenced", seq=seq)
+            rerun = rerun_failed and decided.status == ToolStatus.FAILED
+            if not rerun and decided.status != ToolStatus.APPROVED:
+                replay = self._replay(decided)
+                if replay is not None:
+                    return replay
+            run_args = approved_arguments(decided, asked_args)
+        elif asked is not None and asked.needed(asked_args):
+            if not leases.record_tool_awaiting(
+                self.lease,
+                seq=seq,
+                tool=name,
+                idempotency=idempotency,
+                arguments=asked_args,
+                timeout=asked.timeout,
+                on_timeout=asked.on_timeout,
+            ):
+                return ToolOutcome(status="fenced", seq=seq)
+            raise ApprovalPending(self.lease.run_id, seq, name, asked.timeout)
         if not leases.record_tool_started(
-            self.lease, seq=seq, tool=name, idempotency=idempotency, arguments=args
+            self.lease, seq=seq, tool=name, idempotency=idempotency, arguments=asked_args
         ):
             return ToolOutcome(status="fenced", seq=seq)
-        return args
+        return run_args
+
+    def _decided(self, recorded: ToolInvocation) -> ToolInvocation | None:
+        """The record of a call awaiting approval once it is decided: by a
+        person, or by the deadline of the wait that just ended (its
+        ``on_timeout``); ApprovalPending while it is not, PermanentError
+        for ``on_timeout="fail"``; None once fenced. Any other record as is."""
+        if recorded.status != ToolStatus.AWAITING_APPROVAL:
+            return recorded
+        asked = recorded.approval or {}
+        timeout = asked.get("timeout")
+        seconds = float(timeout) if isinstance(timeout, int | float) else None
+        if not self.timed_out:
+            raise ApprovalPending(self.lease.run_id, recorded.seq, recorded.tool, seconds)
+        if asked.get("on_timeout") == "fail":
+            raise PermanentError(
+                f"tool call #{recorded.seq} ({recorded.tool}) was not decided within "
+                f"{seconds or 0:g} s (on_timeout='fail')"
+            )
+        return leases.reject_timed_out(self.lease, recorded.seq)
 
     def tool_failed(self, seq: int, exc: BaseException) -> ToolOutcome:
         error = {"type": type(exc).__name__, "message": str(exc)}

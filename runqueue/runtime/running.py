@@ -21,6 +21,7 @@ from runqueue.db import connection_lost
 from runqueue.errors import (
     MAX_DURATION,
     PERMANENT,
+    ApprovalPending,
     RunCancelled,
     UnknownKind,
     classify,
@@ -29,6 +30,7 @@ from runqueue.failures import failure_record, permanent_failure
 from runqueue.models import (
     Checkpoint,
     ToolInvocation,
+    WaitReason,
 )
 from runqueue.outcomes import (
     BudgetWait,
@@ -108,6 +110,10 @@ def decide(lease: leases.Lease) -> Outcome:
             raise
         ctx.text.flush()  # what it streamed, before its outcome
         return _raised(lease, exc)
+    except BaseException as exc:
+        if (pending := awaiting_approval(exc)) is None:
+            raise
+        result = pending
     ctx.text.flush()
     return _returned(lease, ctx, result)
 
@@ -153,6 +159,10 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
             raise
         await aio.db(ctx.sync.text.flush)
         return _raised(lease, exc)
+    except BaseException as exc:
+        if (pending := awaiting_approval(exc)) is None:
+            raise
+        result = pending
     await aio.db(ctx.sync.text.flush)
     return _returned(lease, ctx.sync, result)
 
@@ -222,6 +232,28 @@ def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = N
         logger.info("Run id=%s failed permanently: %r", lease.run_id, exc)
         return Failed(permanent_failure(exc, lease.attempt))
     return GaveUp(exc)
+
+
+def awaiting_approval(exc: BaseException) -> Wait | None:
+    """The wait for a decision when the handler raised ApprovalPending (an
+    agent SDK may have gathered it into an exception group): the run waits
+    for the decision's signal, and resumes from its last checkpoint, so the
+    handler replays up to the call and finds the decision there. No
+    checkpoint is written for it (``state`` None): the call is inside a
+    turn. None for any other exception."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := awaiting_approval(inner)) is not None:
+                return found
+        return None
+    if not isinstance(exc, ApprovalPending):
+        return None
+    return Wait(
+        reason=WaitReason.SIGNAL,
+        state=None,
+        name=leases.approval_signal(exc.seq),
+        timeout=exc.timeout,
+    )
 
 
 def _returned(

@@ -3,10 +3,12 @@ same tool with the same arguments, the same spawn, the same patch."""
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import json
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from runqueue import leases
 from runqueue.errors import (
@@ -16,7 +18,7 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
-from runqueue.outcomes import ToolOutcome
+from runqueue.outcomes import ToolOutcome, positive_seconds
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 
@@ -45,6 +47,9 @@ def jsonable(value: JSON) -> JSON:
     return json.loads(json.dumps(value, default=str))
 
 
+#: A model request's step (``runqueue.contrib.steps``) is named this and
+#: its model: ``model:openai:gpt-5``.
+MODEL_STEP_PREFIX = "model:"
 #: The tool name of a patch decision's step (``ctx.patched``).
 PATCH_TOOL = "runqueue.patched"
 #: The longest patch name (it is stored in the step's arguments).
@@ -124,14 +129,23 @@ def respawned(recorded: ToolInvocation, kind: str, payload: JSON) -> uuid.UUID:
 
 
 def recorded_outcome(recorded: ToolInvocation) -> ToolOutcome | None:
-    """The outcome an earlier attempt recorded for a call, replayed as is;
-    None for one it started and never finished (the caller decides: run it
-    again, mark it uncertain, or stop a replay there)."""
-    seq = recorded.seq
+    """The outcome an earlier attempt (or a person's decision) recorded for
+    a call, replayed as is; None for one it started and never finished (the
+    caller decides: run it again, mark it uncertain, or stop a replay
+    there), or one awaiting approval or approved and not run yet."""
+    seq, approval = recorded.seq, recorded.approval
     if recorded.status == ToolStatus.COMPLETED:
-        return ToolOutcome(status="completed", seq=seq, value=recorded.result, replayed=True)
+        return ToolOutcome(
+            status="completed", seq=seq, value=recorded.result, replayed=True, approval=approval
+        )
     if recorded.status == ToolStatus.FAILED:
-        return ToolOutcome(status="failed", seq=seq, error=recorded.error, replayed=True)
+        return ToolOutcome(
+            status="failed", seq=seq, error=recorded.error, replayed=True, approval=approval
+        )
+    if recorded.status == ToolStatus.REJECTED:
+        return ToolOutcome(
+            status="rejected", seq=seq, error=recorded.error, replayed=True, approval=approval
+        )
     if recorded.status == ToolStatus.UNCERTAIN:
         return ToolOutcome(
             status="uncertain",
@@ -139,5 +153,50 @@ def recorded_outcome(recorded: ToolInvocation) -> ToolOutcome | None:
             error=recorded.error,
             replayed=True,
             resolution=recorded.resolution,
+            approval=approval,
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """``invoke_tool``'s ``approval``: whether a call needs a person's
+    decision before it runs (always, or as a predicate of its arguments
+    says), how long to wait, and what the deadline does."""
+
+    when: bool | Callable[[dict[str, JSON]], object]
+    timeout: float | None
+    on_timeout: str
+
+    def needed(self, args: dict[str, JSON]) -> bool:
+        return bool(self.when(args)) if callable(self.when) else bool(self.when)
+
+
+def approval_of(
+    approval: bool | Callable[[dict[str, JSON]], object] | None,
+    timeout: float | dt.timedelta | None,
+    on_timeout: str,
+) -> Approval | None:
+    """The call's approval, checked before anything is numbered or written:
+    None when it needs none; ValueError or TypeError for bad input."""
+    if on_timeout not in leases.ON_TIMEOUT:
+        raise ValueError(f"on_timeout must be one of {leases.ON_TIMEOUT}, got {on_timeout!r}")
+    seconds = positive_seconds(timeout)
+    if approval is None or approval is False:
+        if seconds is not None:
+            raise ValueError("approval_timeout is given with approval, and only with it")
+        return None
+    if approval is not True and not callable(approval):
+        raise TypeError(
+            f"approval must be True or a callable of the arguments, got {type(approval).__name__}"
+        )
+    return Approval(approval, seconds, on_timeout)
+
+
+def approved_arguments(recorded: ToolInvocation, args: dict[str, JSON]) -> dict[str, JSON]:
+    """The arguments an approved call runs with: the edited ones, if the
+    decision edited them, else those the handler passed."""
+    decided = (recorded.approval or {}).get("decided")
+    if isinstance(decided, dict) and isinstance(decided.get("arguments"), dict):
+        return decided["arguments"]
+    return args

@@ -30,6 +30,12 @@ FORBIDDEN = [
     ("runqueue.leases", "runqueue.observability"),
     ("runqueue.admin", "runqueue.api"),
     ("runqueue.api", "runqueue.admin"),
+    # The agent SDKs' adapters are optional: nothing of the core imports them.
+    ("runqueue.leases", "runqueue.contrib"),
+    ("runqueue.runtime", "runqueue.contrib"),
+    ("runqueue.api", "runqueue.contrib"),
+    ("runqueue.admin", "runqueue.contrib"),
+    ("runqueue.worker", "runqueue.contrib"),
 ]
 
 
