@@ -643,6 +643,22 @@ async def _durable_tool(
         # An agent used as a tool: its own model requests and tool calls are
         # the run's steps (a crash in the middle replays the finished ones),
         # so the call itself is not one. Its text is not the run's stream.
+        if await _needs_approval(tool, context, _arguments(arguments)):
+            # The person's decision is a step of its own, before the agent runs.
+            gate: ToolOutcome = await durable.ctx.invoke_tool(
+                tool.name,
+                _approved,
+                args=_arguments(arguments),
+                idempotency=Idempotency.IDEMPOTENT,
+                approval=True,
+            )
+            if gate.status != "completed":
+                return _FunctionToolInvocationResult(*_tool_output(tool.name, gate))
+            value = gate.value
+            if not (isinstance(value, dict) and set(value) == {"approved"}):
+                return _FunctionToolInvocationResult(value)  # a person's response stands for it
+            approved = value["approved"]
+            arguments = _argument_text(approved if isinstance(approved, dict) else {})
         token = _ACTIVE.set(dataclasses.replace(durable, stream=False))
         try:
             return await invoke(function_tool=tool, context=context, arguments=arguments)
@@ -676,6 +692,11 @@ async def _durable_tool(
         tool.name, call, args=args, idempotency=idempotency, **options
     )
     return _FunctionToolInvocationResult(*_tool_output(tool.name, outcome))
+
+
+def _approved(**arguments: JSON) -> JSON:
+    """An agent tool's approval step: the arguments it runs with (edited or not)."""
+    return {"approved": dict(arguments)}
 
 
 def _tool_output(tool: str, outcome: ToolOutcome) -> tuple[Any, bool]:
