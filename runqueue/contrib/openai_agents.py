@@ -363,7 +363,10 @@ def _step_response(model: str, response: ModelResponse) -> steps.ModelResponse:
     ]
     return steps.ModelResponse(
         model=model,
-        raw=_RESPONSE.dump_python(response, mode="json", by_alias=True),
+        # exclude_unset: the items validate back as they were, the fields their
+        # provider left out still unset, so the SDK builds the next request
+        # from a replayed response exactly as from the live one.
+        raw=_RESPONSE.dump_python(response, mode="json", by_alias=True, exclude_unset=True),
         text=text,
         tool_calls=calls,
         finish_reason="tool_calls" if calls else "stop",
