@@ -166,9 +166,8 @@ def model_request(cache_key: tuple[object, ...]) -> JSON:
     definitions and output mode, and settings. The same on every attempt
     that sends the same request."""
     model_id, history, settings, parameters = cache_key[:4]
-    dumped = messages.ModelMessagesTypeAdapter.dump_python(
-        cast(list[messages.ModelMessage], list(cast(Iterable[Any], history))), mode="json"
-    )
+    sent: list[messages.ModelMessage] = list(cast(Iterable[Any], history))
+    dumped = messages.ModelMessagesTypeAdapter.dump_python(sent, mode="json")
     return {
         "model_id": to_jsonable_python(model_id),
         "messages": [_stable(message) for message in dumped],
