@@ -100,6 +100,27 @@ def stuck_waits() -> list[tuple[uuid.UUID, str]]:
     return list(stuck.values_list("id", "wait_reason"))
 
 
+def undelivered_decisions() -> list[tuple[uuid.UUID, int]]:
+    """Runs still waiting for a tool call's decision that was made: the
+    decision must have woken them. (run, seq)."""
+    waiting = Run.objects.filter(
+        status=RunStatus.WAITING,
+        wait_reason=WaitReason.SIGNAL,
+        wait_name__startswith="runqueue.approval:",
+    ).values_list("id", "wait_name")
+    stuck = []
+    for run_id, name in waiting:
+        seq = int(name.rpartition(":")[2])
+        status = (
+            ToolInvocation.objects.filter(run_id=run_id, seq=seq)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if status != ToolStatus.AWAITING_APPROVAL:
+            stuck.append((run_id, seq))
+    return stuck
+
+
 def double_resumes() -> list[uuid.UUID]:
     """Runs resumed from a wait for children more often than they waited."""
     counts = (

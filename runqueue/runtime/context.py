@@ -10,6 +10,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from runqueue import budgets, leases, spawning, usage
+from runqueue.clock import db_now
 from runqueue.errors import (
     ApprovalPending,
     ChildrenGone,
@@ -37,6 +38,7 @@ from runqueue.runtime.tools import (
     PATCH_TOOL,
     Approval,
     approval_of,
+    approval_time_left,
     approved_arguments,
     call,
     is_patch,
@@ -72,6 +74,8 @@ class RunContext:
         self.text = TurnText(lease)
         self._usage = usage.Recorder()
         self._interrupted = interrupted
+        #: The approvals of the calls running now, by number: their outcome carries it.
+        self._approvals: dict[int, JSON] = {}
 
     @property
     def interrupted(self) -> Interrupted | None:
@@ -470,6 +474,8 @@ class RunContext:
                 if replay is not None:
                     return replay
             run_args = approved_arguments(decided, asked_args)
+            if decided.approval is not None:
+                self._approvals[seq] = decided.approval
         elif asked is not None and asked.needed(asked_args):
             if not leases.record_tool_awaiting(
                 self.lease,
@@ -490,20 +496,21 @@ class RunContext:
 
     def _decided(self, recorded: ToolInvocation) -> ToolInvocation | None:
         """The record of a call awaiting approval once it is decided: by a
-        person, or by the deadline of the wait that just ended (its
-        ``on_timeout``); ApprovalPending while it is not, PermanentError
-        for ``on_timeout="fail"``; None once fenced. Any other record as is."""
+        person, or by its deadline (``approval_timeout`` from when it was
+        first asked, on the database's clock: its ``on_timeout``);
+        ApprovalPending while it is not (waiting what is left of the
+        deadline), PermanentError for ``on_timeout="fail"``; None once
+        fenced. Any other record as is."""
         if recorded.status != ToolStatus.AWAITING_APPROVAL:
             return recorded
         asked = recorded.approval or {}
-        timeout = asked.get("timeout")
-        seconds = float(timeout) if isinstance(timeout, int | float) else None
-        if not self.timed_out:
-            raise ApprovalPending(self.lease.run_id, recorded.seq, recorded.tool, seconds)
+        left = approval_time_left(recorded, db_now())
+        if left is None or left > 0:
+            raise ApprovalPending(self.lease.run_id, recorded.seq, recorded.tool, left)
         if asked.get("on_timeout") == "fail":
             raise PermanentError(
                 f"tool call #{recorded.seq} ({recorded.tool}) was not decided within "
-                f"{seconds or 0:g} s (on_timeout='fail')"
+                f"{asked.get('timeout'):g} s (on_timeout='fail')"
             )
         return leases.reject_timed_out(self.lease, recorded.seq)
 
@@ -513,14 +520,20 @@ class RunContext:
             leases.record_tool_outcome(
                 self.lease, seq=seq, status=ToolStatus.UNCERTAIN, error=error
             )
-            return ToolOutcome(status="uncertain", seq=seq, error=error)
+            return ToolOutcome(
+                status="uncertain", seq=seq, error=error, approval=self._approvals.pop(seq, None)
+            )
         leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.FAILED, error=error)
-        return ToolOutcome(status="failed", seq=seq, error=error)
+        return ToolOutcome(
+            status="failed", seq=seq, error=error, approval=self._approvals.pop(seq, None)
+        )
 
     def tool_done(self, seq: int, value: JSON) -> ToolOutcome:
         value = jsonable(value)
         leases.record_tool_outcome(self.lease, seq=seq, status=ToolStatus.COMPLETED, result=value)
-        return ToolOutcome(status="completed", seq=seq, value=value)
+        return ToolOutcome(
+            status="completed", seq=seq, value=value, approval=self._approvals.pop(seq, None)
+        )
 
     def tool_interrupted(self, seq: int, idempotency: str) -> None:
         """Cancellation cut the call short: a non-idempotent call may or may

@@ -193,6 +193,18 @@ def approval_of(
     return Approval(approval, seconds, on_timeout)
 
 
+def approval_time_left(recorded: ToolInvocation, now: dt.datetime) -> float | None:
+    """Seconds left before a call awaiting approval meets its deadline
+    (``approval_timeout`` from when it was first asked), <= 0 once it has;
+    None without one. Counted from the record, never from the run's last
+    wait: a worker lost between the record and the wait, or a wait that
+    ended for another reason, neither moves the deadline nor passes it."""
+    timeout = (recorded.approval or {}).get("timeout")
+    if not isinstance(timeout, int | float):
+        return None
+    return timeout - (now - recorded.created_at).total_seconds()
+
+
 def approved_arguments(recorded: ToolInvocation, args: dict[str, JSON]) -> dict[str, JSON]:
     """The arguments an approved call runs with: the edited ones, if the
     decision edited them, else those the handler passed."""

@@ -243,8 +243,14 @@ def test_bad_decisions_are_refused_and_nothing_is_written(seq, decision, extra, 
 
 
 def _time_out(run_id) -> None:
-    """The wait's deadline passes on the database clock; the deadline service runs."""
+    """The call was asked more than its timeout ago, and its wait's deadline
+    passes (the database's clock moved, test-only); the deadline service runs."""
     with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_tool_invocation SET created_at = created_at - interval '1 hour'"
+            " WHERE run_id = %s",
+            [run_id],
+        )
         cursor.execute(
             "UPDATE runqueue_run SET wait_until = now() - interval '1 second' WHERE id = %s",
             [run_id],
@@ -264,6 +270,24 @@ def test_a_timeout_rejects_the_call() -> None:
     assert record.approval["decided"]["actor"] == "runqueue:timeout"
     with pytest.raises(runqueue.NotAwaitingApproval):
         runqueue.decide_tool(run.id, 1, "approve", actor="user:late")
+
+
+def test_a_wait_that_ends_early_waits_again_for_what_is_left() -> None:
+    """The wait's deadline passes (an operator's requeue, a clock) before the
+    call's own deadline: the replay waits again, for what is left of it, and
+    decides nothing."""
+    run = _asked(timeout=600)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_run SET wait_until = now() - interval '1 second' WHERE id = %s",
+            [run.id],
+        )
+    assert leases.resume_due() == 1
+    assert testing.execute(_claim()) == "waiting"
+    again = Run.objects.get(id=run.id)
+    left = (again.wait_until - again.waiting_since).total_seconds()
+    assert 0 < left <= 601  # the test shares one transaction: its clocks barely move
+    assert ToolInvocation.objects.get(run_id=run.id, seq=1).status == "awaiting_approval"
 
 
 def test_a_timeout_with_on_timeout_fail_dead_letters_the_run() -> None:

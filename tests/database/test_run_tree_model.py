@@ -4,7 +4,9 @@ crash and lease expiry, waits for children, signals, times and the user,
 signals early and late, cancel with and without cascade, an operator's requeue
 of a dead letter, retention passes with the clock moved past every day, forks
 of finished runs from any recorded step, model calls' usage under a spend cap,
-and a rolling deploy: workers of an old and a new handler version) against
+a rolling deploy: workers of an old and a new handler version, and agent
+steps: tool calls that wait for a person's approval, decided (approve, edit,
+reject, respond) early, late, twice or by their deadline) against
 real PostgreSQL, with the run tree's invariants checked against the database
 after every step (docs/decisions.md, "Rules a run-tree feature keeps").
 
@@ -57,13 +59,14 @@ from runqueue.errors import (
     ActiveRunConflict,
     ForkRefused,
     InvalidTransition,
+    NotAwaitingApproval,
     PermanentError,
     RunNotFound,
     SessionQueueFull,
     SpendCapReached,
     TransientError,
 )
-from runqueue.models import EventLog, Idempotency, Run, RunStatus
+from runqueue.models import EventLog, Idempotency, Run, RunStatus, ToolInvocation
 from runqueue.registry import Served
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -89,6 +92,9 @@ CRASH_AT: dict[str, int] = {}
 CAP_LEAKS: list[tuple[str, list[str]]] = []
 #: Claims that broke the version rules: (run, what).
 VERSION_BREAKS: list[tuple[str, str]] = []
+#: Calls of a tool that needed approval, by its idempotency key ("run:seq"):
+#: the arguments each call ran with.
+APPROVED_CALLS: dict[str, list[dict[str, Any]]] = {}
 #: What the rules reached, over every example: forks made, runs moved to a
 #: new version between turns, trees ended by their spend cap, retention
 #: passes that kept a finished run for its tree.
@@ -133,6 +139,40 @@ def _check_child(run_id: str, child_id: uuid.UUID, pc: int, j: int) -> None:
 def _check_tool(run_id: str, outcome: runtime.ToolOutcome, pc: int, j: int) -> None:
     if outcome.status == "completed" and outcome.value != _tool(run=run_id, pc=pc, j=j):
         MISMATCHES.append((run_id, pc, j, f"tool got {outcome.value}"))
+
+
+def _approved_tool(*, run: str, pc: int, amount: int, idempotency_key: str) -> dict[str, Any]:
+    APPROVED_CALLS.setdefault(idempotency_key, []).append({"run": run, "pc": pc, "amount": amount})
+    return {"run": run, "pc": pc, "amount": amount}
+
+
+def _approval(op: dict[str, Any], who: str, pc: int) -> dict[str, Any]:
+    """``invoke_tool``'s keywords for an agent step that needs approval."""
+    return {
+        "args": {"run": who, "pc": pc, "amount": 100},
+        "idempotency": _idempotency(op),
+        "approval": True,
+        "approval_timeout": op["timeout"],
+        "on_timeout": op["on_timeout"],
+    }
+
+
+def _check_approved(run_id: str, outcome: runtime.ToolOutcome, pc: int) -> None:
+    """The outcome is what the decision recorded says: the tool's value
+    (approved, edited: the edited amount), the person's result, or a rejection."""
+    decided = (outcome.approval or {}).get("decided") or {}
+    decision = decided.get("decision")
+    want: dict[str, Any] = {
+        "approve": {"status": "completed", "value": {"run": run_id, "pc": pc, "amount": 100}},
+        "edit": {"status": "completed", "value": {"run": run_id, "pc": pc, "amount": 1}},
+        "respond": {"status": "completed", "value": {"responded": [run_id, pc]}},
+        "reject": {"status": "rejected", "value": None},
+    }.get(decision, {})
+    if outcome.status in ("uncertain", "fenced"):
+        return  # approved and its worker died in it (never run twice), or not ours
+    got = {"status": outcome.status, "value": outcome.value}
+    if got != want:
+        MISMATCHES.append((run_id, pc, 0, f"approval {decision} gave {got}"))
 
 
 def _child_payload(run_id: str, pc: int, j: int, child: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +277,9 @@ def model_sync(ctx: runtime.RunContext) -> Any:
                 _check_tool(who, out, pc, j)
         elif op["op"] == "usage":
             _usage(ctx, op["n"])
+        elif op["op"] == "approve":
+            out = ctx.invoke_tool(f"a{pc}", _approved_tool, **_approval(op, who, pc))
+            _check_approved(who, out, pc)
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
@@ -289,6 +332,9 @@ async def model_async(ctx: runtime.AsyncRunContext) -> Any:
                 _check_tool(who, out, pc, j)
         elif op["op"] == "usage":
             await _ausage(ctx, op["n"])
+        elif op["op"] == "approve":
+            out = await ctx.invoke_tool(f"a{pc}", _approved_tool, **_approval(op, who, pc))
+            _check_approved(who, out, pc)
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
@@ -314,6 +360,13 @@ _LEAF_STEPS = st.one_of(
     st.builds(lambda n: {"op": "usage", "n": n}, st.integers(1, 2)),
     st.just({"op": "fail"}),
     st.just({"op": "transient"}),
+    st.builds(
+        lambda i, t, o: {"op": "approve", "idempotent": i, "timeout": t, "on_timeout": o},
+        st.booleans(),
+        # A timeout that has passed by the time the deadline service runs.
+        st.sampled_from([None, None, 0.001]),
+        st.sampled_from(["reject", "fail"]),
+    ),
 )
 
 
@@ -382,6 +435,7 @@ class RunTree(RuleBasedStateMachine):
         CRASH_AT.clear()
         CAP_LEAKS.clear()
         VERSION_BREAKS.clear()
+        APPROVED_CALLS.clear()
         #: How many runs are in each status after the last step: rules that
         #: need a run of some status are enabled only when there is one.
         self.statuses: dict[str, int] = {}
@@ -572,6 +626,43 @@ class RunTree(RuleBasedStateMachine):
         except (InvalidTransition, RunNotFound):
             assert not Run.objects.filter(id=run_id, status__in=LIVE).exists()
 
+    @rule(
+        index=st.integers(0, 50),
+        decision=st.sampled_from(["approve", "edit", "reject", "respond"]),
+        again=st.sampled_from([None, "approve", "reject"]),
+    )
+    def decide(self, index: int, decision: str, again: str | None = None) -> None:
+        """A person decides a tool call awaiting approval, whatever its run
+        is doing (waiting for it, still running, queued, cancelled since);
+        ``again``: a second decider after the first, refused unless it made
+        the same decision."""
+        awaiting = list(
+            ToolInvocation.objects.filter(status="awaiting_approval")
+            .order_by("created_at", "id")
+            .values_list("run_id", "seq", "arguments")
+        )
+        if not awaiting:
+            return
+        run_id, seq, asked = awaiting[index % len(awaiting)]
+        extra: dict[str, Any] = {
+            "edit": {"arguments": {**asked, "amount": 1}},
+            "respond": {"result": {"responded": [asked["run"], asked["pc"]]}},
+        }.get(decision, {})
+        try:
+            made = runqueue.decide_tool(run_id, seq, decision, actor="model", **extra)
+        except InvalidTransition:
+            assert not Run.objects.filter(id=run_id, status__in=LIVE).exists()
+            return
+        REACHED["decided"] += 1
+        assert made.approval["decided"]["decision"] == decision
+        if again is not None:
+            try:
+                runqueue.decide_tool(run_id, seq, again, actor="model")
+            except NotAwaitingApproval:
+                REACHED["second decider refused"] += 1
+            else:
+                assert again == decision and not extra, "a second decision was applied"
+
     @rule(index=st.integers(0, 50))
     def answer_by_id(self, index: int) -> None:
         """The user answers a question by the run's id, whatever its session
@@ -664,6 +755,30 @@ class RunTree(RuleBasedStateMachine):
     @invariant()
     def a_waiting_run_can_be_woken(self) -> None:
         assert not (stuck := testing.stuck_waits()), stuck
+        assert not (stuck := testing.undelivered_decisions()), stuck
+
+    @invariant()
+    def a_call_that_needs_approval_runs_only_as_decided(self) -> None:
+        """Never before its decision, never when rejected or answered, with
+        the edited arguments when edited, and a non-idempotent one at most
+        once per run (an approved call its worker died in is uncertain)."""
+        records = {
+            f"{run_id}:{seq}": (status, approval, idempotency)
+            for run_id, seq, status, approval, idempotency in ToolInvocation.objects.filter(
+                approval__isnull=False
+            ).values_list("run_id", "seq", "status", "approval", "idempotency")
+        }
+        for key, calls in APPROVED_CALLS.items():
+            if key not in records:
+                continue  # its run was dropped by retention
+            status, approval, idempotency = records[key]
+            decided = approval.get("decided") or {}
+            decision = decided.get("decision")
+            assert decision in ("approve", "edit"), (key, decision, calls)
+            if idempotency == "non_idempotent":
+                assert len(calls) <= 1, (key, calls)
+            if decision == "edit":
+                assert all(c["amount"] == 1 for c in calls), (key, calls)
 
     @invariant()
     def a_wait_for_children_resumes_at_most_once(self) -> None:
@@ -711,6 +826,10 @@ class RunTree(RuleBasedStateMachine):
                 "id", flat=True
             ):
                 runqueue.deliver_input(run_id, {"answer": "drain"})
+            for run_id, seq in ToolInvocation.objects.filter(
+                status="awaiting_approval", run__status__in=LIVE
+            ).values_list("run_id", "seq"):
+                runqueue.decide_tool(run_id, seq, "approve", actor="drain")
             lease = leases.claim_one("drain", leases.ALL_CLASSES)
             if lease is not None:
                 leases.write(lease, runtime.decide(lease))
