@@ -55,11 +55,12 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
     run = model_admin.get_object(request, object_id)
     if run is None:
         raise Http404("No such run.")
-    try:
-        step = int(request.GET.get("step", ""))
-    except ValueError:
-        step = -1
-    if step < 0:
+    steps = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
+    raw = request.GET.get("step", "")
+    # A step is at most the number of records (the "Fork from here" after the
+    # last): a longer number is no step, whatever its value.
+    step = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 10 else -1
+    if not 0 <= step <= len(steps):
         raise Http404("No such step.")
     form = ForkForm(
         request.POST if request.method == "POST" else None, initial={"payload": run.payload}
@@ -84,7 +85,6 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
                 request, f"Forked run {run.id} from step {step}: run {fork.id}.", messages.SUCCESS
             )
             return redirect(reverse("admin:runqueue_run_change", args=[fork.id]))
-    steps = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "title": f"Fork run {str(run.id)[:8]} from step {step}?",

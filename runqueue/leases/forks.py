@@ -65,7 +65,9 @@ def fork(
     """
     run_id = checked_operation("fork", run_id, reason=reason, actor=actor)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
-        raise InvalidArgument("fork", "from_step", f"must be an integer >= 0, got {from_step!r}")
+        raise InvalidArgument(
+            "fork", "from_step", f"must be an integer >= 0, got {_shown(from_step)}"
+        )
     payload_text = None if payload is None else _payload_text(payload)
     return retry_moved(lambda: _fork(run_id, from_step, payload_text, actor, reason, traceparent))
 
@@ -161,18 +163,18 @@ def _check_steps(run_id: uuid.UUID, from_step: int) -> None:
     can be copied: numbered without a gap, each with a known outcome, each
     spawn's child finished (a fork shares it and cannot count it in its
     own fan-in)."""
+    records = ToolInvocation.objects.filter(run_id=run_id)
+    # The bound first, from a count: a step number past the records (2**31,
+    # 10**20) is refused before it reaches a query or sizes anything.
+    if from_step > records.count():
+        raise _past_the_steps(run_id, from_step)
     steps = list(
-        ToolInvocation.objects.filter(run_id=run_id, seq__lt=from_step)
+        records.filter(seq__lt=from_step)
         .order_by("seq")
         .values_list("seq", "tool", "status", "idempotency", "resolution", "result")
     )
-    if [step[0] for step in steps] != list(range(from_step)):
-        raise InvalidArgument(
-            "fork",
-            "from_step",
-            f"must be at most {recorded_steps(run_id)} (the steps run {run_id} recorded), "
-            f"got {from_step}",
-        )
+    if any(step[0] != number for number, step in enumerate(steps)) or len(steps) != from_step:
+        raise _past_the_steps(run_id, from_step)
     for seq, tool, status, idempotency, resolution, result in steps:
         if status == ToolStatus.UNCERTAIN and resolution is None:
             raise ForkRefused(
@@ -190,6 +192,23 @@ def _check_steps(run_id: uuid.UUID, from_step: int) -> None:
             )
         if tool == SPAWN_TOOL and isinstance(result, dict):
             _check_child(run_id, seq, result.get("run_id"))
+
+
+def _past_the_steps(run_id: uuid.UUID, from_step: int) -> InvalidArgument:
+    return InvalidArgument(
+        "fork",
+        "from_step",
+        f"must be at most {recorded_steps(run_id)} (the steps run {run_id} recorded), "
+        f"got {_shown(from_step)}",
+    )
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message: an integer too long to print (past
+    Python's 4,300 digits) by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def _check_child(run_id: uuid.UUID, seq: int, child: object) -> None:

@@ -145,3 +145,33 @@ def test_the_run_list_shows_cost_and_filters_by_usage_and_forks(settings) -> Non
     assert str(fork.id)[:8] in forks and str(spent.id)[:8] not in forks
     forked = client.get(RUNS + "?fork=forked").content.decode()
     assert str(spent.id)[:8] in forked and str(fork.id)[:8] not in forked
+
+
+def test_a_step_past_the_recorded_ones_is_refused_at_once_in_constant_memory() -> None:
+    """Issue 47: ``from_step=2**31`` built a list as long as the step number
+    under the original's row lock (gigabytes, minutes); past the steps the
+    run recorded is InvalidArgument, checked before anything that grows."""
+    import tracemalloc
+
+    run = _failed_steps()
+    for huge in (3, 2**31, 2**63, 10**20):
+        tracemalloc.start()
+        try:
+            with pytest.raises(runqueue.InvalidArgument, match=r"from_step must be at most 2 "):
+                runqueue.fork(run.id, from_step=huge, actor="a", reason="r")
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 5_000_000, (huge, peak)
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
+
+
+@pytest.mark.parametrize("step", ["3", str(2**31), "99999999999999999999", "1" * 500])
+def test_the_fork_page_of_a_step_past_the_recorded_ones_is_404_never_500(step: str) -> None:
+    run = _failed_steps()
+    client = login("hal", "view_run", "fork_run")
+    client.raise_request_exception = False
+    url = reverse("admin:runqueue_run_fork", args=[run.id]) + f"?step={step}"
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"reason": "r", "payload": ""}).status_code == 404
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
