@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
+from django.utils.html import escape
 
 import runqueue
 from runqueue import leases, testing
@@ -174,4 +175,20 @@ def test_the_fork_page_of_a_step_past_the_recorded_ones_is_404_never_500(step: s
     url = reverse("admin:runqueue_run_fork", args=[run.id]) + f"?step={step}"
     assert client.get(url).status_code == 404
     assert client.post(url, {"reason": "r", "payload": ""}).status_code == 404
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
+
+
+@pytest.mark.parametrize("payload", ["9" * 5000, '{"steps": ' + "1" * 5000 + "}"])
+def test_the_fork_form_refuses_a_payload_with_a_5000_digit_integer(payload: str) -> None:
+    """Issue 47: json.loads raises ValueError (not JSONDecodeError) past
+    Python's 4,300 digits: a 500 on the fork form. A form error now, and
+    the text redisplayed as typed."""
+    run = _failed_steps()
+    client = login("ida", "view_run", "fork_run")
+    client.raise_request_exception = False
+    response = client.post(_fork_url(run, 1), {"reason": "r", "payload": payload})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "errorlist" in html and "at most 4,300 digits" in html
+    assert escape(payload[:40]) in html
     assert not Run.objects.filter(forked_from_id=run.id).exists()
