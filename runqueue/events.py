@@ -57,6 +57,9 @@ PROMOTED = "run.promoted"
 #: A submit's payload joined this turn not started yet (``on_busy="merge"``;
 #: data: turns, how many payloads it holds now).
 MERGED = "run.merged"
+#: A fork was made (on the fork: forked_from, from_step, ...; on the
+#: original: fork, from_step, ...; the statement fork_run writes both).
+FORKED = "run.forked"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

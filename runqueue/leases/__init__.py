@@ -32,7 +32,7 @@ from runqueue.leases.claim import (
     finish_and_claim,
 )
 from runqueue.leases.deadlines import expire_unstarted
-from runqueue.leases.forks import fork, fork_from_failure, recorded_steps
+from runqueue.leases.forks import failure_cut, fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
@@ -94,6 +94,7 @@ __all__ = [
     "finish_and_claim",
     "fork",
     "fork_from_failure",
+    "failure_cut",
     "failure_record",
     "give_up",
     "heartbeat",

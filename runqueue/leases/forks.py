@@ -69,23 +69,45 @@ def fork(
             "fork", "from_step", f"must be an integer >= 0, got {_shown(from_step)}"
         )
     payload_text = None if payload is None else _payload_text(payload)
-    return retry_moved(lambda: _fork(run_id, from_step, payload_text, actor, reason, traceparent))
+    return retry_moved(
+        lambda: _fork(run_id, from_step, payload_text, actor, reason, traceparent, {})
+    )
 
 
 def fork_from_failure(
     run_id: uuid.UUID | str, *, actor: str, reason: str, traceparent: str = ""
 ) -> Run:
-    """``fork`` of a dead-lettered run from where it failed: every step it
-    recorded kept, so its handler runs again from after its last recorded
-    step. InvalidTransition unless the run failed; ForkRefused as ``fork``."""
+    """``fork`` of a dead-lettered run from where it failed (``failure_cut``):
+    the steps before its last failed tool call kept, that call and what
+    follows run again; a run with no failed call keeps every step it
+    recorded. ``run.forked`` names the failed call (``failed_step``).
+    InvalidTransition unless the run failed; ForkRefused as ``fork``."""
     run_id = checked_operation("fork", run_id, reason=reason, actor=actor)
     status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
     if status is None:
         raise RunNotFound(run_id)
     if status != RunStatus.FAILED:
         raise InvalidTransition(run_id, status, "fork from failure")
+    kept, failed = failure_cut(run_id)
+    note: dict[str, JSON] = {} if failed is None else {"failed_step": failed}
+    return retry_moved(lambda: _fork(run_id, kept, None, actor, reason, traceparent, note))
+
+
+def failure_cut(run_id: uuid.UUID) -> tuple[int, int | None]:
+    """(steps a fork from failure keeps, the failed call it runs again or
+    None). A kept failed call would replay its failure, and the fork would
+    dead-letter with the same error: the cut is the last call recorded
+    ``failed`` (a tool's failure most often ends a run); earlier failures
+    the handler got past are kept, replayed as they were. Without one,
+    every recorded step is kept (the handler failed after them)."""
     steps = recorded_steps(run_id)
-    return fork(run_id, from_step=steps, actor=actor, reason=reason, traceparent=traceparent)
+    failed = (
+        ToolInvocation.objects.filter(run_id=run_id, seq__lt=steps, status=ToolStatus.FAILED)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return (steps if failed is None else failed), failed
 
 
 def recorded_steps(run_id: uuid.UUID) -> int:
@@ -117,6 +139,7 @@ def _fork(
     actor: str,
     reason: str,
     traceparent: str,
+    note: dict[str, JSON],
 ) -> Run:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -133,7 +156,7 @@ def _fork(
             raise UnknownKind(original.kind)
         _check_steps(run_id, from_step)
         fork_id = uuid.uuid4()
-        common = {"from_step": from_step, "actor": actor, "reason": reason}
+        common = {"from_step": from_step, "actor": actor, "reason": reason, **note}
         params = {
             "run_id": run_id,
             "fork_id": fork_id,
