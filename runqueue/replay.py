@@ -119,7 +119,10 @@ class ReplayContext(RunContext):
         name: str,
         args: dict[str, JSON] | None,
         idempotency: str,
+        rerun_failed: bool = False,
     ) -> ToolOutcome | dict[str, JSON]:
+        # A replay runs nothing: a recorded failure is replayed even when the
+        # handler asks for a failed call to run again (``rerun_failed``).
         if recorded is None:
             self._stop(RecordsEnd(seq))
         try:
