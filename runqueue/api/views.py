@@ -26,7 +26,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, leases
+from runqueue import events, leases, submission
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -274,11 +274,16 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     """Answer a run waiting for the user (``ctx.ask_user``), whatever its
     session: the body (any JSON, or empty for null) is its input, as the
     payload of a submit to its session would be. 202 with the run, queued
-    again; 409 when it does not wait for the user."""
+    again; 409 when it does not wait for the user. An Idempotency-Key
+    (optional) makes a retry safe, as on a submit: the same answer again is
+    the first response, ``Idempotent-Replayed: true``."""
     run = _writable(caller, run_id)
     data = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    key = parsing.idempotency_key(request) if "HTTP_IDEMPOTENCY_KEY" in request.META else None
     try:
-        run = runqueue.deliver_input(run.id, data)
+        answered = submission.answer(
+            run.id, data, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
+        )
     except InvalidTransition as exc:
         raise ApiError(
             "run-not-waiting-for-user",
@@ -290,8 +295,10 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
         raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
     except RunqueueError as exc:
         raise _mapped(exc) from exc
-    response = JsonResponse(run_body(run), status=202)
-    response["Location"] = run_url(run.id)
+    response = JsonResponse(run_body(answered.run), status=202)
+    response["Location"] = run_url(answered.run.id)
+    if answered.outcome == "replayed":
+        response["Idempotent-Replayed"] = "true"
     return response
 
 

@@ -43,8 +43,10 @@ from runqueue.leases.transitions import (
     sweep,
 )
 from runqueue.leases.waits import (
+    checked_input,
     deliver_input,
     deliver_locked,
+    deliver_waiting,
     next_deadline,
     resume_due,
     signal,
@@ -88,8 +90,10 @@ __all__ = [
     "claim",
     "claim_one",
     "claim_spec",
+    "checked_input",
     "deliver_input",
     "deliver_locked",
+    "deliver_waiting",
     "expire_unstarted",
     "finish_and_claim",
     "fork",
