@@ -130,14 +130,29 @@ def public_time(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat() if value is not None else None
 
 
-def event_body(event: RunEvent | EventLog) -> EventBody:
+#: The members of an event's data that name a lease's internals, by event
+#: type: the fencing token and the worker's owner string (its host and pid).
+#: They are for operators; a tenant's API client reads the attempt instead.
+LEASE_INTERNALS: dict[str, tuple[str, ...]] = {
+    CLAIMED: ("owner", "token"),
+    FENCED: ("owner", "token"),
+}
+
+
+def event_body(event: RunEvent | EventLog, *, operator: bool = False) -> EventBody:
     """An event's public JSON (the API's events page, the stream's data):
-    its data without tracebacks, which stay in the database and the admin."""
+    its data without tracebacks, which stay in the database and the admin,
+    and, unless ``operator`` (a staff session), without the lease's token
+    and its worker's owner string (``LEASE_INTERNALS``)."""
+    data = without_tracebacks(event.data)
+    hidden = () if operator else LEASE_INTERNALS.get(event.type, ())
+    if hidden and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in hidden}
     return {
         "id": event.id,
         "type": event.type,
         "lease_epoch": event.lease_epoch,
-        "data": without_tracebacks(event.data),
+        "data": data,
         "created_at": public_time(event.created_at),
     }
 

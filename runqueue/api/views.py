@@ -148,7 +148,16 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     more = len(page) > limit
     page = page[:limit]
     next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
-    return JsonResponse({"events": [events.event_body(e) for e in page], "next": next_url})
+    operator = _operator(caller)
+    return JsonResponse(
+        {"events": [events.event_body(e, operator=operator) for e in page], "next": next_url}
+    )
+
+
+def _operator(caller: Caller) -> bool:
+    """A staff member's session: sees a lease's token and its worker's owner
+    string in events, which an API token (a tenant's client) does not."""
+    return caller.via == "session" and bool(getattr(caller.user, "is_staff", False))
 
 
 @api_view("GET")
@@ -170,7 +179,9 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     else:
         after = _int_param(request, "after", 0, 0, 2**63 - 1)
     try:
-        stream = open_stream(run, after, _stream_owners(caller), mark=mark)
+        stream = open_stream(
+            run, after, _stream_owners(caller), mark=mark, operator=_operator(caller)
+        )
     except StreamLimit as exc:
         if exc.scope == "process":
             raise ApiError(
