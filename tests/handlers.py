@@ -444,10 +444,24 @@ def usage_calls(ctx: RunContext) -> Any:
             model=call["model"],
             input_tokens=call["in"],
             output_tokens=call["out"],
-            cost=call.get("cost"),
+            cost=_amount(call.get("cost")),
         )
         costs.append(None if cost is None else str(cost))
     return {"costs": costs}
+
+
+def _amount(cost: Any) -> Any:
+    """A payload's cost: JSON has no decimals, so an exact amount comes as a
+    string and is passed as a Decimal (record_usage takes numbers only);
+    any other value as it is."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(cost, str):
+        try:
+            return Decimal(cost)
+        except InvalidOperation:
+            return cost
+    return cost
 
 
 @runqueue.handler("test.async_usage")
