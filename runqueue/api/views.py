@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from django.db import OperationalError
+from django.db import OperationalError, connection, transaction
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -37,7 +37,7 @@ from runqueue.api.errors import (
     validation_failed,
 )
 from runqueue.api.openapi import document
-from runqueue.api.render import events_url, run_body, run_url
+from runqueue.api.render import RunBody, events_url, run_body, run_url
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import (
     InvalidArgument,
@@ -124,11 +124,24 @@ def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
     # 202: no run of its own (input delivered, or the payload merged into a
     # turn not started yet); 201: a run was created (queued or pending).
     status = 202 if sub.original_outcome in ("input_delivered", "merged") else 201
-    response = JsonResponse(run_body(sub.run), status=status)
+    response = JsonResponse(_body_at_one_moment(sub.run), status=status)
     response["Location"] = run_url(sub.run.id)
     if sub.outcome == "replayed":
         response["Idempotent-Replayed"] = "true"
     return response
+
+
+def _body_at_one_moment(run: Run) -> RunBody:
+    """The run's body read in one snapshot: the run, its session's line,
+    its usage. Read apart, a worker's claim in between showed the run
+    ``queued`` and its session's active run (itself) ``running``."""
+    outermost = not connection.in_atomic_block  # else: the caller's transaction
+    with transaction.atomic():
+        if outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        now = Run.objects.filter(id=run.id).first()
+        return run_body(now if now is not None else run)
 
 
 @api_view("GET")
