@@ -61,6 +61,9 @@ PROMOTED = "run.promoted"
 #: A submit's payload joined this turn not started yet (``on_busy="merge"``;
 #: data: turns, how many payloads it holds now).
 MERGED = "run.merged"
+#: A fork was made (on the fork: forked_from, from_step, ...; on the
+#: original: fork, from_step, ...; the statement fork_run writes both).
+FORKED = "run.forked"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 
@@ -131,14 +134,29 @@ def public_time(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat() if value is not None else None
 
 
-def event_body(event: RunEvent | EventLog) -> EventBody:
+#: The members of an event's data that name a lease's internals, by event
+#: type: the fencing token and the worker's owner string (its host and pid).
+#: They are for operators; a tenant's API client reads the attempt instead.
+LEASE_INTERNALS: dict[str, tuple[str, ...]] = {
+    CLAIMED: ("owner", "token"),
+    FENCED: ("owner", "token"),
+}
+
+
+def event_body(event: RunEvent | EventLog, *, operator: bool = False) -> EventBody:
     """An event's public JSON (the API's events page, the stream's data):
-    its data without tracebacks, which stay in the database and the admin."""
+    its data without tracebacks, which stay in the database and the admin,
+    and, unless ``operator`` (a staff session), without the lease's token
+    and its worker's owner string (``LEASE_INTERNALS``)."""
+    data = without_tracebacks(event.data)
+    hidden = () if operator else LEASE_INTERNALS.get(event.type, ())
+    if hidden and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in hidden}
     return {
         "id": event.id,
         "type": event.type,
         "lease_epoch": event.lease_epoch,
-        "data": without_tracebacks(event.data),
+        "data": data,
         "created_at": public_time(event.created_at),
     }
 

@@ -42,7 +42,15 @@ def fork(
 
 
 def fork_from_failure(run_id: uuid.UUID | str, *, actor: str, reason: str) -> Run:
-    """``fork`` of a dead-lettered run keeping every step it recorded."""
+    """``fork`` of a dead-lettered run from where it failed: the steps
+    before its last failed tool call kept (that call runs again), or every
+    step it recorded when none failed (``leases.failure_cut``)."""
     return leases.fork_from_failure(
         run_id, actor=actor, reason=reason, traceparent=tracing.current_traceparent()
     )
+
+
+def failure_cut(run_id: uuid.UUID) -> tuple[int, int | None]:
+    """What ``fork_from_failure`` would keep: (steps kept, the failed call
+    it runs again or None), for a confirmation page."""
+    return leases.failure_cut(run_id)

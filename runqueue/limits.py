@@ -22,6 +22,9 @@ MAX_ATTEMPTS_MAX = 2**31 - 1
 #: Python reads times only up to 9999-12-31, so a longer wait would make
 #: its run unreadable; a limit in seconds keeps every deadline within that.
 MAX_WAIT_SECONDS = 100 * 365.25 * 86400
+#: The shortest run deadline (``start_within``, ``max_duration``): a
+#: timestamp's resolution in PostgreSQL, under which one is stored as zero.
+MIN_DEADLINE_SECONDS = 1e-6
 #: The longest model name a usage record holds (``Usage.model``, a key of
 #: ``RUNQUEUE["PRICES"]``).
 USAGE_MODEL_MAX_LENGTH = 255

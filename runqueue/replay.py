@@ -122,7 +122,9 @@ class ReplayContext(RunContext):
         rerun_failed: bool = False,
         asked: Approval | None = None,
     ) -> ToolOutcome | dict[str, JSON]:
-        # A call awaiting approval, or approved and not run, ends the records.
+        # A replay runs nothing: a recorded failure is replayed even when the
+        # handler asks for a failed call to run again (``rerun_failed``); a
+        # call awaiting approval, or approved and not run, ends the records.
         if recorded is None:
             self._stop(RecordsEnd(seq))
         try:

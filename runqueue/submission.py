@@ -50,6 +50,7 @@ from runqueue.errors import (
     IdempotencyConflict,
     IdempotencyInProgress,
     InvalidSubmission,
+    InvalidTransition,
     RunqueueError,
     SessionQueueFull,
 )
@@ -70,7 +71,13 @@ from runqueue.observability import tracing
 from runqueue.spawning import child_priority as child_priority
 from runqueue.spawning import spawn as spawn
 from runqueue.sql import set_config
-from runqueue.submission_rules import BatchChecks, CheckedSubmission, check_submission, require
+from runqueue.submission_rules import (
+    BatchChecks,
+    CheckedSubmission,
+    check_submission,
+    idempotency_key_problem,
+    require,
+)
 from runqueue.turns import MERGED_KEY, merged_payload
 from runqueue.turns import turn_payloads as turn_payloads
 from runqueue.types import JSON
@@ -351,10 +358,16 @@ def _set_lock_timeout() -> None:
 
 def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
     """The original run for a known key, IdempotencyConflict, or None."""
+    return _replay_key(
+        request.tenant, request.principal, request.idempotency_key or "", request_hash
+    )
+
+
+def _replay_key(tenant: str, principal: str, key: str, request_hash: str) -> Submission | None:
+    """The original run for a known key (a submit's or an answer's: one
+    store), IdempotencyConflict for another request, or None."""
     found = (
-        IdempotencyKey.objects.filter(
-            tenant=request.tenant, principal=request.principal, key=request.idempotency_key
-        )
+        IdempotencyKey.objects.filter(tenant=tenant, principal=principal, key=key)
         .select_related("run")
         .annotate(expired=ExpressionWrapper(Q(expires_at__lte=Now()), BooleanField()))
         .first()
@@ -365,7 +378,7 @@ def _replay(request: CheckedSubmission, request_hash: str) -> Submission | None:
         found.delete()  # expired: the key is free again
         return None
     if found.request_hash != request_hash:
-        raise IdempotencyConflict(request.idempotency_key or "")
+        raise IdempotencyConflict(key)
     original = _KEY_OUTCOMES.get(found.outcome, "created")
     return Submission(run=found.run, outcome="replayed", original_outcome=original)
 
@@ -516,6 +529,74 @@ def _create_run(
     return run
 
 
+def answer(
+    run_id: uuid.UUID | str,
+    data: JSON = None,
+    *,
+    tenant: str = "default",
+    principal: str = "",
+    idempotency_key: str | None = None,
+) -> Submission:
+    """``deliver_input`` (answer a run waiting for the user) that honours an
+    Idempotency-Key as ``submit`` does, in the same key store: the same
+    answer to the same run again is the first one's run, ``outcome``
+    ``replayed`` (``original_outcome`` ``input_delivered``), not an
+    InvalidTransition; the key with another answer, another run or a submit
+    is IdempotencyConflict. Without a key it is ``deliver_input``.
+
+    Raises InvalidArgument (nothing written), RunNotFound, InvalidTransition
+    (the run does not wait for the user), IdempotencyConflict or
+    IdempotencyInProgress.
+    """
+    if idempotency_key is None:
+        run = leases.deliver_input(run_id, data)
+        return Submission(run=run, outcome="input_delivered", original_outcome="input_delivered")
+    if (problem := idempotency_key_problem(idempotency_key)) is not None:
+        raise InvalidSubmission("idempotency_key", problem)
+    parsed = leases.checked_input(run_id, data)
+    canonical = json.dumps(
+        {"answer": str(parsed), "input": data}, sort_keys=True, separators=(",", ":")
+    )
+    request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    for _ in range(3):
+        try:
+            return _answer_once(parsed, data, tenant, principal, idempotency_key, request_hash)
+        except _Retry:
+            continue
+    raise IdempotencyInProgress(idempotency_key)
+
+
+def _answer_once(
+    run_id: uuid.UUID, data: JSON, tenant: str, principal: str, key: str, request_hash: str
+) -> Submission:
+    try:
+        with transaction.atomic(durable=True):
+            _set_lock_timeout()
+            replay = _replay_key(tenant, principal, key, request_hash)
+            if replay is not None:
+                return replay
+            try:
+                leases.deliver_waiting(run_id, data)
+            except InvalidTransition:
+                # A same-key answer may have committed while we waited for
+                # the run's lock: a statement's fresh snapshot shows its key.
+                replay = _replay_key(tenant, principal, key, request_hash)
+                if replay is not None:
+                    return replay
+                raise
+            run = Run.objects.get(id=run_id)
+            _store_key(tenant, principal, key, request_hash, run, SubmitOutcome.INPUT_DELIVERED)
+            return Submission(
+                run=run, outcome="input_delivered", original_outcome="input_delivered"
+            )
+    except OperationalError as exc:
+        if moved_by_another(exc):
+            raise _Retry from exc  # the run moved (it ended) while we waited for it
+        if sqlstate(exc) == "55P03":  # lock_not_available
+            raise IdempotencyInProgress(key) from exc
+        raise
+
+
 def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     """Submit many runs at once (an agent's fan-out): one ``Submission`` per
     request, in order, all or nothing.
@@ -597,13 +678,22 @@ def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:
 def _remember_key(request: CheckedSubmission, request_hash: str, run: Run, outcome: str) -> None:
     if request.idempotency_key is None:
         return
+    _store_key(
+        request.tenant, request.principal, request.idempotency_key, request_hash, run, outcome
+    )
+
+
+def _store_key(
+    tenant: str, principal: str, key: str, request_hash: str, run: Run, outcome: str
+) -> None:
+    """The key's row in a savepoint; _Retry if a same-key request wrote it first."""
     retention = dt.timedelta(seconds=get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS)
     try:
         with transaction.atomic():
             IdempotencyKey.objects.create(
-                tenant=request.tenant,
-                principal=request.principal,
-                key=request.idempotency_key,
+                tenant=tenant,
+                principal=principal,
+                key=key,
                 request_hash=request_hash,
                 run=run,
                 outcome=outcome,

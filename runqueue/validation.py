@@ -18,7 +18,7 @@ import json
 import math
 from decimal import Decimal
 
-from runqueue.limits import COST_DIGITS, COST_PLACES, MAX_WAIT_SECONDS
+from runqueue.limits import COST_DIGITS, COST_PLACES, MAX_WAIT_SECONDS, MIN_DEADLINE_SECONDS
 
 NUL = "must not contain NUL characters"
 SURROGATE = "must be valid Unicode text (it holds an unpaired surrogate such as \\ud800)"
@@ -128,8 +128,10 @@ def _short(pointer: str, limit: int = 200) -> str:
 
 def duration(value: object, *, from_json: bool = False) -> tuple[float | None, str | None]:
     """A run deadline's length in seconds (``start_within``, ``max_duration``),
-    or why not: a positive finite number of seconds (or, from Python, a
-    timedelta), at most ``MAX_WAIT_SECONDS``. None stays None (no limit)."""
+    or why not: a finite number of seconds (or, from Python, a timedelta)
+    from a microsecond, the resolution a deadline is stored at (``1e-320``
+    rounded to zero there: the run expired or failed at once), to
+    ``MAX_WAIT_SECONDS``. None stays None (no limit)."""
     if value is None:
         return None, None
     if isinstance(value, dt.timedelta) and not from_json:
@@ -142,6 +144,11 @@ def duration(value: object, *, from_json: bool = False) -> tuple[float | None, s
         return None, f"must be {expected}, got {got}"
     if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
         return None, f"must be a positive number of seconds, got {value!r}"
+    if seconds < MIN_DEADLINE_SECONDS:
+        return None, (
+            f"must be at least {MIN_DEADLINE_SECONDS:.6f} seconds (a microsecond, the "
+            f"resolution deadlines are stored at), got {value!r}"
+        )
     if seconds > MAX_WAIT_SECONDS:
         return None, f"must be at most {MAX_WAIT_SECONDS:.0f} seconds (100 years), got {value!r}"
     return seconds, None
@@ -154,8 +161,9 @@ MAX_COST = Decimal(10) ** (COST_DIGITS - COST_PLACES) - COST_QUANTUM
 
 def money(value: object, what: str) -> Decimal:
     """``value`` as a stored amount: a non-negative finite number (int,
-    float, Decimal or a numeric string), rounded to 12 places; ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
+    float or Decimal), rounded to 12 places; ValueError. A string is refused
+    from Python as the API refuses it from JSON: one rule for both."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         raise ValueError(f"{what} must be a number >= 0, got {value!r}")
     try:
         amount = Decimal(str(value)) if not isinstance(value, Decimal) else value

@@ -400,8 +400,12 @@ def steps(ctx: RunContext) -> Any:
     """Calls tools step0..step{n-1} in order, each writing the ledger when
     it runs (a replayed step writes nothing), with a spawn of test.echo at
     step ``spawn_at``; raises a PermanentError right after step
-    ``fail_after`` (None: never), and ends with what each step returned."""
+    ``fail_after`` (None: never), and ends with what each step returned.
+    The tool of step ``tool_fails_at`` raises (the provider is down) until
+    the ledger holds ("provider", "up"), and the handler then fails with
+    its error: the common dead letter, a tool call that failed."""
     n, fail_after = ctx.payload["steps"], ctx.payload.get("fail_after")
+    tool_fails_at = ctx.payload.get("tool_fails_at")
     values = []
     for i in range(n):
         if i == ctx.payload.get("spawn_at"):
@@ -409,10 +413,14 @@ def steps(ctx: RunContext) -> Any:
         else:
 
             def step(i: int, idempotency_key: str) -> dict:
+                if i == tool_fails_at and not released("provider", "up"):
+                    raise ConnectionError("the provider is down")
                 ledger(ctx.run.id, "step", str(i))
                 return {"step": i, "key": idempotency_key}
 
             outcome = ctx.invoke_tool(f"step{i}", step, args={"i": i})
+            if outcome.status == "failed" and tool_fails_at is not None:
+                raise runqueue.PermanentError(f"step {i} failed: {outcome.error}")
             values.append(outcome.value["step"] if outcome.value else outcome.status)
         if i == fail_after:
             raise runqueue.PermanentError(f"failed after step {i}")
@@ -436,10 +444,24 @@ def usage_calls(ctx: RunContext) -> Any:
             model=call["model"],
             input_tokens=call["in"],
             output_tokens=call["out"],
-            cost=call.get("cost"),
+            cost=_amount(call.get("cost")),
         )
         costs.append(None if cost is None else str(cost))
     return {"costs": costs}
+
+
+def _amount(cost: Any) -> Any:
+    """A payload's cost: JSON has no decimals, so an exact amount comes as a
+    string and is passed as a Decimal (record_usage takes numbers only);
+    any other value as it is."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(cost, str):
+        try:
+            return Decimal(cost)
+        except InvalidOperation:
+            return cost
+    return cost
 
 
 @runqueue.handler("test.async_usage")

@@ -1,12 +1,15 @@
 """Forking a finished run from the admin: "Fork from here" on each step of
 a run's page (a confirmation page asking a reason and, optionally, an
 edited JSON payload), and the bulk "Fork from failure" on dead-lettered
-runs. Each calls ``runqueue.fork`` (``runqueue.forking``), which writes
-``run.forked`` on both runs naming ``staff:<username>``; a LogEntry goes
-to both runs' admin history."""
+runs (from the failed tool call: the steps before it kept). Each calls
+``runqueue.fork`` (``runqueue.forking``), which writes ``run.forked`` on
+both runs naming ``staff:<username>``; a LogEntry goes to both runs' admin
+history."""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -18,15 +21,16 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.html import format_html
 
-from runqueue import forking
+from runqueue import events, forking
 from runqueue.admin import permissions
 from runqueue.admin.actions import PAST, _apply, actor, log_change
 from runqueue.admin.display import pretty_json
 from runqueue.admin.guard import StorableJSONField
 from runqueue.errors import RunqueueError
 from runqueue.limits import REASON_MAX_LENGTH
-from runqueue.models import Run, ToolInvocation
+from runqueue.models import EventLog, Run, ToolInvocation
 
 PAST["fork"] = "forked"
 
@@ -55,11 +59,12 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
     run = model_admin.get_object(request, object_id)
     if run is None:
         raise Http404("No such run.")
-    try:
-        step = int(request.GET.get("step", ""))
-    except ValueError:
-        step = -1
-    if step < 0:
+    steps = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
+    raw = request.GET.get("step", "")
+    # A step is at most the number of records (the "Fork from here" after the
+    # last): a longer number is no step, whatever its value.
+    step = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 10 else -1
+    if not 0 <= step <= len(steps):
         raise Http404("No such step.")
     form = ForkForm(
         request.POST if request.method == "POST" else None, initial={"payload": run.payload}
@@ -84,7 +89,6 @@ def view(model_admin: ModelAdmin, request: HttpRequest, object_id: str) -> HttpR
                 request, f"Forked run {run.id} from step {step}: run {fork.id}.", messages.SUCCESS
             )
             return redirect(reverse("admin:runqueue_run_change", args=[fork.id]))
-    steps = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "title": f"Fork run {str(run.id)[:8]} from step {step}?",
@@ -107,19 +111,79 @@ def fork_links(run: Run, steps: int) -> list[tuple[int, str]]:
     return [(step, f"{url}?step={step}") for step in range(steps + 1)]
 
 
-@admin.action(description="Fork from failure (keep every recorded step)", permissions=["fork"])
+#: Steps a fork-from-failure confirmation lists per run, kept and run again each.
+PLAN_STEPS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePlan:
+    """What a fork from failure of ``run`` keeps and runs again, for its
+    confirmation: ``failed`` is the failed call it runs again (None: no call
+    failed, every recorded step is kept)."""
+
+    run: Run
+    kept: list[ToolInvocation]
+    kept_count: int
+    again: list[ToolInvocation]
+    again_count: int
+    failed: int | None
+
+
+def failure_plan(run: Run) -> FailurePlan:
+    kept, failed = forking.failure_cut(run.id)
+    records = ToolInvocation.objects.filter(run_id=run.id).order_by("seq")
+    before, after = records.filter(seq__lt=kept), records.filter(seq__gte=kept)
+    return FailurePlan(
+        run=run,
+        kept=list(before[:PLAN_STEPS]),
+        kept_count=before.count(),
+        again=list(after[:PLAN_STEPS]),
+        again_count=after.count(),
+        failed=failed,
+    )
+
+
+@admin.action(description="Fork from failure (run the failed call again)", permissions=["fork"])
 def fork_from_failure(
     modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet
 ) -> HttpResponse | None:
-    """A fork of each dead-lettered run that keeps all its recorded steps
-    (``leases.fork_from_failure``): it runs again from after its last one."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="fork",
-        call=lambda run_id, reason: forking.fork_from_failure(
-            run_id, actor=actor(request), reason=reason
-        ),
-        reason_required=True,
+    """A fork of each dead-lettered run from where it failed
+    (``forking.fork_from_failure``): the steps before its failed tool call
+    kept, that call and the rest run again. The confirmation lists both per
+    run; the message after links each new run."""
+    made: list[Run] = []
+
+    def call(run_id: uuid.UUID, reason: str) -> Run:
+        fork = forking.fork_from_failure(run_id, actor=actor(request), reason=reason)
+        made.append(fork)
+        return fork
+
+    response = _apply(modeladmin, request, queryset, verb="fork", call=call, reason_required=True)
+    if isinstance(response, TemplateResponse) and response.context_data is not None:
+        rows = response.context_data["rows"]
+        response.context_data["fork_plans"] = [failure_plan(row.run) for row in rows]
+    for fork in made:
+        modeladmin.message_user(request, _forked_message(fork), messages.SUCCESS)
+    return response
+
+
+def _forked_message(fork: Run) -> str:
+    """Which run was forked, what it kept, and a link to the fork."""
+    data = (
+        EventLog.objects.filter(run_id=fork.id, type=events.FORKED)
+        .values_list("data", flat=True)
+        .first()
+    ) or {}
+    kept, failed = data.get("from_step"), data.get("failed_step")
+    what = (
+        f"kept the {kept} step(s) before its failed call #{failed}, which runs again"
+        if failed is not None
+        else f"kept its {kept} recorded step(s)"
+    )
+    return format_html(
+        'Forked run {} from failure ({}): run <a href="{}">{}</a>.',
+        fork.forked_from_id,
+        what,
+        reverse("admin:runqueue_run_change", args=[fork.id]),
+        fork.id,
     )

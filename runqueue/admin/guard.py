@@ -14,7 +14,8 @@ holding a NUL answers 404. Values of the right shape but the wrong content
 Its forms refuse what a column cannot hold with a form error, never a 500
 (``hostile_form``): a JSON field's text that parses to something jsonb
 refuses (a NUL, a lone surrogate, a number past a float such as ``1e400``,
-``NaN``) or nests too deeply to parse; and a choice of a row by a key of
+``NaN``), an integer too long for Python to parse (5,000 digits) or text
+nested too deeply to parse; and a choice of a row by a key of
 the wrong type (``user=abc``), whose redisplay would look the key up again.
 A permission refusal is the site's 403 page with one line in the log, not a
 traceback (``refusal``).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -111,7 +113,9 @@ def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
 class StorableJSONField(forms.JSONField):
     """A form's JSON field that takes only what jsonb stores: a form error
     for a NUL or a lone surrogate in any string, a number past a float
-    (``1e400`` parses to infinity), NaN, or text nested too deeply to parse.
+    (``1e400`` parses to infinity), NaN, an integer past Python's digit
+    limit (``json.loads`` raises ValueError, not JSONDecodeError), or text
+    nested too deeply to parse.
     Redisplayed as the text staff typed, never as the parsed value."""
 
     def to_python(self, value: Any) -> Any:
@@ -119,6 +123,14 @@ class StorableJSONField(forms.JSONField):
             converted = super().to_python(value)
         except RecursionError:
             raise forms.ValidationError("Enter JSON nested less deeply.", code="invalid") from None
+        except ValueError:
+            # Not a JSONDecodeError, which Django turns into a form error:
+            # an integer past Python's digit limit (a 5,000-digit number).
+            raise forms.ValidationError(
+                f"Enter a valid JSON: its integers may have at most "
+                f"{sys.get_int_max_str_digits():,} digits.",
+                code="invalid",
+            ) from None
         if converted is not None and not self.disabled:
             _text, problem = json_problem(converted)
             if problem is not None:
@@ -130,7 +142,7 @@ class StorableJSONField(forms.JSONField):
             return super().bound_data(data, initial)
         try:
             parsed = json.loads(data, cls=self.decoder)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: JSONDecodeError, a too long integer
             return InvalidJSONInput(data)
         if json_problem(parsed)[1] is not None:
             return InvalidJSONInput(data)

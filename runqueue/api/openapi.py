@@ -590,16 +590,29 @@ def document() -> dict[str, JSON]:
                     "description": "The body (any JSON, or none for null) is the run's input, "
                     "as the payload of a submit to its session would be: the run is queued "
                     "again and its handler resumes with it as ctx.input. Its question is "
-                    "wait.question in the run. 409 run-not-waiting-for-user once answered.",
-                    "parameters": [_RUN_ID],
+                    "wait.question in the run. 409 run-not-waiting-for-user once answered. "
+                    "An Idempotency-Key (optional) makes a retry safe, as on a submit: the "
+                    "same answer again is the first response with Idempotent-Replayed: true; "
+                    "the key with another answer or run is 422 idempotency-key-reused.",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "description": KEY_RULE,
+                            "schema": {"type": "string", "pattern": KEY_PATTERN},
+                        },
+                    ],
                     "requestBody": {
                         "required": False,
                         "content": {"application/json": {"schema": {}}},
                     },
                     "responses": {
                         "202": {
-                            "description": "the answer is the run's input; the run is queued",
-                            "headers": _LOCATION,
+                            "description": "the answer is the run's input; the run is queued "
+                            "(or a replay of that)",
+                            "headers": _LOCATION | _REPLAYED,
                             "content": _json("Run"),
                         },
                         **_problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from django.db import OperationalError
+from django.db import OperationalError, connection, transaction
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -26,7 +26,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, leases
+from runqueue import events, leases, submission
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -37,7 +37,14 @@ from runqueue.api.errors import (
     validation_failed,
 )
 from runqueue.api.openapi import document
-from runqueue.api.render import events_url, run_body, run_url, step_body, steps_url
+from runqueue.api.render import (
+    RunBody,
+    events_url,
+    run_body,
+    run_url,
+    step_body,
+    steps_url,
+)
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import (
     InvalidArgument,
@@ -126,11 +133,24 @@ def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
     # 202: no run of its own (input delivered, or the payload merged into a
     # turn not started yet); 201: a run was created (queued or pending).
     status = 202 if sub.original_outcome in ("input_delivered", "merged") else 201
-    response = JsonResponse(run_body(sub.run), status=status)
+    response = JsonResponse(_body_at_one_moment(sub.run), status=status)
     response["Location"] = run_url(sub.run.id)
     if sub.outcome == "replayed":
         response["Idempotent-Replayed"] = "true"
     return response
+
+
+def _body_at_one_moment(run: Run) -> RunBody:
+    """The run's body read in one snapshot: the run, its session's line,
+    its usage. Read apart, a worker's claim in between showed the run
+    ``queued`` and its session's active run (itself) ``running``."""
+    outermost = not connection.in_atomic_block  # else: the caller's transaction
+    with transaction.atomic():
+        if outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        now = Run.objects.filter(id=run.id).first()
+        return run_body(now if now is not None else run)
 
 
 @api_view("GET")
@@ -150,7 +170,16 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     more = len(page) > limit
     page = page[:limit]
     next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
-    return JsonResponse({"events": [events.event_body(e) for e in page], "next": next_url})
+    operator = _operator(caller)
+    return JsonResponse(
+        {"events": [events.event_body(e, operator=operator) for e in page], "next": next_url}
+    )
+
+
+def _operator(caller: Caller) -> bool:
+    """A staff member's session: sees a lease's token and its worker's owner
+    string in events, which an API token (a tenant's client) does not."""
+    return caller.via == "session" and bool(getattr(caller.user, "is_staff", False))
 
 
 @api_view("GET")
@@ -172,7 +201,9 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     else:
         after = _int_param(request, "after", 0, 0, 2**63 - 1)
     try:
-        stream = open_stream(run, after, _stream_owners(caller), mark=mark)
+        stream = open_stream(
+            run, after, _stream_owners(caller), mark=mark, operator=_operator(caller)
+        )
     except StreamLimit as exc:
         if exc.scope == "process":
             raise ApiError(
@@ -276,11 +307,16 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     """Answer a run waiting for the user (``ctx.ask_user``), whatever its
     session: the body (any JSON, or empty for null) is its input, as the
     payload of a submit to its session would be. 202 with the run, queued
-    again; 409 when it does not wait for the user."""
+    again; 409 when it does not wait for the user. An Idempotency-Key
+    (optional) makes a retry safe, as on a submit: the same answer again is
+    the first response, ``Idempotent-Replayed: true``."""
     run = _writable(caller, run_id)
     data = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    key = parsing.idempotency_key(request) if "HTTP_IDEMPOTENCY_KEY" in request.META else None
     try:
-        run = runqueue.deliver_input(run.id, data)
+        answered = submission.answer(
+            run.id, data, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
+        )
     except InvalidTransition as exc:
         raise ApiError(
             "run-not-waiting-for-user",
@@ -292,8 +328,10 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
         raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
     except RunqueueError as exc:
         raise _mapped(exc) from exc
-    response = JsonResponse(run_body(run), status=202)
-    response["Location"] = run_url(run.id)
+    response = JsonResponse(run_body(answered.run), status=202)
+    response["Location"] = run_url(answered.run.id)
+    if answered.outcome == "replayed":
+        response["Idempotent-Replayed"] = "true"
     return response
 
 

@@ -268,7 +268,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="START_WITHIN_SECONDS",
-        kind=v.number(positive=True, none=True),
+        kind=v.number(positive=True, none=True, bound=v.deadline_bound),
         default=None,
         doc="a run not claimed this long after it is due is cancelled, reason `expired` "
         '(docs/handlers.md, "Run deadlines"; `None`: no limit)',
@@ -276,7 +276,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="MAX_DURATION_SECONDS",
-        kind=v.number(positive=True, none=True),
+        kind=v.number(positive=True, none=True, bound=v.deadline_bound),
         default=None,
         doc="an attempt running this long is cancelled and its run fails, reason "
         "`max_duration` (`None`: no limit)",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.limits import MAX_WAIT_SECONDS, TENANT_MAX_LENGTH
+from runqueue.limits import MAX_WAIT_SECONDS, MIN_DEADLINE_SECONDS, TENANT_MAX_LENGTH
 
 if TYPE_CHECKING:
     from runqueue.models import PriorityClass
@@ -69,6 +69,16 @@ def _number_of(name: str, value: object, *, integer: bool = False) -> float:
     if integer and not isinstance(value, int):
         raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be an integer, got {value!r}")
     return value
+
+
+def deadline_bound(name: str, number: float) -> None:
+    """A run deadline's setting is at least a microsecond: shorter, it is
+    stored as zero and every run would expire or fail at once."""
+    if number < MIN_DEADLINE_SECONDS:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] must be at least {MIN_DEADLINE_SECONDS:.6f} seconds (a "
+            f"microsecond, the resolution deadlines are stored at), got {number!r}"
+        )
 
 
 def number(

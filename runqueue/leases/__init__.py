@@ -40,7 +40,7 @@ from runqueue.leases.claim import (
     finish_and_claim,
 )
 from runqueue.leases.deadlines import expire_unstarted
-from runqueue.leases.forks import fork, fork_from_failure, recorded_steps
+from runqueue.leases.forks import failure_cut, fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
     cancel,
@@ -51,8 +51,10 @@ from runqueue.leases.transitions import (
     sweep,
 )
 from runqueue.leases.waits import (
+    checked_input,
     deliver_input,
     deliver_locked,
+    deliver_waiting,
     next_deadline,
     resume_due,
     signal,
@@ -102,12 +104,15 @@ __all__ = [
     "claim",
     "claim_one",
     "claim_spec",
+    "checked_input",
     "deliver_input",
     "deliver_locked",
+    "deliver_waiting",
     "expire_unstarted",
     "finish_and_claim",
     "fork",
     "fork_from_failure",
+    "failure_cut",
     "failure_record",
     "give_up",
     "heartbeat",

@@ -65,25 +65,49 @@ def fork(
     """
     run_id = checked_operation("fork", run_id, reason=reason, actor=actor)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
-        raise InvalidArgument("fork", "from_step", f"must be an integer >= 0, got {from_step!r}")
+        raise InvalidArgument(
+            "fork", "from_step", f"must be an integer >= 0, got {_shown(from_step)}"
+        )
     payload_text = None if payload is None else _payload_text(payload)
-    return retry_moved(lambda: _fork(run_id, from_step, payload_text, actor, reason, traceparent))
+    return retry_moved(
+        lambda: _fork(run_id, from_step, payload_text, actor, reason, traceparent, {})
+    )
 
 
 def fork_from_failure(
     run_id: uuid.UUID | str, *, actor: str, reason: str, traceparent: str = ""
 ) -> Run:
-    """``fork`` of a dead-lettered run from where it failed: every step it
-    recorded kept, so its handler runs again from after its last recorded
-    step. InvalidTransition unless the run failed; ForkRefused as ``fork``."""
+    """``fork`` of a dead-lettered run from where it failed (``failure_cut``):
+    the steps before its last failed tool call kept, that call and what
+    follows run again; a run with no failed call keeps every step it
+    recorded. ``run.forked`` names the failed call (``failed_step``).
+    InvalidTransition unless the run failed; ForkRefused as ``fork``."""
     run_id = checked_operation("fork", run_id, reason=reason, actor=actor)
     status = Run.objects.filter(id=run_id).values_list("status", flat=True).first()
     if status is None:
         raise RunNotFound(run_id)
     if status != RunStatus.FAILED:
         raise InvalidTransition(run_id, status, "fork from failure")
+    kept, failed = failure_cut(run_id)
+    note: dict[str, JSON] = {} if failed is None else {"failed_step": failed}
+    return retry_moved(lambda: _fork(run_id, kept, None, actor, reason, traceparent, note))
+
+
+def failure_cut(run_id: uuid.UUID) -> tuple[int, int | None]:
+    """(steps a fork from failure keeps, the failed call it runs again or
+    None). A kept failed call would replay its failure, and the fork would
+    dead-letter with the same error: the cut is the last call recorded
+    ``failed`` (a tool's failure most often ends a run); earlier failures
+    the handler got past are kept, replayed as they were. Without one,
+    every recorded step is kept (the handler failed after them)."""
     steps = recorded_steps(run_id)
-    return fork(run_id, from_step=steps, actor=actor, reason=reason, traceparent=traceparent)
+    failed = (
+        ToolInvocation.objects.filter(run_id=run_id, seq__lt=steps, status=ToolStatus.FAILED)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return (steps if failed is None else failed), failed
 
 
 def recorded_steps(run_id: uuid.UUID) -> int:
@@ -115,6 +139,7 @@ def _fork(
     actor: str,
     reason: str,
     traceparent: str,
+    note: dict[str, JSON],
 ) -> Run:
     with transaction.atomic(durable=True):
         with connection.cursor() as cursor:
@@ -131,7 +156,7 @@ def _fork(
             raise UnknownKind(original.kind)
         _check_steps(run_id, from_step)
         fork_id = uuid.uuid4()
-        common = {"from_step": from_step, "actor": actor, "reason": reason}
+        common = {"from_step": from_step, "actor": actor, "reason": reason, **note}
         params = {
             "run_id": run_id,
             "fork_id": fork_id,
@@ -161,18 +186,18 @@ def _check_steps(run_id: uuid.UUID, from_step: int) -> None:
     can be copied: numbered without a gap, each with a known outcome, each
     spawn's child finished (a fork shares it and cannot count it in its
     own fan-in)."""
+    records = ToolInvocation.objects.filter(run_id=run_id)
+    # The bound first, from a count: a step number past the records (2**31,
+    # 10**20) is refused before it reaches a query or sizes anything.
+    if from_step > records.count():
+        raise _past_the_steps(run_id, from_step)
     steps = list(
-        ToolInvocation.objects.filter(run_id=run_id, seq__lt=from_step)
+        records.filter(seq__lt=from_step)
         .order_by("seq")
         .values_list("seq", "tool", "status", "idempotency", "resolution", "result")
     )
-    if [step[0] for step in steps] != list(range(from_step)):
-        raise InvalidArgument(
-            "fork",
-            "from_step",
-            f"must be at most {recorded_steps(run_id)} (the steps run {run_id} recorded), "
-            f"got {from_step}",
-        )
+    if any(step[0] != number for number, step in enumerate(steps)) or len(steps) != from_step:
+        raise _past_the_steps(run_id, from_step)
     for seq, tool, status, idempotency, resolution, result in steps:
         if status == ToolStatus.UNCERTAIN and resolution is None:
             raise ForkRefused(
@@ -190,6 +215,23 @@ def _check_steps(run_id: uuid.UUID, from_step: int) -> None:
             )
         if tool == SPAWN_TOOL and isinstance(result, dict):
             _check_child(run_id, seq, result.get("run_id"))
+
+
+def _past_the_steps(run_id: uuid.UUID, from_step: int) -> InvalidArgument:
+    return InvalidArgument(
+        "fork",
+        "from_step",
+        f"must be at most {recorded_steps(run_id)} (the steps run {run_id} recorded), "
+        f"got {_shown(from_step)}",
+    )
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message: an integer too long to print (past
+    Python's 4,300 digits) by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
 
 
 def _check_child(run_id: uuid.UUID, seq: int, child: object) -> None:

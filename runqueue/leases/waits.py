@@ -161,6 +161,13 @@ def deliver_input(run_id: uuid.UUID | str, data: JSON = None) -> Run:
     Raises InvalidArgument (nothing written), RunNotFound, or
     InvalidTransition when it does not wait for the user (answered already,
     timed out, finished)."""
+    parsed = checked_input(run_id, data)
+    return retry_moved(lambda: _deliver_input(parsed, data))
+
+
+def checked_input(run_id: uuid.UUID | str, data: JSON) -> uuid.UUID:
+    """The run id of an input delivery, or InvalidArgument (a malformed id,
+    input that jsonb cannot store or over ``MAX_PAYLOAD_BYTES``)."""
     parsed = checked_operation("deliver_input", run_id)
     try:
         text = json_text(data, "input")
@@ -171,20 +178,27 @@ def deliver_input(run_id: uuid.UUID | str, data: JSON = None) -> Run:
         raise InvalidArgument(
             "deliver_input", "input", f"must be at most {limit} bytes as JSON, got {size}"
         )
-    return retry_moved(lambda: _deliver_input(parsed, data))
+    return parsed
 
 
 def _deliver_input(run_id: uuid.UUID, data: JSON) -> Run:
     with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
-        if row is None:
-            raise RunNotFound(run_id)
-        status, _reason, _name, priority = row
-        if status != RunStatus.WAITING_FOR_USER:
-            raise InvalidTransition(run_id, status, "deliver input to")
-        deliver_locked(run_id, priority, data)
+        deliver_waiting(run_id, data)
     return Run.objects.get(id=run_id)
+
+
+def deliver_waiting(run_id: uuid.UUID, data: JSON) -> None:
+    """Input delivery in the caller's transaction (``checked_input`` done):
+    the run's row locked, RunNotFound, or InvalidTransition unless it waits
+    for the user."""
+    with connection.cursor() as cursor:
+        row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    status, _reason, _name, priority = row
+    if status != RunStatus.WAITING_FOR_USER:
+        raise InvalidTransition(run_id, status, "deliver input to")
+    deliver_locked(run_id, priority, data)
 
 
 def deliver_locked(run_id: uuid.UUID, priority: int, data: JSON) -> None:

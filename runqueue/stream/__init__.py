@@ -20,11 +20,13 @@ def open_stream(
     owners: Sequence[tuple[str, int | None]] = (),
     *,
     mark: str | None = None,
+    operator: bool = False,
 ) -> EventStream | None:
     """The stream of ``run``'s events after event id ``after``; None when the
     run is finished and nothing follows ``after``. ``mark``: the cursor's
     stamp (``sse.parse_cursor``); a cursor not on this server's history
-    replays the run from the start after a ``stream.reset``.
+    replays the run from the start after a ``stream.reset``. ``operator``:
+    a staff reader, who sees the lease's internals (``events.event_body``).
 
     A live run's stream takes one of the process's places and one of each
     owner's (``(key, limit)``: the caller's token, its tenant). A finished
@@ -40,7 +42,7 @@ def open_stream(
         return None
     process = process_hub()
     place = process.acquire(owners, live=not run.is_terminal)
-    return EventStream(process, run, after, place, reset=reset)
+    return EventStream(process, run, after, place, reset=reset, operator=operator)
 
 
 __all__ = ["EventStream", "StreamLimit", "TooManyStreams", "open_stream"]

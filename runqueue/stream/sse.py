@@ -111,11 +111,12 @@ def _base36(n: int) -> str:
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def frame(event: EventLog) -> bytes:
+def frame(event: EventLog, *, operator: bool = False) -> bytes:
     """One SSE message; JSON escapes newlines, so ``data`` is one line. A
-    ``run.text`` chunk's data is its offset and text, as a delta's is."""
+    ``run.text`` chunk's data is its offset and text, as a delta's is.
+    ``operator``: a staff reader, who sees the lease's internals."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
-    body = event.data if event.type == events.TEXT else events.event_body(event)
+    body = event.data if event.type == events.TEXT else events.event_body(event, operator=operator)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return f"id: {cursor(event)}\nevent: {type_}\ndata: {data}\n\n".encode()
 
@@ -143,9 +144,17 @@ class EventStream:
     gives the stream's places back."""
 
     def __init__(
-        self, hub: Hub, run: Run, after: int, place: Place, *, reset: bool = False
+        self,
+        hub: Hub,
+        run: Run,
+        after: int,
+        place: Place,
+        *,
+        reset: bool = False,
+        operator: bool = False,
     ) -> None:
         self.hub = hub
+        self.operator = operator
         self.reset = reset
         self.place = place
         self.run_id = run.id
@@ -195,7 +204,7 @@ class EventStream:
             # Nothing to wait for: no watch row, no wake-ups, just the replay.
             while batch := self._read():
                 for event in batch:
-                    yield frame(event)
+                    yield frame(event, operator=self.operator)
                     self.after = event.id
                     if event.type in TERMINAL_EVENTS:
                         return
@@ -210,7 +219,7 @@ class EventStream:
                 wake.clear()  # a wake-up during the read makes the wait return at once
                 batch = self._read()
                 for event in batch:
-                    yield frame(event)
+                    yield frame(event, operator=self.operator)
                     self.after = event.id
                     self.epoch = max(self.epoch, event.lease_epoch)
                     if event.type in TERMINAL_EVENTS:

@@ -8,14 +8,25 @@ from __future__ import annotations
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
+from django.utils.html import escape
 
 import runqueue
-from runqueue import leases, testing
+from runqueue import db, leases, testing
 from runqueue.models import EventLog, Run, RunStatus
 from tests.admin_support import dead_lettered, uncertain
 from tests.database.test_admin import DEAD, RUNS, action, login, messages_of
+from tests.handlers import LEDGER_DDL
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _ledger() -> None:
+    """The handlers' ledger, committed (its writes go through a connection
+    of their own), and the provider of ``tool_fails_at`` down."""
+    with db.connect() as conn:
+        conn.execute(LEDGER_DDL)
+        conn.execute("DELETE FROM runqueue_test_ledger WHERE run_id = 'provider'")
 
 
 def _failed_steps() -> Run:
@@ -145,3 +156,75 @@ def test_the_run_list_shows_cost_and_filters_by_usage_and_forks(settings) -> Non
     assert str(fork.id)[:8] in forks and str(spent.id)[:8] not in forks
     forked = client.get(RUNS + "?fork=forked").content.decode()
     assert str(spent.id)[:8] in forked and str(fork.id)[:8] not in forked
+
+
+def test_a_step_past_the_recorded_ones_is_refused_at_once_in_constant_memory() -> None:
+    """Issue 47: ``from_step=2**31`` built a list as long as the step number
+    under the original's row lock (gigabytes, minutes); past the steps the
+    run recorded is InvalidArgument, checked before anything that grows."""
+    import tracemalloc
+
+    run = _failed_steps()
+    for huge in (3, 2**31, 2**63, 10**20):
+        tracemalloc.start()
+        try:
+            with pytest.raises(runqueue.InvalidArgument, match=r"from_step must be at most 2 "):
+                runqueue.fork(run.id, from_step=huge, actor="a", reason="r")
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 5_000_000, (huge, peak)
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
+
+
+@pytest.mark.parametrize("step", ["3", str(2**31), "99999999999999999999", "1" * 500])
+def test_the_fork_page_of_a_step_past_the_recorded_ones_is_404_never_500(step: str) -> None:
+    run = _failed_steps()
+    client = login("hal", "view_run", "fork_run")
+    client.raise_request_exception = False
+    url = reverse("admin:runqueue_run_fork", args=[run.id]) + f"?step={step}"
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"reason": "r", "payload": ""}).status_code == 404
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
+
+
+@pytest.mark.parametrize("payload", ["9" * 5000, '{"steps": ' + "1" * 5000 + "}"])
+def test_the_fork_form_refuses_a_payload_with_a_5000_digit_integer(payload: str) -> None:
+    """Issue 47: json.loads raises ValueError (not JSONDecodeError) past
+    Python's 4,300 digits: a 500 on the fork form. A form error now, and
+    the text redisplayed as typed."""
+    run = _failed_steps()
+    client = login("ida", "view_run", "fork_run")
+    client.raise_request_exception = False
+    response = client.post(_fork_url(run, 1), {"reason": "r", "payload": payload})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "errorlist" in html and "at most 4,300 digits" in html
+    assert escape(payload[:40]) in html
+    assert not Run.objects.filter(forked_from_id=run.id).exists()
+
+
+def test_fork_from_failure_runs_the_failed_tool_call_again_and_links_the_fork() -> None:
+    """Issue 47: for a run whose tool call failed (the common dead letter),
+    the fork kept the failed call's record, replayed its failure and was
+    dead-lettered again. It keeps the steps before the failed call; the
+    confirmation lists what is kept and what runs again, and the message
+    after links to the new run."""
+    run = runqueue.submit(kind="test.steps", payload={"steps": 4, "tool_fails_at": 2}).run
+    lease = leases.claim_one("w-test")
+    assert lease is not None and testing.execute(lease) == "failed"
+    assert run.tool_invocations.get(seq=2).status == "failed"
+    client = login("jon", "view_run", "fork_run")
+    confirm = action(client, DEAD, "fork_from_failure", [run]).content.decode()
+    plan = confirm[confirm.index('class="rq-fork-plans"') :]
+    kept, again = plan.split('class="rq-fork-again"')[:2]
+    assert "step0" in kept and "step1" in kept and "step2" not in kept
+    assert "step2" in again and "failed" in again and "step3" not in again
+    assert "Keeps 2 steps, before its failed call #2" in plan
+    done = action(client, DEAD, "fork_from_failure", [run], confirm="yes", reason="provider up")
+    fork = Run.objects.get(forked_from_id=run.id)
+    assert list(fork.tool_invocations.values_list("seq", flat=True)) == [0, 1]
+    forked = EventLog.objects.get(run_id=fork.id, type="run.forked").data
+    assert (forked["from_step"], forked["failed_step"]) == (2, 2)
+    link = reverse("admin:runqueue_run_change", args=[fork.id])
+    assert any(f'<a href="{link}">' in message for message in messages_of(done))

@@ -91,6 +91,35 @@ def test_interrupt_answers_201_with_the_new_run_naming_the_old(client, alice) ->
     assert Run.objects.get(id=first["id"]).status == RunStatus.CANCELLED
 
 
+@pytest.mark.django_db(transaction=True)  # the answer's own snapshot, as in production
+def test_an_interrupts_201_shows_the_run_and_its_session_at_one_moment(
+    client, alice, monkeypatch
+) -> None:
+    """Issue 47 item 8: the body showed the new run ``queued`` and, in the
+    same body, the session's active run (the same run) ``running``: the run
+    was read in the submit's transaction, its session later, after a worker
+    claimed it. Both are read in one snapshot now."""
+    import runqueue
+    from runqueue.api import views
+
+    first = _turn(client, alice, "one").json()
+    real_submit = runqueue.submit
+
+    def submit_then_a_worker_claims(**kwargs):
+        done = real_submit(**kwargs)
+        lease = leases.claim_one("w-fast")  # between the submit's commit and the answer
+        assert lease is not None and lease.run_id == done.run.id
+        return done
+
+    monkeypatch.setattr(views.runqueue, "submit", submit_then_a_worker_claims)
+    response = _turn(client, alice, "stop", "interrupt")
+    assert response.status_code == 201
+    body = response.json()
+    assert body["interrupted_id"] == first["id"]
+    assert body["session"]["active"]["id"] == body["id"]
+    assert body["session"]["active"]["status"] == body["status"]
+
+
 @pytest.mark.parametrize("value", ["later", 3, ["enqueue"]])
 def test_an_unknown_on_busy_is_422_at_its_pointer_and_writes_nothing(client, alice, value) -> None:
     _turn(client, alice, "one")

@@ -110,6 +110,51 @@ def test_an_answer_to_a_run_that_does_not_wait_for_the_user_is_409(client, alice
     assert _answer(client, other, run.id, 3).status_code == 404
 
 
+def _keyed_answer(client, caller: ApiCaller, run_id, body: object, key: str):
+    return client.generic(
+        "POST",
+        f"/api/runs/{run_id}/input/",
+        json.dumps(body),
+        content_type="application/json",
+        headers=caller.headers(key),
+    )
+
+
+def test_an_answer_retried_with_its_idempotency_key_gets_the_first_response(client, alice) -> None:
+    """Issue 47 item 4: the same answer with the same Idempotency-Key was
+    202 then 409. A retry is the first response again, marked replayed; the
+    key with another answer, or on another run, is a conflict; the key is
+    the submit's (one store): a submit reusing it is a conflict too."""
+    run, other = _asking(alice), _asking(alice)
+    first = _keyed_answer(client, alice, run.id, {"day": "Tuesday"}, "answer-1")
+    assert first.status_code == 202, first.content
+    assert "Idempotent-Replayed" not in first
+    again = _keyed_answer(client, alice, run.id, {"day": "Tuesday"}, "answer-1")
+    assert again.status_code == 202, again.content
+    assert again["Idempotent-Replayed"] == "true"
+    assert again["Location"] == first["Location"]
+    assert again.json()["id"] == str(run.id) and again.json()["input"] == {"day": "Tuesday"}
+    assert EventLog.objects.filter(run_id=run.id, type="run.input_delivered").count() == 1
+    problem(
+        _keyed_answer(client, alice, run.id, {"day": "Friday"}, "answer-1"),
+        422,
+        "idempotency-key-reused",
+    )
+    problem(
+        _keyed_answer(client, alice, other.id, {"day": "Tuesday"}, "answer-1"),
+        422,
+        "idempotency-key-reused",
+    )
+    assert Run.objects.get(id=other.id).status == RunStatus.WAITING_FOR_USER
+    problem(
+        submit(client, alice, {"kind": "test.echo"}, key="answer-1"), 422, "idempotency-key-reused"
+    )
+    # Another caller's key of the same name is its own.
+    bob = make_caller("bob", "acme")
+    assert _keyed_answer(client, bob, other.id, "x", "answer-1").status_code == 202
+    assert _finish(run.id) == {"answer": {"day": "Tuesday"}, "state": {"asked": True}}
+
+
 def test_the_openapi_document_describes_the_answer_and_the_question(client) -> None:
     document = client.get("/api/openapi.json").json()
     assert "post" in document["paths"]["/api/runs/{run_id}/input/"]

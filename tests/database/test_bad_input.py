@@ -178,3 +178,50 @@ def test_cancel_and_requeue_check_the_run_id() -> None:
 
     with pytest.raises(runqueue.InvalidArgument, match="requeue: reason must not contain NUL"):
         leases.requeue(runqueue.submit(kind="test.echo").run.id, actor="a", reason="\x00")
+
+
+@pytest.mark.parametrize("field", ["start_within", "max_duration"])
+@pytest.mark.parametrize("value", [1e-320, 5e-324, 1e-7, 4e-7, dt.timedelta(0)])
+def test_a_deadline_that_rounds_to_zero_is_refused(field: str, value: object) -> None:
+    """Issue 47 item 6: a deadline under the database's resolution (a
+    microsecond) was accepted and rounded to zero: the run expired or
+    dead-lettered at once. The docs say zero is refused."""
+    with pytest.raises(InvalidSubmission, match=field):
+        runqueue.submit(kind="test.echo", **{field: value})
+    assert not Run.objects.exists()
+
+
+def test_a_deadline_of_a_microsecond_is_kept() -> None:
+    run = runqueue.submit(kind="test.echo", max_duration=1e-6, start_within=1e-6).run
+    assert run.max_duration == 1e-6 and run.start_by is not None
+
+
+@pytest.mark.parametrize("cap", ["5", "5.0", b"5"])
+def test_a_spend_cap_given_as_a_string_is_refused_from_python_as_from_the_api(cap) -> None:
+    """Issue 47 item 6: ``spend_cap="5"`` passed from Python while the API
+    refused a string: one rule, a number."""
+    with pytest.raises(InvalidSubmission, match="spend_cap"):
+        runqueue.submit(kind="test.echo", spend_cap=cap)
+    assert not Run.objects.exists()
+
+
+def test_record_usage_refuses_a_cost_given_as_a_string() -> None:
+    from decimal import Decimal
+
+    from runqueue import usage
+
+    with pytest.raises(ValueError, match="cost must be a number"):
+        usage.checked("m", 1, 1, "12.5")
+    assert usage.checked("m", 1, 1, Decimal("12.5"))[3] == Decimal("12.5")
+    assert usage.checked("m", 1, 1, 12.5)[3] == Decimal("12.5")
+
+
+@pytest.mark.parametrize("name", ["START_WITHIN_SECONDS", "MAX_DURATION_SECONDS"])
+def test_a_deadline_setting_that_rounds_to_zero_is_refused(settings, name: str) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from runqueue.conf import get_settings
+
+    settings.RUNQUEUE = {**settings.RUNQUEUE, name: 1e-320}
+    with pytest.raises(ImproperlyConfigured, match="at least 0.000001 seconds"):
+        get_settings()

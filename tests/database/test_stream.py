@@ -430,3 +430,34 @@ def test_a_cursor_a_failover_lost_replays_the_run_after_a_reset() -> None:
     )
     # The plain number an older client sends is resumed after, as before.
     assert read({"Last-Event-ID": str(lost[0].id)}) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_api_tokens_see_no_lease_token_nor_worker_owner_and_staff_do(settings) -> None:
+    """Issue 47 item 5: the events page and the stream showed each claim's
+    lease token and its worker's owner string (host, pid) to any API client
+    of the tenant. They are for operators: an API token sees the attempt
+    number instead; a staff session sees them."""
+    from django.contrib.auth import get_user_model
+
+    settings.RUNQUEUE = {**settings.RUNQUEUE, "API_SESSION_TENANT": "acme"}
+    alice = make_caller("alice", "acme")
+    run = runqueue.submit(kind="k", tenant="acme").run
+    lease = leases.claim_one("db-host-7/4242")
+    assert lease is not None
+    token = str(lease.token)
+    testing.fail(lease, leases.permanent_failure(ValueError("no"), lease.attempt))
+
+    page = Client().get(f"/api/runs/{run.id}/events/", headers=alice.headers()).content
+    stream = b"".join(Client().get(_stream_url(run.id), headers=alice.headers()).streaming_content)
+    for text in (page.decode(), stream.decode()):
+        assert "run.claimed" in text and '"attempt":' in text.replace(": ", ":")
+        assert token not in text and "db-host-7" not in text and "4242" not in text
+
+    staff = get_user_model().objects.create_user("ops", password="pw", is_staff=True)
+    operator = Client()
+    operator.force_login(staff)
+    page = operator.get(f"/api/runs/{run.id}/events/").content.decode()
+    stream = b"".join(operator.get(_stream_url(run.id)).streaming_content).decode()
+    for text in (page, stream):
+        assert token in text and "db-host-7/4242" in text

@@ -154,3 +154,27 @@ def test_runworker_rejects_bad_claim_lanes(value: str, message: str, capsys) -> 
     with pytest.raises((CommandError, SystemExit)) as excinfo:
         call_command("runworker", "--claim-lanes", value)
     assert message in str(excinfo.value) + capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("slots", "warned"),
+    [
+        (["interactive=2", "async=2"], True),
+        (["interactive,async=4"], True),
+        (["interactive=2", "async,maintenance=2"], False),
+        ([], False),  # the default has a maintenance slot
+    ],
+)
+def test_runworker_warns_when_no_slot_takes_maintenance_runs(slots, warned) -> None:
+    """Issue 47 item 7: a worker none of whose slots take maintenance runs
+    never runs the housekeeping (pruning, partitions' retention); runworker
+    says so when it starts. (A bad metrics host stops it right after.)"""
+    import io
+
+    err = io.StringIO()
+    args = [arg for spec in slots for arg in ("--slots", spec)]
+    with pytest.raises(CommandError):
+        call_command(
+            "runworker", *args, "--metrics-port", "1", "--metrics-host", "a\x00b", stderr=err
+        )
+    assert ("no slot of this worker takes maintenance runs" in err.getvalue()) is warned

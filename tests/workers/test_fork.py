@@ -15,6 +15,7 @@ from runqueue import leases, testing
 from runqueue.errors import SPEND_CAP
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, TreeSpend
 from tests.admin_support import uncertain
+from tests.handlers import ledger
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,6 +129,25 @@ def test_fork_from_failure_keeps_every_recorded_step() -> None:
     assert fork.status == RunStatus.FAILED
     assert _ledger_steps(fork.id) == []
     assert fork.failure["message"] == "failed after step 1"
+
+
+def test_fork_from_failure_of_a_failed_tool_call_runs_that_call_again() -> None:
+    """Issue 47: the fork kept the failed call's record, replayed the
+    failure and was dead-lettered with the same error. It keeps the steps
+    before the failed call, which runs again (the provider is back)."""
+    original = runqueue.submit(kind="test.steps", payload={"steps": 4, "tool_fails_at": 2}).run
+    original = _run_to_end(original.id)
+    assert original.status == RunStatus.FAILED
+    assert original.failure["message"].startswith("step 2 failed")
+    fork = leases.fork_from_failure(original.id, actor="ops", reason="the provider is back")
+    assert list(fork.tool_invocations.values_list("seq", flat=True)) == [0, 1]
+    ledger("provider", "up")
+    try:
+        assert _run_to_end(fork.id).status == RunStatus.SUCCEEDED
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM runqueue_test_ledger WHERE run_id = 'provider'")
+    assert _ledger_steps(fork.id) == [2, 3]  # 0 and 1 replayed, 2 run again
 
 
 def test_a_fork_from_step_zero_runs_everything_again() -> None:

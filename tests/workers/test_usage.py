@@ -205,7 +205,7 @@ def test_a_spend_cap_ends_the_tree() -> None:
     cancelled with reason spend_cap, each with a failure record saying so."""
     root = runqueue.submit(
         kind="test.usage",
-        spend_cap="1",
+        spend_cap=Decimal("1"),
         payload={
             "children": [
                 {"calls": [_call("m", 1, 1, "0.6")]},

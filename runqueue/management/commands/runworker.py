@@ -188,6 +188,15 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if not any(PriorityClass.MAINTENANCE in spec.classes for spec in config.slots):
+            # Housekeeping (retention's pruning) runs as maintenance runs: a
+            # fleet of such workers never runs it, and history grows.
+            self.stderr.write(
+                "Warning: no slot of this worker takes maintenance runs (--slots "
+                "maintenance=1, or a list naming maintenance): runqueue's housekeeping "
+                "runs as maintenance runs, so unless another worker has such a slot "
+                "they stay queued and finished runs are never pruned."
+            )
         pool = Pool(config)
         try:
             pool.serve()  # before the worker registers: a bad port claims nothing
