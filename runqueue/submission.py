@@ -78,7 +78,7 @@ from runqueue.submission_rules import (
     idempotency_key_problem,
     require,
 )
-from runqueue.turns import MERGED_KEY, merged_payload
+from runqueue.turns import PAYLOADS, joined
 from runqueue.turns import turn_payloads as turn_payloads
 from runqueue.types import JSON
 
@@ -486,17 +486,15 @@ def _merge(request: CheckedSubmission, active: Run) -> Run | None:
         target = active
     if target is None or target.kind != request.kind:
         return None
-    payload = merged_payload(target.payload, request.payload)
-    if len(json.dumps(payload)) > get_settings().MAX_PAYLOAD_BYTES:
+    turn = joined(target, request.payload)
+    if len(json.dumps(turn)) > get_settings().MAX_PAYLOAD_BYTES:
         return None
-    joined = Run.objects.filter(
+    updated = Run.objects.filter(
         id=target.id, status=target.status, started_at__isnull=True
-    ).update(payload=payload)
-    if joined != 1:
+    ).update(turn=turn)
+    if updated != 1:
         return None
-    events.append(
-        target.id, events.MERGED, target.lease_epoch, {"turns": len(payload[MERGED_KEY])}
-    )
+    events.append(target.id, events.MERGED, target.lease_epoch, {"turns": len(turn[PAYLOADS])})
     target.refresh_from_db()
     return target
 

@@ -88,7 +88,7 @@ class RunContext:
     def payloads(self) -> list[JSON]:
         """The payloads of the submits this turn answers, in order: several
         when ``on_busy="merge"`` joined them, else ``[ctx.payload]``."""
-        return turn_payloads(self.lease.run.payload)
+        return turn_payloads(self.lease.run)
 
     @property
     def run(self) -> Run:

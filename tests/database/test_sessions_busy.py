@@ -392,17 +392,19 @@ def test_merge_joins_a_turn_not_claimed_yet() -> None:
     sub = _turn("are you there?", on_busy="merge")
     assert (sub.outcome, sub.run.id) == ("merged", first.run.id)
     run = Run.objects.get(id=first.run.id)
-    assert run.payload == {"merged": [{"text": "hi"}, {"text": "are you there?"}]}
+    # The queue records the merge beside the payload, which stays the first message's.
+    assert run.payload == {"text": "hi"}
+    assert run.turn == {"payloads": [{"text": "hi"}, {"text": "are you there?"}]}
     _turn("hello??", on_busy="merge")
     run.refresh_from_db()
-    assert turn_payloads(run.payload) == [
+    assert turn_payloads(run) == [
         {"text": "hi"},
         {"text": "are you there?"},
         {"text": "hello??"},
     ]
     assert Run.objects.count() == 1
     lease = _claim()
-    assert runtime.build_context(lease).payloads == turn_payloads(run.payload)
+    assert runtime.build_context(lease).payloads == turn_payloads(run)
     assert event_types(run.id)[:3] == ["run.created", "run.merged", "run.merged"]
 
 
@@ -413,9 +415,7 @@ def test_merge_into_a_claimed_run_lines_up_and_joins_the_last_pending_turn() -> 
     assert (second.outcome, second.run.status) == ("enqueued", RunStatus.PENDING)
     third = _turn("three", on_busy="merge")
     assert (third.outcome, third.run.id) == ("merged", second.run.id)
-    assert Run.objects.get(id=second.run.id).payload == {
-        "merged": [{"text": "two"}, {"text": "three"}]
-    }
+    assert turn_payloads(Run.objects.get(id=second.run.id)) == [{"text": "two"}, {"text": "three"}]
     testing.succeed(lease)
     assert runtime.build_context(_claim()).payloads == [{"text": "two"}, {"text": "three"}]
 
@@ -427,8 +427,15 @@ def test_merge_never_joins_another_kind() -> None:
 
 
 def test_payloads_of_a_run_not_merged_is_its_payload() -> None:
-    assert turn_payloads({"text": "x"}) == [{"text": "x"}]
-    assert turn_payloads(None) == [None]
+    """Whatever the payload's shape: a client's ``{"merged": [...]}`` is its
+    own payload, never read as a merge (only the queue's record says so)."""
+    shaped = runqueue.submit(kind="k", session_id="s1", payload={"merged": [{"a": 1}, {"b": 2}]})
+    run = Run.objects.get(id=shaped.run.id)
+    assert turn_payloads(run) == [{"merged": [{"a": 1}, {"b": 2}]}]
+    assert runtime.build_context(_claim()).payloads == [{"merged": [{"a": 1}, {"b": 2}]}]
+    _turn("next")  # a busy session: lines up behind it
+    joined = _turn("and", on_busy="merge")
+    assert turn_payloads(Run.objects.get(id=joined.run.id)) == [{"text": "next"}, {"text": "and"}]
 
 
 # --- submit_many, retention, settings ----------------------------------------
@@ -445,7 +452,7 @@ def test_submit_many_routes_each_request_with_its_policy() -> None:
     assert [s.outcome for s in out] == ["created", "enqueued", "merged"]
     assert out[2].run.id == out[1].run.id
     pending = Run.objects.get(session_id="m", status=RunStatus.PENDING)
-    assert turn_payloads(pending.payload) == [{"text": "b"}, {"text": "c"}]
+    assert turn_payloads(pending) == [{"text": "b"}, {"text": "c"}]
     with pytest.raises(InvalidSubmission) as excinfo:
         submit_many([SubmitRequest(kind="k", session_id="m", on_busy="later")])
     assert excinfo.value.index == 0

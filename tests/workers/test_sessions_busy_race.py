@@ -294,7 +294,7 @@ def test_double_texts_racing_a_worker_each_run_once_in_order(settings) -> None:
                 ):
                     return
                 continue
-            ran.append(runqueue.submission.turn_payloads(lease.run.payload))
+            ran.append(runqueue.submission.turn_payloads(lease.run))
             assert testing.succeed(lease)
             for found in (testing.double_actives(), testing.unpromoted_sessions()):
                 if found:

@@ -12,7 +12,6 @@ from typing import Any
 from demo import payload as fields
 from runqueue import Idempotency, RunContext
 from runqueue.registry import handler
-from runqueue.submission import turn_payloads
 from tools.chaos import ledger
 
 KIND = "chaos.turn"
@@ -55,7 +54,7 @@ def _arguments(kind: str, ctx: Any) -> tuple[bool, dict[str, Any], int, bool]:
     to stream text (``ctx.stream``) as it goes. A turn double texts were
     merged into (``on_busy="merge"``) does what the last one asks."""
     payload = fields.fields(
-        kind, turn_payloads(ctx.payload)[-1], ("ask", "work_ms", "steps", "answer", "stream")
+        kind, ctx.payloads[-1], ("ask", "work_ms", "steps", "answer", "stream")
     )
     work_ms = fields.integer(payload, "work_ms", 100, 0, MAX_WORK_MS)
     args = {"run_id": str(ctx.run.id), "work_ms": work_ms}

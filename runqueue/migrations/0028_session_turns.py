@@ -1,0 +1,47 @@
+"""The queue records how it routed a turn in the run's own column, ``turn``
+(``runqueue.turns``): the messages a merge joined, whether a pending turn
+is a steer. Until now a merge rewrote the payload to ``{"merged": [...]}``,
+and a handler read any payload of that shape as a merge, a client's own
+included. A nullable column: no row is rewritten to add it.
+
+Live runs merged the old way (their log has ``run.merged``, so the shape
+is the queue's, not a client's) are moved to the new one: the first
+message is the payload again, every message in ``turn``. Finished runs
+keep their history as it was.
+"""
+
+from django.db import migrations, models
+
+LIVE = "('queued', 'pending', 'running', 'waiting', 'waiting_for_user')"
+
+FORWARD = f"""
+UPDATE runqueue_run r
+   SET turn = jsonb_build_object('payloads', r.payload -> 'merged'),
+       payload = r.payload -> 'merged' -> 0
+ WHERE r.status IN {LIVE}
+   AND jsonb_typeof(r.payload -> 'merged') = 'array'
+   AND EXISTS (SELECT 1 FROM runqueue_run_event e
+                WHERE e.run_id = r.id AND e.type = 'run.merged')
+"""
+
+BACKWARD = f"""
+UPDATE runqueue_run r
+   SET payload = jsonb_build_object('merged', r.turn -> 'payloads'),
+       turn = NULL
+ WHERE r.status IN {LIVE} AND jsonb_typeof(r.turn -> 'payloads') = 'array'
+"""
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("runqueue", "0027_tool_approvals"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="run",
+            name="turn",
+            field=models.JSONField(blank=True, null=True),
+        ),
+        migrations.RunSQL(FORWARD, BACKWARD),
+    ]
