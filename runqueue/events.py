@@ -55,6 +55,9 @@ SUSPENDED = "run.suspended"
 RESUMED = "run.resumed"
 #: A signal was sent to a run that did not wait for it: kept in its mailbox.
 SIGNAL_KEPT = "run.signal_kept"
+#: A pending turn's first message was the answer to its session's run
+#: that asked the user (data: to, messages); the rest stay in line.
+ANSWERED = "run.answered"
 #: A pending turn was queued: its session's active run ended (data: place;
 #: runqueue_promote, functions.sql).
 PROMOTED = "run.promoted"

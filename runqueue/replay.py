@@ -155,6 +155,14 @@ class ReplayContext(RunContext):
                 )
             )
 
+    def steers(self) -> list[JSON]:
+        """The messages the run took here, from its record; none where it
+        took none (a replay takes nothing from the session's line)."""
+        recorded = self._recorded.get(self._seq)
+        if recorded is None or recorded.tool != leases.STEERS_TOOL:
+            return []
+        return super().steers()
+
     def _record_patch(self, seq: int, name: str) -> bool:
         return True  # a run reaching the patch afresh takes it; nothing written
 

@@ -78,12 +78,19 @@ from runqueue.submission_rules import (
     idempotency_key_problem,
     require,
 )
-from runqueue.turns import PAYLOADS, joined
+from runqueue.turns import PAYLOADS, STEER, joined
 from runqueue.turns import turn_payloads as turn_payloads
 from runqueue.types import JSON
 
 Outcome = Literal[
-    "created", "replayed", "input_delivered", "enqueued", "merged", "interrupted", "rolled_back"
+    "created",
+    "replayed",
+    "input_delivered",
+    "enqueued",
+    "merged",
+    "interrupted",
+    "rolled_back",
+    "steered",
 ]
 #: The outcomes a key's row records, as a Submission names them.
 _KEY_OUTCOMES: dict[str, Outcome] = {
@@ -93,6 +100,7 @@ _KEY_OUTCOMES: dict[str, Outcome] = {
     SubmitOutcome.MERGED: "merged",
     SubmitOutcome.INTERRUPTED: "interrupted",
     SubmitOutcome.ROLLED_BACK: "rolled_back",
+    SubmitOutcome.STEERED: "steered",
 }
 
 
@@ -400,17 +408,27 @@ def _route_session(request: CheckedSubmission, request_hash: str) -> Submission 
     )
     if active is None:
         return None
-    if active.status == RunStatus.WAITING_FOR_USER:
+    if active.status == RunStatus.QUEUED and active.start_by is not None:
+        if leases.expire_active_turn(active.id):
+            # No worker took it in time: expired now, its line moved on.
+            return _route_session(request, request_hash)
+    policy = request.on_busy
+    if active.status == RunStatus.WAITING_FOR_USER and policy in (None, "answer"):
+        # What the user writes while the agent waits for them is the answer,
+        # unless the submit says otherwise (an explicit policy is honoured).
         leases.deliver_locked(active.id, active.priority, request.payload)
         active.refresh_from_db()
         return _keyed(request, request_hash, active, SubmitOutcome.INPUT_DELIVERED)
-    policy = request.on_busy
+    if policy is None:
+        policy = get_settings().SESSION_ON_BUSY
     if policy == "merge":
         merged = _merge(request, active)
         if merged is not None:
             return _keyed(request, request_hash, merged, SubmitOutcome.MERGED)
         policy = "enqueue"
-    if policy == "enqueue":
+    if policy == "steer":
+        return _enqueue(request, request_hash, active, steer=True)
+    if policy in ("enqueue", "answer"):
         return _enqueue(request, request_hash, active)
     if policy in ("interrupt", "rollback"):
         return _interrupt(request, request_hash, active, carry=policy == "interrupt")
@@ -434,18 +452,28 @@ def _line(request: CheckedSubmission) -> QuerySet[Run]:
     )
 
 
-def _enqueue(request: CheckedSubmission, request_hash: str, active: Run) -> Submission:
+def _enqueue(
+    request: CheckedSubmission, request_hash: str, active: Run, *, steer: bool = False
+) -> Submission:
     """A pending turn at the end of the session's line, if the line has room
     (``SESSION_MAX_PENDING``): read after the active run's lock is held, so
-    every turn added before is counted, and places never collide."""
+    every turn added before is counted, and places never collide.
+    ``steer``: the running turn may read it (``ctx.steers()``); if it does
+    not, it runs as a turn like any other."""
     line = _line(request).aggregate(n=Count("id"), last=Max("place"))
     limit = get_settings().SESSION_MAX_PENDING
     if limit is not None and line["n"] >= limit:
         raise SessionQueueFull(request.session_id or "", active.id, limit)
+    outcome = SubmitOutcome.STEERED if steer else SubmitOutcome.ENQUEUED
     run = _create_run(
-        request, request_hash, place=(line["last"] or 0) + 1, outcome=SubmitOutcome.ENQUEUED
+        request,
+        request_hash,
+        place=(line["last"] or 0) + 1,
+        outcome=outcome,
+        turn={STEER: True} if steer else None,
     )
-    return Submission(run=run, outcome="enqueued", original_outcome="enqueued")
+    named = _KEY_OUTCOMES[outcome]
+    return Submission(run=run, outcome=named, original_outcome=named)
 
 
 def _interrupt(
@@ -506,9 +534,12 @@ def _create_run(
     place: int | None = None,
     outcome: SubmitOutcome = SubmitOutcome.CREATED,
     interrupted_id: uuid.UUID | None = None,
+    turn: dict[str, JSON] | None = None,
 ) -> Run:
     """The run (and its key) in one statement, in a savepoint of the routing's
-    transaction; with a ``place``, a pending turn in its session's line."""
+    transaction; with a ``place``, a pending turn in its session's line;
+    with a ``turn``, how it was routed (``runqueue.turns``), set in a
+    second statement so the plain insert stays as it is."""
     try:
         with transaction.atomic():
             (run,) = _insert_runs(
@@ -518,6 +549,9 @@ def _create_run(
                 key_outcome=outcome,
                 interrupted_id=interrupted_id,
             )
+            if turn is not None:
+                Run.objects.filter(id=run.id).update(turn=turn)
+                run.turn = turn
     except IntegrityError as exc:
         if constraint_name(exc) not in (SESSION_CONSTRAINT, KEY_CONSTRAINT):
             raise

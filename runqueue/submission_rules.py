@@ -105,10 +105,11 @@ class CheckedSubmission:
     #: The run tree's spend cap: once the cost its runs record reaches it,
     #: its live runs end (docs/decisions.md, "Usage and cost"). None: none.
     spend_cap: Decimal | None = None
-    #: What a submit to a busy session does (``ON_BUSY``): the submit's,
-    #: else ``RUNQUEUE["SESSION_ON_BUSY"]`` (docs/decisions.md, "Busy
+    #: What a submit to a busy session does (``ON_BUSY``): the submit's, or
+    #: None when it says nothing (then an answer to a run waiting for the
+    #: user, else ``RUNQUEUE["SESSION_ON_BUSY"]``: docs/decisions.md, "Busy
     #: sessions: on_busy").
-    on_busy: str = "reject"
+    on_busy: str | None = None
 
 
 def check_submission(
@@ -214,7 +215,7 @@ def check_submission(
             duration_value, registry.options(kind_text).max_duration, conf.MAX_DURATION_SECONDS
         ),
         spend_cap=cap_value,
-        on_busy=conf.SESSION_ON_BUSY if on_busy is None else str(on_busy),
+        on_busy=None if on_busy is None else str(on_busy),
     ), problems
 
 

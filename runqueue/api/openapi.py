@@ -58,6 +58,13 @@ _RUN_ID = {
     "schema": {"type": "string", "format": "uuid"},
 }
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the run's URL"}}
+_OUTCOME = {
+    "Submit-Outcome": {
+        "schema": {"type": "string"},
+        "description": "what became of the submit: created, enqueued, merged, steered, "
+        "interrupted, rolled_back or input_delivered (a replay: the first request's)",
+    }
+}
 _REPLAYED = {
     "Idempotent-Replayed": {
         "schema": {"type": "string", "enum": ["true"]},
@@ -145,9 +152,12 @@ def _schemas() -> dict[str, JSON]:
                     "session-queue-full past the project's cap), interrupt (201, the active "
                     "run is cancelled and this run starts now, told what it did), rollback "
                     "(the same, told nothing), merge (202, the payload joins the session's "
-                    'turn not started yet as {"merged": [...]}; else as enqueue). A run '
-                    "waiting for the user takes the submit as its input whatever this says. "
-                    "Default: the project's (reject)",
+                    "turn not started yet: its payloads; else as enqueue), steer (201, a "
+                    "pending run the running turn may read at its next step, else the next "
+                    "turn), answer (the input of a run waiting for the user, else as "
+                    "enqueue). A run waiting for the user takes a submit without on_busy (or "
+                    "with answer) as its input; any other policy is honoured as for a busy "
+                    "run. Default: the project's (reject)",
                 },
             },
         },
@@ -266,7 +276,12 @@ def _schemas() -> dict[str, JSON]:
                 },
                 "priority": {"type": "integer"},
                 "priority_class": {"type": "string", "enum": list(PriorityClass.slugs())},
-                "payload": {},
+                "payload": {"description": "the first message's payload"},
+                "payloads": {
+                    "type": "array",
+                    "description": "the turn's messages in order: several when on_busy merge "
+                    "joined them",
+                },
                 "input": {},
                 "result": {},
                 "failure": {"$ref": _REF + "Failure"},
@@ -459,16 +474,16 @@ def document() -> dict[str, JSON]:
                     "responses": {
                         "201": {
                             "description": "run created: queued, pending behind the "
-                            "session's active run (on_busy enqueue), or interrupting it (or "
-                            "a replay of that)",
-                            "headers": _LOCATION | _REPLAYED,
+                            "session's active run (on_busy enqueue or steer), or interrupting "
+                            "it (or a replay of that)",
+                            "headers": _LOCATION | _OUTCOME | _REPLAYED,
                             "content": _json("Run"),
                         },
                         "202": {
                             "description": "input delivered to the session's waiting run, "
                             "or the payload merged into its turn not started yet (on_busy "
                             "merge)",
-                            "headers": _LOCATION | _REPLAYED,
+                            "headers": _LOCATION | _OUTCOME | _REPLAYED,
                             "content": _json("Run"),
                         },
                         **_problems(400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),

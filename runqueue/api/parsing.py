@@ -261,7 +261,7 @@ def submit_args(body: object) -> SubmitArgs:
         "start_within": checked.start_within if body.get("start_within") is not None else None,
         "spend_cap": checked.spend_cap,
         # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
-        "on_busy": checked.on_busy if body.get("on_busy") is not None else None,
+        "on_busy": checked.on_busy,
     }
 
 

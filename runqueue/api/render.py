@@ -25,6 +25,7 @@ from runqueue.models import (
     ToolStatus,
 )
 from runqueue.runtime.tools import MODEL_STEP_PREFIX, PATCH_TOOL
+from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 
 
@@ -104,6 +105,8 @@ class RunBody(TypedDict):
     priority: int
     priority_class: str
     payload: JSON
+    #: The messages of the turn, in order: several when a merge joined them.
+    payloads: list[JSON]
     input: JSON
     result: JSON
     failure: FailureBody | None
@@ -297,6 +300,7 @@ def run_body(run: Run) -> RunBody:
         "priority": run.priority,
         "priority_class": PriorityClass.of(run.priority).slug,
         "payload": run.payload,
+        "payloads": turn_payloads(run),
         "input": run.input,
         "result": run.result,
         "failure": failure,

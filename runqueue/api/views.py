@@ -135,6 +135,8 @@ def submit_run(request: HttpRequest, caller: Caller) -> HttpResponse:
     status = 202 if sub.original_outcome in ("input_delivered", "merged") else 201
     response = JsonResponse(_body_at_one_moment(sub.run), status=status)
     response["Location"] = run_url(sub.run.id)
+    # What became of the message: created, enqueued, merged, steered, ...
+    response["Submit-Outcome"] = sub.original_outcome
     if sub.outcome == "replayed":
         response["Idempotent-Replayed"] = "true"
     return response

@@ -39,7 +39,7 @@ from runqueue.leases.claim import (
     claim_spec,
     finish_and_claim,
 )
-from runqueue.leases.deadlines import expire_unstarted
+from runqueue.leases.deadlines import expire_active_turn, expire_unstarted
 from runqueue.leases.forks import failure_cut, fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (
@@ -50,6 +50,7 @@ from runqueue.leases.transitions import (
     resolve_uncertain,
     sweep,
 )
+from runqueue.leases.turns import STEERS_TOOL, has_steers, take_steers
 from runqueue.leases.waits import (
     checked_input,
     deliver_input,
@@ -87,6 +88,7 @@ __all__ = [
     "ON_TIMEOUT",
     "PAYLOAD_DIGEST",
     "SPAWN_TOOL",
+    "STEERS_TOOL",
     "ClaimSpec",
     "Failure",
     "Lease",
@@ -108,6 +110,7 @@ __all__ = [
     "deliver_input",
     "deliver_locked",
     "deliver_waiting",
+    "expire_active_turn",
     "expire_unstarted",
     "finish_and_claim",
     "fork",
@@ -115,6 +118,7 @@ __all__ = [
     "failure_cut",
     "failure_record",
     "give_up",
+    "has_steers",
     "heartbeat",
     "heartbeat_many",
     "label",
@@ -140,6 +144,7 @@ __all__ = [
     "signal_name_problem",
     "spawn",
     "suspend",
+    "take_steers",
     "sweep",
     "wait_for_budget",
     "wait_for_user",

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import uuid
 
+from django.db import connection
+
 from runqueue.conf import get_settings
 from runqueue.errors import EXPIRED
 from runqueue.failures import failure_record
 from runqueue.leases.base import retry_moved
-from runqueue.sql import prepared
+from runqueue.sql import execute, prepared
 
 #: Runs expired per statement.
 EXPIRE_BATCH = 100
@@ -52,3 +54,17 @@ def expire_unstarted(limit: int = EXPIRE_BATCH) -> list[uuid.UUID]:
         expired.extend(batch)
         if len(batch) < limit:
             return expired
+
+
+def expire_active_turn(run_id: uuid.UUID) -> bool:
+    """Expire the session's active run ``run_id`` if it is still queued past
+    its start deadline, in the caller's transaction (a submit's routing,
+    which holds its row lock): True if it did. Its session's line moves on
+    as after any expiry."""
+    params = {
+        "run_id": run_id,
+        "failure": EXPIRED_FAILURE,
+        "channel": get_settings().NOTIFY_CHANNEL,
+    }
+    with connection.cursor() as cursor:
+        return execute(cursor, "expire_active_turn", params).fetchone() is not None

@@ -29,6 +29,7 @@ from runqueue.leases.base import (
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, record_fenced, renew_params
 from runqueue.leases.reservations import refund
+from runqueue.leases.turns import answer_from_line
 from runqueue.leases.waits import suspend
 from runqueue.models import (
     Idempotency,
@@ -412,6 +413,8 @@ def wait_for_user(
         if state is not None:
             save_checkpoint(lease, state, tool_seq, turn_end=True)
         events.append(lease.run_id, events.WAITING, lease.epoch, {"question": question})
+        # A message waiting in the session's line is the answer, in order.
+        answer_from_line(lease)
 
     params = {"timeout": timeout}
     return fenced(lease, "wait_for_user", "fence_wait", params, write, closes=True) is not None

@@ -12,23 +12,21 @@ keep their history as it was.
 
 from django.db import migrations, models
 
-LIVE = "('queued', 'pending', 'running', 'waiting', 'waiting_for_user')"
-
-FORWARD = f"""
+FORWARD = """
 UPDATE runqueue_run r
    SET turn = jsonb_build_object('payloads', r.payload -> 'merged'),
        payload = r.payload -> 'merged' -> 0
- WHERE r.status IN {LIVE}
+ WHERE r.status IN ('queued', 'pending', 'running', 'waiting', 'waiting_for_user')
    AND jsonb_typeof(r.payload -> 'merged') = 'array'
    AND EXISTS (SELECT 1 FROM runqueue_run_event e
                 WHERE e.run_id = r.id AND e.type = 'run.merged')
 """
 
-BACKWARD = f"""
+BACKWARD = """
 UPDATE runqueue_run r
    SET payload = jsonb_build_object('merged', r.turn -> 'payloads'),
        turn = NULL
- WHERE r.status IN {LIVE} AND jsonb_typeof(r.turn -> 'payloads') = 'array'
+ WHERE r.status IN ('queued', 'pending', 'running', 'waiting', 'waiting_for_user') AND jsonb_typeof(r.turn -> 'payloads') = 'array'
 """
 
 

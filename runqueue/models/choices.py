@@ -179,3 +179,6 @@ class SubmitOutcome(models.TextChoices):
     MERGED = "merged", "Payload merged into a turn not started yet"
     INTERRUPTED = "interrupted", "Run created, the session's active run interrupted"
     ROLLED_BACK = "rolled_back", "Run created, the session's active run rolled back"
+    #: A message for the running turn (``on_busy="steer"``): a pending turn
+    #: it may read (``ctx.steers()``), else the session's next turn.
+    STEERED = "steered", "Pending turn the running turn may read as a steer"

@@ -128,6 +128,12 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)
 
+    async def steers(self) -> list[JSON]:
+        """``RunContext.steers``, awaited. Await it alone, never gathered
+        with other calls: whether it takes a step is known only once it has
+        looked."""
+        return await aio.db(self.sync.steers)
+
     async def children(self) -> list[Run]:
         return await aio.db(self.sync.children)
 

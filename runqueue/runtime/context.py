@@ -268,6 +268,34 @@ class RunContext:
             raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
         return True
 
+    def steers(self) -> list[JSON]:
+        """The messages sent to steer this turn (``on_busy="steer"``) since
+        it last looked, oldest first; [] when there are none. Call it at a
+        step boundary (an agent adapter does, before each model request).
+        Taking messages is a step of the run: a retry gets the same
+        messages at the same point, and a fenced worker takes none
+        (RunCancelled). A point that found none takes no step, so a retry
+        finds none there either; a message not taken before the turn ends
+        runs as the session's next turn."""
+        self.check()
+        seq = self._seq
+        recorded = self._recorded.get(seq)
+        if recorded is not None:
+            if recorded.tool != leases.STEERS_TOOL:
+                return []  # the first attempt found none here
+            del self._recorded[seq]
+            self._seq += 1
+            result = recorded.result if isinstance(recorded.result, dict) else {}
+            return list(result.get("payloads") or [])
+        if not leases.has_steers(self.run):
+            return []
+        taken = leases.take_steers(self.lease, seq)
+        if taken is None:
+            raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
+        if taken:
+            self._seq += 1
+        return taken
+
     def children(self) -> list[Run]:
         """The runs this run spawned, in spawn order, as they are now: every
         one of them, or ChildrenGone naming those that cannot be found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from runqueue import events
 from runqueue.models import (
@@ -14,6 +15,7 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
+from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 
 
@@ -44,13 +46,42 @@ class Interrupted:
     state: JSON
     tools: tuple[FinishedTool, ...]
     text: str
+    #: The messages of that turn, in order (several when a merge joined them).
+    payloads: tuple[JSON, ...] = ()
+    #: When that turn was interrupted before it ever started, the turn it
+    #: had interrupted in turn (and so on): a chain of interrupts loses no
+    #: message and no finished tool call. None otherwise.
+    earlier: Interrupted | None = None
+
+    def chain(self) -> list[Interrupted]:
+        """Every turn this one stands for, oldest first: the earliest that
+        ran, then each that was interrupted before it started."""
+        found: list[Interrupted] = []
+        link: Interrupted | None = self
+        while link is not None:
+            found.append(link)
+            link = link.earlier
+        return found[::-1]
 
 
-def interrupted_of(run_id: uuid.UUID) -> Interrupted | None:
-    """What run ``run_id`` had done (``Interrupted``), or None if it is gone."""
-    run = Run.objects.filter(id=run_id).values("payload").first()
+#: How far back a chain of turns interrupted before they started is followed.
+CHAIN_MAX = 50
+
+
+def interrupted_of(run_id: uuid.UUID, depth: int = 0) -> Interrupted | None:
+    """What run ``run_id`` had done (``Interrupted``), or None if it is gone;
+    if it never started and had interrupted a run itself, that run too
+    (``earlier``)."""
+    run = (
+        Run.objects.filter(id=run_id)
+        .values("payload", "turn", "started_at", "interrupted_id")
+        .first()
+    )
     if run is None:
         return None
+    earlier = None
+    if run["started_at"] is None and run["interrupted_id"] and depth < CHAIN_MAX:
+        earlier = interrupted_of(run["interrupted_id"], depth + 1)
     last = Checkpoint.objects.filter(run_id=run_id).order_by("-seq").first()
     tools = tuple(
         FinishedTool(
@@ -65,12 +96,15 @@ def interrupted_of(run_id: uuid.UUID) -> Interrupted | None:
         .exclude(status=ToolStatus.STARTED)
         .order_by("seq")
     )
+    messages = SimpleNamespace(payload=run["payload"], turn=run["turn"])
     return Interrupted(
         run_id=run_id,
         payload=run["payload"],
         state=last.state if last else None,
         tools=tools,
         text=_last_attempt_text(run_id),
+        payloads=tuple(turn_payloads(messages)),
+        earlier=earlier,
     )
 
 

@@ -655,7 +655,30 @@ WITH due AS (
      ORDER BY start_by
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
-), expired AS (
+),
+-- include: expire_due --
+
+-- name: expire_active_turn --
+-- A submit to a session whose active run is queued and past its start
+-- deadline (no worker took it in time): that run expired in the submit's
+-- transaction (under the row lock its routing holds), as the deadline
+-- service would, so the session is not busy with a run that can never
+-- start, and its line moves (runqueue_promote). Its id, or no row.
+WITH due AS (
+    SELECT id
+      FROM runqueue_run
+     WHERE id = %(run_id)s AND status IN ('queued', 'pending')
+       AND start_by IS NOT NULL AND start_by <= now()
+),
+-- include: expire_due --
+
+-- fragment: expire_due --
+-- The expiry of the runs in ``due`` (a CTE the statement opens with):
+-- cancelled with reason expired, %(failure)s their record, a new epoch,
+-- run.cancelled; a child counts in its parent (runqueue_join) and a
+-- session's next pending turn is queued if it has no active run left
+-- (runqueue_promote), as any cancel. The expired runs' ids.
+expired AS (
     UPDATE runqueue_run r
        SET status = 'cancelled',
            lease_epoch = r.lease_epoch + 1,

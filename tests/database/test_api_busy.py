@@ -76,7 +76,8 @@ def test_merge_answers_202_with_the_run_it_joined(client, alice) -> None:
     response = _turn(client, alice, "there?", "merge", key="k-merge")
     assert response.status_code == 202
     assert response.json()["id"] == first["id"]
-    assert response.json()["payload"] == {"merged": [{"text": "hi"}, {"text": "there?"}]}
+    assert response.json()["payload"] == {"text": "hi"}
+    assert response.json()["payloads"] == [{"text": "hi"}, {"text": "there?"}]
     again = _turn(client, alice, "there?", "merge", key="k-merge")
     assert (again.status_code, again["Idempotent-Replayed"]) == (202, "true")
     assert Run.objects.count() == 1
@@ -144,6 +145,8 @@ def test_the_schema_describes_on_busy_and_the_session_line() -> None:
         "interrupt",
         "rollback",
         "merge",
+        "steer",
+        "answer",
         None,
     ]
     run = schemas["Run"]["properties"]

@@ -200,8 +200,11 @@ def test_a_waiting_active_run_keeps_the_line_until_it_ends() -> None:
     assert _line() == [("two", RunStatus.QUEUED)]
 
 
-def test_a_run_waiting_for_the_user_takes_the_submit_as_its_input_whatever_the_policy() -> None:
-    for policy in ("enqueue", "interrupt", "rollback", "merge", "reject"):
+def test_a_run_waiting_for_the_user_takes_a_submit_without_a_policy_as_its_input() -> None:
+    """An explicit policy is honoured while the run waits (the message is
+    not an answer it never meant to be: tests/database/test_sessions_order.py);
+    without one, or with ``answer``, the submit is the answer."""
+    for policy in (None, "answer"):
         session = f"s-{policy}"
         first = _turn("book a flight", session=session)
         lease = _claim(session)

@@ -1,0 +1,119 @@
+"""A session's line as its running turn reads it: when the turn asks the
+user and messages are waiting, the first one is the answer; and the
+messages sent to steer it (``on_busy="steer"``) are taken by
+``ctx.steers()`` (docs/decisions.md, "Busy sessions: on_busy").
+
+Both run inside the running turn's fenced transaction, under its row lock,
+which every writer of the session's line takes first: so the line is read
+in order and a message is taken once. A message taken ends its pending
+turn as cancelled, reason ``answered`` or ``steered``, naming the run that
+took it, so whoever sent it can see where it went.
+"""
+
+from __future__ import annotations
+
+from django.db.models.functions import Now
+
+from runqueue import events
+from runqueue.leases.base import Lease
+from runqueue.leases.fence import fenced, renew_params
+from runqueue.leases.transitions import cancel_in_transaction
+from runqueue.leases.waits import deliver_locked
+from runqueue.models import Idempotency, Run, RunStatus, ToolInvocation, ToolStatus
+from runqueue.turns import PAYLOADS, STEER, turn_payloads
+from runqueue.types import JSON
+
+#: The tool name of a ``ctx.steers()`` step that took messages.
+STEERS_TOOL = "runqueue.steers"
+
+
+def _line(run: Run) -> object:
+    return Run.objects.filter(
+        tenant=run.tenant, session_id=run.session_id, status=RunStatus.PENDING
+    ).order_by("place")
+
+
+def answer_from_line(lease: Lease) -> bool:
+    """In the transaction that makes the run wait for the user (its lock
+    held): if its session has messages waiting, the first one is the
+    answer, delivered at once (the run queued again with it as its input);
+    a turn of several joined messages gives its first and keeps the rest.
+    True if it did."""
+    run = lease.run
+    if run.session_id is None:
+        return False
+    line = _line(run)
+    pending = line.select_for_update(no_key=True, skip_locked=True).first()  # type: ignore[attr-defined]
+    if pending is None:
+        return False
+    messages = turn_payloads(pending)
+    deliver_locked(run.id, run.priority, messages[0])
+    rest = messages[1:]
+    if not rest:
+        cancel_in_transaction(
+            pending.id, reason="answered", actor="runqueue", data={"to": str(run.id)}
+        )
+        return True
+    turn = dict(pending.turn or {})
+    if len(rest) > 1:
+        turn[PAYLOADS] = rest
+    else:
+        turn.pop(PAYLOADS, None)
+    Run.objects.filter(id=pending.id).update(payload=rest[0], turn=turn or None)
+    events.append(
+        pending.id, events.ANSWERED, pending.lease_epoch, {"to": str(run.id), "messages": 1}
+    )
+    return True
+
+
+def has_steers(run: Run) -> bool:
+    """A cheap look, without a lock: messages to steer the session's turn wait."""
+    if run.session_id is None:
+        return False
+    return _line(run).filter(turn__contains={STEER: True}).exists()  # type: ignore[attr-defined]
+
+
+def take_steers(lease: Lease, seq: int) -> list[JSON] | None:
+    """Take every message sent to steer the run's session, in the order
+    sent, as step ``seq`` of the run (its record is what a retry replays);
+    their pending turns end, reason ``steered``. The messages (none: no
+    step is recorded); None once fenced."""
+    taken: list[JSON] = []
+
+    def write(_row: tuple) -> None:
+        taken.clear()  # a transaction run again (a deadlock) starts afresh
+        steers = list(
+            _line(lease.run)
+            .filter(turn__contains={STEER: True})  # type: ignore[attr-defined]
+            .select_for_update(no_key=True, skip_locked=True)
+        )
+        for pending in steers:
+            taken.extend(turn_payloads(pending))
+            cancel_in_transaction(
+                pending.id, reason="steered", actor="runqueue", data={"into": str(lease.run_id)}
+            )
+        if not taken:
+            return
+        result = {"payloads": list(taken), "runs": [str(p.id) for p in steers]}
+        ToolInvocation.objects.update_or_create(
+            run_id=lease.run_id,
+            seq=seq,
+            defaults={
+                "tool": STEERS_TOOL,
+                "idempotency": Idempotency.IDEMPOTENT,
+                "status": ToolStatus.COMPLETED,
+                "arguments": {},
+                "result": result,
+                "error": None,
+                "lease_epoch": lease.epoch,
+                "lease_token": lease.token,
+                "finished_at": Now(),
+            },
+        )
+        events.append(
+            lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": STEERS_TOOL}
+        )
+
+    if fenced(lease, "steers", "fence_renew", renew_params(lease), write) is None:
+        return None
+    return taken
