@@ -398,7 +398,8 @@ def _root_programs() -> st.SearchStrategy[list[dict[str, Any]]]:
         st.lists(_nodes(1), min_size=1, max_size=3),
         st.lists(st.sampled_from([{"op": "fail"}, {"op": "transient"}]), max_size=1),
     )
-    ask = st.sampled_from([[], [{"op": "ask"}]])
+    approve = {"op": "approve", "idempotent": False, "timeout": None, "on_timeout": "reject"}
+    ask = st.sampled_from([[], [{"op": "ask"}], [approve]])
     return st.builds(lambda a, b, c: a + b + c, fan, _programs(2), ask)
 
 
@@ -867,7 +868,58 @@ def test_the_run_tree_keeps_its_promises() -> None:
 #: Sequences of rules the machine once failed on (or that random search
 #: reaches too rarely to trust it to), replayed step by step with every
 #: invariant checked after each: each stays a regression test.
+_APPROVE = {"op": "approve", "idempotent": False, "timeout": None, "on_timeout": "reject"}
+
 REGRESSIONS = {
+    # Agent steps: a call that needs approval, edited (a second decider
+    # refused), its worker dead after the call ran (replayed, never run
+    # twice), then a second call decided before its turn ended waiting.
+    "an_approved_call_survives_a_crash_and_a_second_decider": [
+        (
+            "submit",
+            {
+                "program": [
+                    {"op": "tools", "n": 1, "idempotent": False},
+                    _APPROVE,
+                    {"op": "tools", "n": 1, "idempotent": False},
+                    _APPROVE,
+                ],
+                "session": "s0",
+                "sync": True,
+            },
+        ),
+        ("step", {"runs": 1, "crash": None}),
+        ("decide", {"index": 0, "decision": "edit", "again": "approve"}),
+        ("step", {"runs": 1, "crash": 3}),
+        ("leases_expire", {}),
+        ("step", {"runs": 1, "crash": None}),
+        ("decide", {"index": 0, "decision": "respond", "again": "respond"}),
+        ("step", {"runs": 1, "crash": None}),
+    ],
+    # The same in an async handler, rejected, with a deadline that passes.
+    "a_rejected_and_a_timed_out_call_in_an_async_handler": [
+        (
+            "submit",
+            {
+                "program": [
+                    _APPROVE,
+                    {
+                        "op": "approve",
+                        "idempotent": True,
+                        "timeout": 0.001,
+                        "on_timeout": "reject",
+                    },
+                ],
+                "session": None,
+                "sync": False,
+            },
+        ),
+        ("step", {"runs": 1, "crash": None}),
+        ("decide", {"index": 0, "decision": "reject", "again": None}),
+        ("step", {"runs": 1, "crash": None}),
+        ("deadlines_pass", {}),
+        ("step", {"runs": 1, "crash": None}),
+    ],
     # Issue 32, item 2: a parent dead-lettered while its child ran; the
     # child ends (not counted: the parent is dead); an operator requeues
     # the parent, which must count its children again.
