@@ -109,6 +109,9 @@ class CheckedSubmission:
     #: else ``RUNQUEUE["SESSION_ON_BUSY"]`` (docs/decisions.md, "Busy
     #: sessions: on_busy").
     on_busy: str = "reject"
+    #: The run's own webhook URL and the endpoint whose secret signs it
+    #: (``runqueue.webhooks.endpoint_for``), or None.
+    webhook: tuple[int, str] | None = None
 
 
 def check_submission(
@@ -128,6 +131,7 @@ def check_submission(
     max_duration: object = None,
     spend_cap: object = None,
     on_busy: object = None,
+    webhook: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -192,6 +196,12 @@ def check_submission(
     cap_value, detail = _spend_cap(spend_cap, from_json=from_json)
     report("spend_cap", detail)
     report("on_busy", on_busy_problem(on_busy, from_json=from_json))
+    webhook_value = None
+    if webhook is not None and not problems:
+        # Last, and only for an otherwise valid submission: it reads the
+        # endpoints and resolves the host.
+        webhook_value, detail = _webhook(webhook, tenant_text)
+        report("webhook", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -215,6 +225,7 @@ def check_submission(
         ),
         spend_cap=cap_value,
         on_busy=conf.SESSION_ON_BUSY if on_busy is None else str(on_busy),
+        webhook=webhook_value,
     ), problems
 
 
@@ -424,3 +435,16 @@ def _spend_cap(value: object, *, from_json: bool) -> tuple[Decimal | None, str |
     if cap <= 0:
         return None, f"must be above 0, got {value!r}"
     return cap, None
+
+
+def _webhook(value: object, tenant: str) -> tuple[tuple[int, str] | None, str | None]:
+    """A submit's webhook URL: under an active endpoint of the tenant, its
+    host public or allowed (docs/operations.md, "Webhooks")."""
+    from runqueue.webhooks import addresses, targets  # reads the endpoints
+
+    try:
+        endpoint = targets.endpoint_for(value, tenant)
+    except addresses.UrlRefused as exc:
+        return None, str(exc)
+    assert isinstance(value, str)
+    return (endpoint.pk, value), None
