@@ -284,3 +284,39 @@ def test_a_deliverys_own_run_reports_nothing(local) -> None:
         assert deliver_due() == ["failed"]  # its dead letter is no event of its own
         assert WebhookDelivery.objects.count() == 1
         assert isinstance(receiver, Receiver)
+
+
+def test_the_docs_receiver_verifies_and_dedupes_a_real_delivery(local, settings) -> None:
+    """docs/operations.md's receiver, with the standardwebhooks library,
+    takes a delivery runqueue made, once per webhook-id, and refuses a
+    tampered body."""
+    from django.test import RequestFactory
+
+    from tests.database.docs_blocks import named
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with receiving() as receiver:
+        _, secret = webhooks.create_endpoint(receiver.url)
+        finish()
+        deliver_due()
+        (got,) = receiver.requests
+    code = named("webhook-receiver").code.replace("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", secret)
+    handled: list[str] = []
+    namespace: dict[str, Any] = {"print": lambda *a: handled.append(a[0])}
+    exec(compile(code, "docs/operations.md", "exec"), namespace)  # noqa: S102 - the docs' code
+    view = namespace["runqueue_events"]
+    factory = RequestFactory()
+    extra = {
+        "HTTP_" + k.upper().replace("-", "_"): v
+        for k, v in got.headers.items()
+        if k.startswith("webhook-")
+    }
+
+    def post(body: bytes) -> int:
+        request = factory.post("/hook", body, content_type="application/json", **extra)
+        return view(request).status_code
+
+    assert post(got.body) == 204
+    assert post(got.body) == 204  # the same webhook-id again: handled once
+    assert handled == ["run.succeeded"]
+    assert post(got.body.replace(b"succeeded", b"cancelled")) == 400
