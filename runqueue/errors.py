@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+from runqueue.limits import MAX_WAIT_SECONDS
+
 
 class RunqueueError(Exception):
     """Base class of runqueue's errors; raise a subclass."""
@@ -166,7 +168,18 @@ class PermanentError(RunqueueError):
 
 
 class TransientError(RunqueueError):
-    """Raised by a handler: give the lease up so the run is retried with backoff."""
+    """Raised by a handler: give the lease up so the run is retried with backoff.
+
+    ``retry_after`` (seconds), if given, is the delay before the next try
+    instead of the queue's backoff: a handler that knows better (a
+    receiver's ``Retry-After``, its own schedule) says so.
+    """
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        if retry_after is not None and not 0 <= retry_after <= MAX_WAIT_SECONDS:
+            raise ValueError(f"retry_after must be 0 to {MAX_WAIT_SECONDS:.0f} seconds")
+        self.retry_after = retry_after
 
 
 class ChildrenGone(TransientError, LookupError):

@@ -17,7 +17,14 @@ from django.utils import timezone
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name
 from runqueue.errors import ActiveRunConflict
-from runqueue.models import PriorityClass, Run, RunStatus, SubmitOutcome, TreeSpend
+from runqueue.models import (
+    PriorityClass,
+    Run,
+    RunStatus,
+    SubmitOutcome,
+    TreeSpend,
+    WebhookTarget,
+)
 from runqueue.models.rows import inserted_run
 from runqueue.sql import json_rows, prepared
 
@@ -66,11 +73,16 @@ def insert_runs(
         else None,
     }
     capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
-    with transaction.atomic() if capped else nullcontext():
+    hooked = [(i, r.webhook) for i, r in zip(ids, requests, strict=True) if r.webhook]
+    with transaction.atomic() if capped or hooked else nullcontext():
         with prepared("create_runs", params) as cursor:
             made = {run_id: (at, start_by, event_id) for run_id, at, start_by, event_id in cursor}
         # The trees' spend caps, in the runs' transaction (usage.py).
         TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
+        # The runs' own webhook URLs, in their transaction too (webhooks).
+        WebhookTarget.objects.bulk_create(
+            WebhookTarget(run_id=i, endpoint_id=hook[0], url=hook[1]) for i, hook in hooked if hook
+        )
     # The rows hold what was sent, and the defaults; only created_at,
     # start_by and created_event_id come from the server. (Hydrating
     # RETURNING * cost more than the insert.)

@@ -140,6 +140,7 @@ class SubmitRequest:
     max_duration: float | dt.timedelta | None = None
     spend_cap: float | Decimal | None = None
     on_busy: str | None = None
+    webhook: str | None = None
 
 
 #: ``submit_many`` writes this many runs per statement.
@@ -164,6 +165,8 @@ def _hash(request: CheckedSubmission) -> str:
         canonical["budget"] = list(request.budget)
     if request.spend_cap is not None:
         canonical["spend_cap"] = str(request.spend_cap)
+    if request.webhook is not None:
+        canonical["webhook"] = request.webhook[1]
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -185,6 +188,7 @@ def submit(
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
     on_busy: str | None = None,
+    webhook: str | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
 
@@ -233,6 +237,7 @@ def submit_in_transaction(
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
     on_busy: str | None = None,
+    webhook: str | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
 

@@ -110,6 +110,9 @@ class CheckedSubmission:
     #: user, else ``RUNQUEUE["SESSION_ON_BUSY"]``: docs/decisions.md, "Busy
     #: sessions: on_busy").
     on_busy: str | None = None
+    #: The run's own webhook URL and the endpoint whose secret signs it
+    #: (``runqueue.webhooks.endpoint_for``), or None.
+    webhook: tuple[int, str] | None = None
 
 
 def check_submission(
@@ -129,6 +132,7 @@ def check_submission(
     max_duration: object = None,
     spend_cap: object = None,
     on_busy: object = None,
+    webhook: object = None,
     from_json: bool = False,
     registered_only: bool = True,
     conf: Settings | None = None,
@@ -193,6 +197,12 @@ def check_submission(
     cap_value, detail = _spend_cap(spend_cap, from_json=from_json)
     report("spend_cap", detail)
     report("on_busy", on_busy_problem(on_busy, from_json=from_json))
+    webhook_value = None
+    if webhook is not None and not problems:
+        # Last, and only for an otherwise valid submission: it reads the
+        # endpoints and resolves the host.
+        webhook_value, detail = _webhook(webhook, tenant_text)
+        report("webhook", detail)
     if problems:
         return None, problems
     return CheckedSubmission(
@@ -216,6 +226,7 @@ def check_submission(
         ),
         spend_cap=cap_value,
         on_busy=None if on_busy is None else str(on_busy),
+        webhook=webhook_value,
     ), problems
 
 
@@ -425,3 +436,16 @@ def _spend_cap(value: object, *, from_json: bool) -> tuple[Decimal | None, str |
     if cap <= 0:
         return None, f"must be above 0, got {value!r}"
     return cap, None
+
+
+def _webhook(value: object, tenant: str) -> tuple[tuple[int, str] | None, str | None]:
+    """A submit's webhook URL: under an active endpoint of the tenant, its
+    host public or allowed (docs/operations.md, "Webhooks")."""
+    from runqueue.webhooks import addresses, targets  # reads the endpoints
+
+    try:
+        endpoint = targets.endpoint_for(value, tenant)
+    except addresses.UrlRefused as exc:
+        return None, str(exc)
+    assert isinstance(value, str)
+    return (endpoint.pk, value), None

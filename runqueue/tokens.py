@@ -15,6 +15,7 @@ import secrets
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 _TOKEN = re.compile(r"^rq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 #: last_used_at is refreshed at most this often, so reads stay reads.
 _TOUCH_EVERY = timedelta(minutes=1)
+
+
+def principal_of(user: AbstractBaseUser) -> str:
+    """The principal string of a user: the same for its tokens and its
+    session (the API's callers), and what a token's webhook matches."""
+    return f"user:{user.pk}"
 
 
 def hash_token(raw: str) -> str:

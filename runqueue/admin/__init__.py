@@ -2,7 +2,7 @@
 
 Run changelists (all, dead-lettered, uncertain), the run detail page, audited
 actions that call the service layer, the queue dashboard, concurrency limits,
-budgets and API tokens. Importing this package registers the ModelAdmins
+budgets, API tokens and webhooks. Importing this package registers the ModelAdmins
 with the default admin site.
 """
 
@@ -13,5 +13,6 @@ from runqueue.admin import (  # noqa: F401 - registers the ModelAdmins
     runs,
     schedules,
     tokens,
+    webhooks,
     workers,
 )

@@ -20,6 +20,7 @@ from runqueue import tokens
 from runqueue.api.errors import ApiError
 from runqueue.conf import get_settings
 from runqueue.models import ApiToken
+from runqueue.tokens import principal_of
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -34,11 +35,6 @@ class Caller:
     via: Literal["token", "session"]
     #: The bearer token (its priority ceiling and submit quota); None for a session.
     token: ApiToken | None = None
-
-
-def principal_of(user: AbstractBaseUser) -> str:
-    """The principal string of a user: the same for its tokens and its session."""
-    return f"user:{user.pk}"
 
 
 def authenticate(request: HttpRequest) -> Caller:

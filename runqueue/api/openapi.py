@@ -15,6 +15,7 @@ from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, ON_BUSY, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
 from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus, ToolDecision, ToolStatus
+from runqueue.models.webhooks import URL_MAX_LENGTH
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
 
@@ -126,6 +127,15 @@ def _schemas() -> dict[str, JSON]:
                     "description": "the run's first model call: it is claimed only once one "
                     "request and these tokens are reserved on this budget (an existing "
                     "budget; at most its tokens per window)",
+                },
+                "webhook": {
+                    "type": ["string", "null"],
+                    "maxLength": URL_MAX_LENGTH,
+                    "description": "an http(s) URL that receives this run's events (succeeded, "
+                    "failed, cancelled, waiting for the user, uncertain), signed as Standard "
+                    "Webhooks signs, with the secret of the tenant's active webhook endpoint "
+                    "whose URL it starts with; a host resolving to a non-public address is "
+                    "refused (422) unless the operator allows it",
                 },
                 "spend_cap": {
                     "type": ["number", "null"],

@@ -28,6 +28,7 @@ from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
 from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
 from runqueue.types import JSON
 from runqueue.validation import text_problem
+from runqueue.webhooks import addresses
 
 #: RFC 8941 sf-string: printable ASCII, with \" and \\ the only escapes.
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
@@ -44,6 +45,7 @@ SUBMIT_FIELDS = frozenset(
         "start_within",
         "spend_cap",
         "on_busy",
+        "webhook",
     }
 )
 MAX_REASON = REASON_MAX_LENGTH
@@ -63,6 +65,7 @@ class SubmitBody(TypedDict):
     start_within: NotRequired[float | None]
     spend_cap: NotRequired[float | None]
     on_busy: NotRequired[str | None]
+    webhook: NotRequired[str | None]
 
 
 class BudgetBody(TypedDict):
@@ -84,6 +87,7 @@ class SubmitArgs(TypedDict):
     start_within: float | None
     spend_cap: Decimal | None
     on_busy: str | None
+    webhook: str | None
 
 
 def read_body(request: HttpRequest) -> bytes:
@@ -238,6 +242,13 @@ def submit_args(body: object) -> SubmitArgs:
         from_json=True,
         registered_only=False,
     )
+    # The URL's form only: which endpoint signs it depends on the caller's
+    # tenant, and submit checks that (and the SSRF rule) with it.
+    if (webhook := body.get("webhook")) is not None:
+        try:
+            addresses.parse(webhook)
+        except addresses.UrlRefused as exc:
+            problems.append(Problem("/webhook", str(exc)))
     kind_problems = [p for p in problems if p.pointer == "/kind"]
     if "kind" not in body:
         kind_problems = [Problem("/kind", "is required")]
@@ -262,6 +273,7 @@ def submit_args(body: object) -> SubmitArgs:
         "spend_cap": checked.spend_cap,
         # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
         "on_busy": checked.on_busy,
+        "webhook": webhook,
     }
 
 

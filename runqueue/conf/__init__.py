@@ -100,6 +100,9 @@ class Settings:
     SCHEDULES: tuple[Any, ...]
     METRICS_TOKEN: str | None
     TRACE_GENAI: bool
+    WEBHOOK_ALLOW_HOSTS: tuple[str, ...]
+    WEBHOOK_TIMEOUT_SECONDS: float
+    WEBHOOK_SECRET_OVERLAP_SECONDS: float
 
     @property
     def prepares(self) -> bool:

@@ -52,6 +52,7 @@ STREAMS = "Event streams"
 SPENDING = "Concurrency, budgets and cost"
 SCHEDULES = "Scheduled work"
 OBSERVABILITY = "Observability"
+WEBHOOKS = "Webhooks"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -434,6 +435,32 @@ SETTINGS: tuple[Setting, ...] = (
         "`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`) of the usage a handler "
         "records on the run's span",
         section=OBSERVABILITY,
+    ),
+    Setting(
+        name="WEBHOOK_ALLOW_HOSTS",
+        kind=v.STRINGS,
+        default=(),
+        shown="[]",
+        doc="hosts (names or addresses, as a webhook URL writes them) that may resolve to "
+        "loopback, link-local, private or reserved addresses; every other webhook host must "
+        'resolve to public addresses only (docs/operations.md, "Webhooks")',
+        section=WEBHOOKS,
+    ),
+    Setting(
+        name="WEBHOOK_TIMEOUT_SECONDS",
+        kind=v.number(
+            positive=True, bound=v.at_most(60, " (a delivery holds a maintenance slot)")
+        ),
+        default=5,
+        doc="a webhook delivery's connect and read timeout; longer is a failed try",
+        section=WEBHOOKS,
+    ),
+    Setting(
+        name="WEBHOOK_SECRET_OVERLAP_SECONDS",
+        kind=v.number(positive=True),
+        default=86400,
+        doc="how long a rotated endpoint secret still signs deliveries beside the new one",
+        section=WEBHOOKS,
     ),
 )
 

@@ -17,6 +17,7 @@ from runqueue import events
 from runqueue.conf import get_settings
 from runqueue.errors import (
     TRANSIENT,
+    TransientError,
 )
 from runqueue.failures import failure_record, failure_summary
 from runqueue.inserts import insert_child
@@ -389,8 +390,10 @@ def give_up(lease: Lease, exc: BaseException | None = None) -> bool:
             )
             notify(lease.run.priority)
 
+    # A handler's own delay (TransientError's retry_after) wins over the backoff.
+    retry_after = exc.retry_after if isinstance(exc, TransientError) else None
     params = {
-        "backoff_seconds": backoff(lease.attempt),
+        "backoff_seconds": backoff(lease.attempt) if retry_after is None else retry_after,
         "failure": Jsonb(failure),
         "channel": get_settings().NOTIFY_CHANNEL,
     }

@@ -42,4 +42,21 @@ class Migration(migrations.Migration):
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.RunSQL(FORWARD, BACKWARD),
+        # A key may remember a steer (on_busy="steer"): choices only, no DDL.
+        migrations.AlterField(
+            model_name="idempotencykey",
+            name="outcome",
+            field=models.CharField(
+                choices=[
+                    ("created", "Run created"),
+                    ("input_delivered", "Input delivered"),
+                    ("enqueued", "Run created, pending behind the session's active run"),
+                    ("merged", "Payload merged into a turn not started yet"),
+                    ("interrupted", "Run created, the session's active run interrupted"),
+                    ("rolled_back", "Run created, the session's active run rolled back"),
+                    ("steered", "Pending turn the running turn may read as a steer"),
+                ],
+                max_length=20,
+            ),
+        ),
     ]

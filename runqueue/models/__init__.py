@@ -78,6 +78,12 @@ from runqueue.models.spend import (
     TreeSpend,
     Usage,
 )
+from runqueue.models.webhooks import (
+    WEBHOOK_EVENTS,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookTarget,
+)
 from runqueue.models.workers import (
     Worker,
 )
@@ -125,7 +131,11 @@ __all__ = [
     "UncertainRun",
     "Usage",
     "WAIT_STATUSES",
+    "WEBHOOK_EVENTS",
     "WaitReason",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookTarget",
     "Worker",
     "shares_problem",
 ]
