@@ -57,6 +57,8 @@ RESUMED = "run.resumed"
 SIGNAL_KEPT = "run.signal_kept"
 #: A pending turn's first message was the answer to its session's run
 #: that asked the user (data: to, messages); the rest stay in line.
+#: ``on_busy="latest"`` replaced a turn's messages (data: replaced, by).
+SUPERSEDED = "run.superseded"
 ANSWERED = "run.answered"
 #: A pending turn was queued: its session's active run ended (data: place;
 #: runqueue_promote, functions.sql).

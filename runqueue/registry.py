@@ -41,6 +41,10 @@ class KindOptions:
 
     start_within: float | None = None
     max_duration: float | None = None
+    #: ``on_busy="debounce"``'s window and longest wait, when a submit
+    #: gives none (docs/decisions.md, "Busy sessions: on_busy").
+    debounce: float | None = None
+    debounce_max: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,8 @@ def handler(
     migrate_from: Iterable[int] = (),
     start_within: float | dt.timedelta | None = None,
     max_duration: float | dt.timedelta | None = None,
+    debounce: float | dt.timedelta | None = None,
+    debounce_max: float | dt.timedelta | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx)`` as version ``version`` of the handler of runs of
     this kind, with the kind's default ``start_within`` and ``max_duration``
@@ -160,7 +166,12 @@ def handler(
     duration_seconds, problem = duration(max_duration)
     if problem is not None:
         raise ValueError(f"max_duration of kind {kind!r} {problem}")
-    options = KindOptions(start_within=start_seconds, max_duration=duration_seconds)
+    windows = {}
+    for name, value in (("debounce", debounce), ("debounce_max", debounce_max)):
+        windows[name], problem = duration(value)
+        if problem is not None:
+            raise ValueError(f"{name} of kind {kind!r} {problem}")
+    options = KindOptions(start_within=start_seconds, max_duration=duration_seconds, **windows)
 
     def register(fn: F) -> F:
         global _served

@@ -43,6 +43,7 @@ from django.db.models import (
 from django.db.models.functions import Now
 
 from runqueue import events, leases
+from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
 from runqueue.errors import (
@@ -140,6 +141,7 @@ class SubmitRequest:
     max_duration: float | dt.timedelta | None = None
     spend_cap: float | Decimal | None = None
     on_busy: str | None = None
+    debounce: float | dt.timedelta | None = None
     webhook: str | None = None
 
 
@@ -188,6 +190,7 @@ def submit(
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
     on_busy: str | None = None,
+    debounce: float | dt.timedelta | None = None,
     webhook: str | None = None,
 ) -> Submission:
     """Submit a run, or deliver input to the session's waiting run.
@@ -237,6 +240,7 @@ def submit_in_transaction(
     max_duration: float | dt.timedelta | None = None,
     spend_cap: float | Decimal | None = None,
     on_busy: str | None = None,
+    debounce: float | dt.timedelta | None = None,
     webhook: str | None = None,
 ) -> Submission:
     """``submit()`` without an idempotency key, inside the caller's transaction.
@@ -257,6 +261,8 @@ def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
         with _statement_transaction(durable=durable, savepoint=False):
             (run,) = _insert_runs([request], [request_hash])
         return Submission(run=run, outcome="created", original_outcome="created")
+    if request.on_busy == "debounce":
+        return _route(request, request_hash, durable=durable)  # a new turn waits a window
     # Optimistic: no key yet and no active run in the session is the common
     # case, written in one statement; a unique violation means one of them
     # exists, and the routing below (the idempotency lookup first) decides.
@@ -352,7 +358,10 @@ def _submit_once(request: CheckedSubmission, request_hash: str, *, durable: bool
                     raise
                 if routed is not None:
                     return routed
-            run = _create_run(request, request_hash)
+            turn = None
+            if request.on_busy == "debounce" and request.debounce is not None:
+                request, turn = _debounced(request)  # an idle session: the turn waits a window
+            run = _create_run(request, request_hash, turn=turn)
             return Submission(run=run, outcome="created", original_outcome="created")
     except OperationalError as exc:
         if moved_by_another(exc) or sqlstate(exc) == "40P01":
@@ -426,10 +435,12 @@ def _route_session(request: CheckedSubmission, request_hash: str) -> Submission 
         return _keyed(request, request_hash, active, SubmitOutcome.INPUT_DELIVERED)
     if policy is None:
         policy = get_settings().SESSION_ON_BUSY
-    if policy == "merge":
-        merged = _merge(request, active)
+    if policy in ("merge", "debounce", "latest"):
+        merged = _merge(request, active, policy)
         if merged is not None:
             return _keyed(request, request_hash, merged, SubmitOutcome.MERGED)
+        if policy == "debounce":
+            return _enqueue(request, request_hash, active, debounced=True)
         policy = "enqueue"
     if policy == "steer":
         return _enqueue(request, request_hash, active, steer=True)
@@ -458,7 +469,12 @@ def _line(request: CheckedSubmission) -> QuerySet[Run]:
 
 
 def _enqueue(
-    request: CheckedSubmission, request_hash: str, active: Run, *, steer: bool = False
+    request: CheckedSubmission,
+    request_hash: str,
+    active: Run,
+    *,
+    steer: bool = False,
+    debounced: bool = False,
 ) -> Submission:
     """A pending turn at the end of the session's line, if the line has room
     (``SESSION_MAX_PENDING``): read after the active run's lock is held, so
@@ -470,12 +486,11 @@ def _enqueue(
     if limit is not None and line["n"] >= limit:
         raise SessionQueueFull(request.session_id or "", active.id, limit)
     outcome = SubmitOutcome.STEERED if steer else SubmitOutcome.ENQUEUED
+    turn: dict[str, JSON] | None = {STEER: True} if steer else None
+    if debounced:
+        request, turn = _debounced(request)
     run = _create_run(
-        request,
-        request_hash,
-        place=(line["last"] or 0) + 1,
-        outcome=outcome,
-        turn={STEER: True} if steer else None,
+        request, request_hash, place=(line["last"] or 0) + 1, outcome=outcome, turn=turn
     )
     named = _KEY_OUTCOMES[outcome]
     return Submission(run=run, outcome=named, original_outcome=named)
@@ -509,27 +524,75 @@ def _interrupt(
     return Submission(run=run, outcome=named, original_outcome=named)
 
 
-def _merge(request: CheckedSubmission, active: Run) -> Run | None:
+def _merge(request: CheckedSubmission, active: Run, policy: str = "merge") -> Run | None:
     """Join the payload to the session's newest turn not started yet: its
     last pending turn, else the active run if no claim has taken it; the
     run it joined, or None (nothing to join: another kind, never started
-    none, or a merged payload over ``MAX_PAYLOAD_BYTES``)."""
+    none, or a merged payload over ``MAX_PAYLOAD_BYTES``). ``debounce``
+    also pushes the turn's start back by the window (never past its longest
+    wait); ``latest`` replaces the turn's messages with this one, the
+    replaced recorded in ``run.superseded``."""
     target = _line(request).select_for_update(no_key=True).order_by("-place").first()
     if target is None and active.status == RunStatus.QUEUED and active.started_at is None:
         target = active
     if target is None or target.kind != request.kind:
         return None
-    turn = joined(target, request.payload)
-    if len(json.dumps(turn)) > get_settings().MAX_PAYLOAD_BYTES:
-        return None
+    changes: dict[str, object] = {}
+    if policy == "latest":
+        turn = {k: v for k, v in (target.turn or {}).items() if k != PAYLOADS}
+        changes = {"payload": request.payload, "turn": turn or None}
+    else:
+        turn = joined(target, request.payload)
+        if len(json.dumps(turn)) > get_settings().MAX_PAYLOAD_BYTES:
+            return None
+        changes = {"turn": turn}
+    if policy == "debounce" and request.debounce is not None:
+        turn, due = _pushed(target, request)
+        changes.update(turn=turn, scheduled_for=due)
     updated = Run.objects.filter(
         id=target.id, status=target.status, started_at__isnull=True
-    ).update(turn=turn)
+    ).update(**changes)
     if updated != 1:
         return None
-    events.append(target.id, events.MERGED, target.lease_epoch, {"turns": len(turn[PAYLOADS])})
+    if policy == "latest":
+        replaced = {"replaced": turn_payloads(target), "by": request.payload}
+        events.append(target.id, events.SUPERSEDED, target.lease_epoch, replaced)
+    else:
+        events.append(target.id, events.MERGED, target.lease_epoch, {"turns": len(turn[PAYLOADS])})
     target.refresh_from_db()
     return target
+
+
+#: A debounced turn's longest wait, in its ``turn``: an aware time, ISO 8601.
+DEBOUNCE_UNTIL = "debounce_until"
+
+
+def _debounced(request: CheckedSubmission) -> tuple[CheckedSubmission, dict[str, JSON]]:
+    """A new debounced turn: due one window from now (or later, if it says
+    so), with its longest wait recorded for the messages that join it."""
+    now = db_now()
+    window = dt.timedelta(seconds=request.debounce or 0)
+    due = max(now + window, request.scheduled_for or now)
+    until = now + dt.timedelta(seconds=request.debounce_max or 0)
+    turn: dict[str, JSON] = {DEBOUNCE_UNTIL: until.isoformat()}
+    return dataclasses.replace(request, scheduled_for=due), turn
+
+
+def _pushed(target: Run, request: CheckedSubmission) -> tuple[dict[str, JSON], dt.datetime]:
+    """A message joins a debounced turn: its start moves one window on from
+    now, never past the turn's longest wait (from its first message)."""
+    now = db_now()
+    turn = dict(target.turn or {})
+    until_text = turn.get(DEBOUNCE_UNTIL)
+    until = (
+        dt.datetime.fromisoformat(until_text)
+        if isinstance(until_text, str)
+        else now + dt.timedelta(seconds=request.debounce_max or 0)
+    )
+    turn[DEBOUNCE_UNTIL] = until.isoformat()
+    turn[PAYLOADS] = joined(target, request.payload)[PAYLOADS]
+    due = max(now + dt.timedelta(seconds=request.debounce or 0), target.scheduled_for or now)
+    return turn, min(due, until)
 
 
 def _create_run(

@@ -110,6 +110,11 @@ class CheckedSubmission:
     #: user, else ``RUNQUEUE["SESSION_ON_BUSY"]``: docs/decisions.md, "Busy
     #: sessions: on_busy").
     on_busy: str | None = None
+    #: ``on_busy="debounce"``'s window and longest wait in seconds: the
+    #: submit's window, else the kind's (``@handler``); the longest wait the
+    #: kind's, else ten windows. None without a window.
+    debounce: float | None = None
+    debounce_max: float | None = None
     #: The run's own webhook URL and the endpoint whose secret signs it
     #: (``runqueue.webhooks.endpoint_for``), or None.
     webhook: tuple[int, str] | None = None
@@ -132,6 +137,7 @@ def check_submission(
     max_duration: object = None,
     spend_cap: object = None,
     on_busy: object = None,
+    debounce: object = None,
     webhook: object = None,
     from_json: bool = False,
     registered_only: bool = True,
@@ -197,6 +203,15 @@ def check_submission(
     cap_value, detail = _spend_cap(spend_cap, from_json=from_json)
     report("spend_cap", detail)
     report("on_busy", on_busy_problem(on_busy, from_json=from_json))
+    debounce_value, detail = duration(debounce, from_json=from_json)
+    report("debounce", detail)
+    if (
+        detail is None
+        and on_busy == "debounce"
+        and debounce_value is None
+        and registry.options(kind_text).debounce is None
+    ):
+        report("debounce", "on_busy debounce needs a window: debounce=, or the kind's")
     webhook_value = None
     if webhook is not None and not problems:
         # Last, and only for an otherwise valid submission: it reads the
@@ -227,6 +242,7 @@ def check_submission(
         spend_cap=cap_value,
         on_busy=None if on_busy is None else str(on_busy),
         webhook=webhook_value,
+        **_debounce(kind_text, debounce_value),
     ), problems
 
 
@@ -285,6 +301,20 @@ def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:
         return None
     shown = _type_name(value, from_json=from_json) if not isinstance(value, str) else repr(value)
     return f"must be one of {', '.join(ON_BUSY)}, got {shown}"
+
+
+#: Without a longest wait, a debounced turn waits at most this many windows.
+DEBOUNCE_MAX_WINDOWS = 10
+
+
+def _debounce(kind: str, window: float | None) -> dict[str, float | None]:
+    """The debounce window and longest wait: the submit's window, else the kind's."""
+    options = registry.options(kind)
+    window = _first(window, options.debounce)
+    if window is None:
+        return {"debounce": None, "debounce_max": None}
+    longest = _first(options.debounce_max, window * DEBOUNCE_MAX_WINDOWS)
+    return {"debounce": window, "debounce_max": max(window, longest or window)}
 
 
 def _first(*values: float | None) -> float | None:

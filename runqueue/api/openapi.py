@@ -153,6 +153,14 @@ def _schemas() -> dict[str, JSON]:
                     "first start only (a pending turn's from its submit). Default: the "
                     "kind's, then the project's (none)",
                 },
+                "debounce": {
+                    "type": ["number", "null"],
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_WAIT_SECONDS,
+                    "description": "with on_busy debounce: seconds a turn waits for more "
+                    "messages (each one pushes its start back, never past the kind's longest "
+                    "wait, ten windows by default). Default: the kind's",
+                },
                 "on_busy": {
                     "type": ["string", "null"],
                     "enum": [*ON_BUSY, None],
@@ -165,7 +173,9 @@ def _schemas() -> dict[str, JSON]:
                     "turn not started yet: its payloads; else as enqueue), steer (201, a "
                     "pending run the running turn may read at its next step, else the next "
                     "turn), answer (the input of a run waiting for the user, else as "
-                    "enqueue). A run waiting for the user takes a submit without on_busy (or "
+                    "enqueue), debounce (joins the turn not started yet and pushes its start "
+                    "back by the window; an idle session's turn waits a window), latest "
+                    "(replaces the messages of the turn not started yet). A run waiting for the user takes a submit without on_busy (or "
                     "with answer) as its input; any other policy is honoured as for a busy "
                     "run. Default: the project's (reject)",
                 },

@@ -45,6 +45,7 @@ SUBMIT_FIELDS = frozenset(
         "start_within",
         "spend_cap",
         "on_busy",
+        "debounce",
         "webhook",
     }
 )
@@ -65,6 +66,7 @@ class SubmitBody(TypedDict):
     start_within: NotRequired[float | None]
     spend_cap: NotRequired[float | None]
     on_busy: NotRequired[str | None]
+    debounce: NotRequired[float | None]
     webhook: NotRequired[str | None]
 
 
@@ -87,6 +89,7 @@ class SubmitArgs(TypedDict):
     start_within: float | None
     spend_cap: Decimal | None
     on_busy: str | None
+    debounce: float | None
     webhook: str | None
 
 
@@ -239,6 +242,7 @@ def submit_args(body: object) -> SubmitArgs:
         start_within=body.get("start_within"),
         spend_cap=body.get("spend_cap"),
         on_busy=body.get("on_busy"),
+        debounce=body.get("debounce"),
         from_json=True,
         registered_only=False,
     )
@@ -273,6 +277,8 @@ def submit_args(body: object) -> SubmitArgs:
         "spend_cap": checked.spend_cap,
         # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
         "on_busy": checked.on_busy,
+        # The body's own window: the kind's is submit's to apply.
+        "debounce": checked.debounce if body.get("debounce") is not None else None,
         "webhook": webhook,
     }
 

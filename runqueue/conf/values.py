@@ -57,7 +57,17 @@ POOLERS = (None, "session", "transaction")
 #: "Busy sessions: on_busy"): refuse (ActiveRunConflict), wait in line
 #: behind the active run, cancel it and start now with what it did
 #: (interrupt) or without (rollback), or join a turn not started yet.
-ON_BUSY = ("reject", "enqueue", "interrupt", "rollback", "merge", "steer", "answer")
+ON_BUSY = (
+    "reject",
+    "enqueue",
+    "interrupt",
+    "rollback",
+    "merge",
+    "steer",
+    "answer",
+    "debounce",
+    "latest",
+)
 #: Kinds the HTTP API never submits: runqueue's own jobs and django.tasks runs,
 #: whose payload names code to import; those are submitted from Python only.
 RESERVED_KIND_PREFIXES = ("runqueue.", "django.tasks")

@@ -147,6 +147,8 @@ def test_the_schema_describes_on_busy_and_the_session_line() -> None:
         "merge",
         "steer",
         "answer",
+        "debounce",
+        "latest",
         None,
     ]
     run = schemas["Run"]["properties"]

@@ -206,3 +206,72 @@ def test_a_fenced_turn_takes_no_steer() -> None:
     with pytest.raises(runqueue.RunCancelled):
         ctx.steers()
     assert Run.objects.get(id=steer.run.id).status == RunStatus.PENDING
+
+
+# --- item 7: debounce and latest ----------------------------------------------------------
+
+
+@runqueue.handler("chat.debounced", debounce=2.0, debounce_max=5.0)
+def _debounced(ctx):
+    return ctx.payloads
+
+
+def _due_in(run_id) -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM scheduled_for - now()) FROM runqueue_run WHERE id = %s",
+            [run_id],
+        )
+        return float(cursor.fetchone()[0])
+
+
+def test_debounced_messages_join_one_turn_in_order_and_push_its_start() -> None:
+    chat = {"kind": "chat.debounced", "session_id": "typing", "on_busy": "debounce"}
+    first = runqueue.submit(**chat, payload={"text": "hi"})
+    assert first.outcome == "created"
+    assert 1.5 < _due_in(first.run.id) <= 2.0  # an idle session: the turn waits a window
+    assert leases.claim_one("w") is None  # not due yet
+    second = runqueue.submit(**chat, payload={"text": "I need"})
+    third = runqueue.submit(**chat, payload={"text": "a refund"})
+    assert (second.outcome, third.outcome) == ("merged", "merged")
+    assert second.run.id == third.run.id == first.run.id
+    run = Run.objects.get(id=first.run.id)
+    assert turn_payloads(run) == [{"text": "hi"}, {"text": "I need"}, {"text": "a refund"}]
+    assert 1.5 < _due_in(run.id) <= 2.0
+    # A chatty user still gets an answer: never past the longest wait (5 s).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runqueue_run SET turn = jsonb_set(turn, '{debounce_until}',"
+            " to_jsonb(to_char((now() + interval '1 second') AT TIME ZONE 'UTC',"
+            ' \'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"\'))) WHERE id = %s',
+            [run.id],
+        )
+    runqueue.submit(**chat, payload={"text": "please"})
+    assert _due_in(run.id) <= 1.0
+    Run.objects.filter(id=run.id).update(scheduled_for=None)
+    lease = leases.claim_one("w")
+    assert lease.run_id == run.id
+    assert testing.execute(lease) == "succeeded"
+    assert Run.objects.get(id=run.id).result == [
+        {"text": "hi"},
+        {"text": "I need"},
+        {"text": "a refund"},
+        {"text": "please"},
+    ]
+
+
+def test_debounce_needs_a_window() -> None:
+    with pytest.raises(runqueue.InvalidSubmission, match="debounce"):
+        runqueue.submit(kind="k", session_id="s1", payload={}, on_busy="debounce")
+
+
+def test_latest_replaces_the_turn_not_started_and_keeps_the_replaced_in_the_log() -> None:
+    _turn("A")
+    _claim()
+    pending = _turn("draft one")
+    replaced = _turn("draft two", on_busy="latest")
+    assert (replaced.outcome, replaced.run.id) == ("merged", pending.run.id)
+    run = Run.objects.get(id=pending.run.id)
+    assert (run.payload, turn_payloads(run)) == ({"text": "draft two"}, [{"text": "draft two"}])
+    (event,) = EventLog.objects.filter(run_id=run.id, type="run.superseded")
+    assert event.data["replaced"] == [{"text": "draft one"}]
