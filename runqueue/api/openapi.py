@@ -175,7 +175,8 @@ def _schemas() -> dict[str, JSON]:
                     "turn), answer (the input of a run waiting for the user, else as "
                     "enqueue), debounce (joins the turn not started yet and pushes its start "
                     "back by the window; an idle session's turn waits a window), latest "
-                    "(replaces the messages of the turn not started yet). A run waiting for the user takes a submit without on_busy (or "
+                    "(replaces the messages of the turn not started yet). A run waiting for "
+                    "the user takes a submit without on_busy (or "
                     "with answer) as its input; any other policy is honoured as for a busy "
                     "run. Default: the project's (reject)",
                 },
