@@ -52,9 +52,11 @@ from runqueue.leases.transitions import (
 )
 from runqueue.leases.waits import (
     checked_input,
+    deliver_event,
     deliver_input,
     deliver_locked,
     deliver_waiting,
+    event_match_problem,
     next_deadline,
     resume_due,
     signal,
@@ -105,6 +107,7 @@ __all__ = [
     "claim_one",
     "claim_spec",
     "checked_input",
+    "deliver_event",
     "deliver_input",
     "deliver_locked",
     "deliver_waiting",
@@ -137,6 +140,7 @@ __all__ = [
     "next_deadline",
     "resume_due",
     "signal",
+    "event_match_problem",
     "signal_name_problem",
     "spawn",
     "suspend",
