@@ -202,8 +202,16 @@ def _schemas() -> dict[str, JSON]:
             "type": ["object", "null"],
             "description": "what a waiting run waits for (null unless it waits)",
             "properties": {
-                "reason": {"type": "string", "enum": ["children", "signal", "timer", "user"]},
-                "name": {"type": "string"},
+                "reason": {
+                    "type": "string",
+                    "enum": ["children", "signal", "timer", "user", "event"],
+                },
+                "name": {"type": "string", "description": "the signal's or the event's name"},
+                "match": {
+                    "type": ["object", "null"],
+                    "description": "what the event's data must contain (reason event); null "
+                    "otherwise",
+                },
                 "since": nullable_time,
                 "until": nullable_time,
                 "question": {

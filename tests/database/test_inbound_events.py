@@ -368,3 +368,32 @@ def test_wait_for_event_refuses_a_bad_name_or_match() -> None:
         ctx.wait_for_event("paid", match=[1])  # type: ignore[arg-type]
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+
+
+# --- the admin -------------------------------------------------------------------
+
+
+def test_the_admin_saves_a_trigger_only_with_a_match_and_a_kind_it_can_use(client) -> None:
+    from tests.admin_support import staff
+
+    client.force_login(
+        staff("ops", "add_eventtrigger", "view_eventtrigger", "view_inboundevent", "view_run")
+    )
+    url = "/admin/runqueue/eventtrigger/add/"
+    form = {"name": "paid", "match": '{"plan": "pro"}', "kind": "test.echo", "priority": 10}
+    bad = [
+        {**form, "match": "[1, 2]"},
+        {**form, "kind": "no.such.kind"},
+        {**form, "kind": "runqueue.prune_signals"},
+        {**form, "name": ""},
+    ]
+    for fields in bad:
+        response = client.post(url, {**fields, "enabled": "on"})
+        assert response.status_code == 200, fields  # the form again, with its error
+    assert not EventTrigger.objects.exists()
+    assert client.post(url, {**form, "enabled": "on"}).status_code == 302
+    assert EventTrigger.objects.get().match == {"plan": "pro"}
+    sent = runqueue.send_event("paid", {"plan": "pro"}, key="k1", tenant="acme")
+    page = client.get(f"/admin/runqueue/inboundevent/{sent.event.id}/change/")
+    assert page.status_code == 200
+    assert str(sent.started[0]) in page.content.decode()  # the run it started, linked
