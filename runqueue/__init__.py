@@ -34,6 +34,7 @@ from runqueue.errors import (
 if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
     from runqueue.budgets import pause_budget as pause_budget
+    from runqueue.events_in import send_event as send_event
     from runqueue.forking import fork as fork
     from runqueue.leases import cancel as cancel
     from runqueue.leases import decide_tool as decide_tool
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
     from runqueue.registry import handler as handler
+    from runqueue.registry import on_event as on_event
     from runqueue.runtime import Interrupted as Interrupted
     from runqueue.runtime import RunContext as RunContext
     from runqueue.runtime import ToolOutcome as ToolOutcome
@@ -66,6 +68,8 @@ _LAZY = {
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",
     "handler": "runqueue.registry",
+    "on_event": "runqueue.registry",
+    "send_event": "runqueue.events_in",
     "RunContext": "runqueue.runtime",
     "Interrupted": "runqueue.runtime",
     "ToolOutcome": "runqueue.runtime",

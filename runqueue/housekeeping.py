@@ -11,7 +11,8 @@ days ahead; the worker's housekeeping calls it through ``schedule``.
 The mailbox (``runqueue_signal``) keeps a signal only for a wait of its
 run: the signals of runs no longer live are deleted by their own job, so a
 run that finished without waiting for what was sent to it leaves nothing
-behind for long.
+behind for long. Inbound events are kept ``EVENT_RETENTION_SECONDS`` and
+deleted by theirs (``runqueue.events_in.prune``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from django.db import DatabaseError
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
-from runqueue import partitions
+from runqueue import events_in, partitions
 from runqueue.conf import get_settings
 from runqueue.errors import ActiveRunConflict
 from runqueue.models import LIVE_STATUSES, IdempotencyKey, PriorityClass, Run, Signal
@@ -34,6 +35,7 @@ from runqueue.submission import submit
 PRUNE_KEYS = "runqueue.prune_idempotency_keys"
 PRUNE_RUNS = "runqueue.prune_terminal_runs"
 PRUNE_SIGNALS = "runqueue.prune_signals"
+PRUNE_EVENTS = "runqueue.prune_inbound_events"
 TENANT = "runqueue"
 
 logger = logging.getLogger("runqueue.housekeeping")
@@ -55,7 +57,7 @@ def schedule() -> list[Run]:
     already active."""
     maintain_partitions()
     submitted = []
-    for kind in (PRUNE_KEYS, PRUNE_RUNS, PRUNE_SIGNALS):
+    for kind in (PRUNE_KEYS, PRUNE_RUNS, PRUNE_SIGNALS, PRUNE_EVENTS):
         try:
             sub = submit(
                 kind=kind,
@@ -79,6 +81,12 @@ def prune_idempotency_keys(ctx: RunContext) -> dict:
 def prune_signals(ctx: RunContext) -> dict:
     """Delete the signals kept for runs no longer live, in small batches."""
     return {"deleted": delete_finished_signals(batch=1000, heartbeat=ctx.heartbeat)}
+
+
+@handler(PRUNE_EVENTS)
+def prune_inbound_events(ctx: RunContext) -> dict:
+    """Delete the inbound events past EVENT_RETENTION_SECONDS, in small batches."""
+    return {"deleted": events_in.prune(batch=1000, heartbeat=ctx.heartbeat)}
 
 
 @handler(PRUNE_RUNS)

@@ -91,6 +91,8 @@ class Suspended:
     timeout: float | None = None
     state: JSON = None
     tool_seq: int = 0
+    #: An event wait's match (``ctx.wait_for_event``); None for other waits.
+    match: dict[str, JSON] | None = None
     name: ClassVar[str] = "waiting"
 
 

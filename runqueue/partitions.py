@@ -82,6 +82,7 @@ DEPENDANTS = (
     "runqueue_idempotency_key",
     "runqueue_schedule_tick",
     "runqueue_signal",
+    "runqueue_event_delivery",
     "runqueue_stream_watch",
     "runqueue_usage",
     "runqueue_tree_spend",

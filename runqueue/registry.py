@@ -301,3 +301,91 @@ def autodiscover() -> None:
     autodiscover_modules("handlers")
     for module in get_settings().HANDLER_MODULES:
         import_module(module)
+
+
+# Event triggers declared in code: ``@runqueue.on_event(name, match=...)``.
+
+
+@dataclass(frozen=True, slots=True)
+class CodeTrigger:
+    """A trigger declared in code: each inbound event ``name`` whose data
+    contains ``match`` starts a run of ``kind`` (or of the kind ``fn`` is
+    registered under), its payload ``payload(event)`` or the event itself."""
+
+    name: str
+    match: Mapping[str, JSON]
+    kind: str | None
+    fn: Handler | None
+    payload: Callable[[dict[str, JSON]], JSON] | None
+    priority: int
+
+    @property
+    def label(self) -> str:
+        """How the event's ``started`` list names it."""
+        return f"code:{self.resolved_kind()}"
+
+    def resolved_kind(self) -> str:
+        """The kind it starts: ``kind``, else the kind its decorated handler
+        is registered under (UnknownKind if none)."""
+        if self.kind is not None:
+            return self.kind
+        for kind, versions in _handlers.items():
+            if any(r.fn is self.fn for r in versions.values()):
+                return kind
+        raise UnknownKind(_name(self.fn) if self.fn is not None else "?")
+
+
+_triggers: list[CodeTrigger] = []
+
+
+def on_event(
+    name: str,
+    *,
+    match: Mapping[str, JSON] | None = None,
+    kind: str | None = None,
+    payload: Callable[[dict[str, JSON]], JSON] | None = None,
+    priority: int = 10,
+) -> Callable[[F], F]:
+    """Start a run for each inbound event ``name`` whose data contains
+    ``match`` (PostgreSQL's jsonb ``@>``; None: every event of the name).
+    Decorates a handler (above or below ``@runqueue.handler``), or names
+    ``kind`` and is called alone. The run's payload is ``payload(event)``,
+    or the event (name, key, data, received_at); its priority ``priority``
+    (async by default). A repeated delivery of an event starts nothing."""
+    if not isinstance(name, str) or not name or len(name) > 255:
+        raise ValueError(f"an event name is a 1-255 character string, got {name!r}")
+    if match is not None and not isinstance(match, Mapping):
+        raise ValueError(f"an event trigger's match is a JSON object, got {match!r}")
+    if payload is not None and not callable(payload):
+        raise ValueError("an event trigger's payload is a callable of the event, or None")
+    frozen = dict(match or {})
+
+    def add(fn: Handler | None) -> None:
+        with _lock:
+            _triggers.append(CodeTrigger(name, frozen, kind, fn, payload, priority))
+
+    if kind is not None:
+        add(None)
+
+        def named(fn: F) -> F:
+            return fn
+
+        return named
+
+    def register(fn: F) -> F:
+        add(fn)
+        return fn
+
+    return register
+
+
+def event_triggers(name: str) -> list[CodeTrigger]:
+    """The code triggers of event ``name``, in declaration order."""
+    with _lock:
+        return [t for t in _triggers if t.name == name]
+
+
+def remove_event_triggers(name: str) -> None:
+    """Forget the code triggers of event ``name`` (for tests)."""
+    with _lock:
+        _triggers[:] = [t for t in _triggers if t.name != name]

@@ -87,14 +87,22 @@ def children_open_mismatches() -> list[tuple[uuid.UUID, int, int]]:
 
 def stuck_waits() -> list[tuple[uuid.UUID, str]]:
     """Waiting runs nothing can wake: a wait for children with none open,
-    a timer with no time, a signal with no name. (run, wait_reason)."""
+    a timer with no time, a signal or an event with no name (or an event
+    without a match). (run, wait_reason)."""
     waiting = Run.objects.filter(status=RunStatus.WAITING)
     stuck = (
         waiting.filter(wait_reason=WaitReason.CHILDREN, children_open__lte=0)
         | waiting.filter(wait_reason=WaitReason.TIMER, wait_until__isnull=True)
         | waiting.filter(wait_reason=WaitReason.SIGNAL, wait_name="")
+        | waiting.filter(wait_reason=WaitReason.EVENT, wait_name="")
+        | waiting.filter(wait_reason=WaitReason.EVENT, wait_match__isnull=True)
         | waiting.exclude(
-            wait_reason__in=[WaitReason.CHILDREN, WaitReason.TIMER, WaitReason.SIGNAL]
+            wait_reason__in=[
+                WaitReason.CHILDREN,
+                WaitReason.TIMER,
+                WaitReason.SIGNAL,
+                WaitReason.EVENT,
+            ]
         )
     )
     return list(stuck.values_list("id", "wait_reason"))

@@ -477,3 +477,19 @@ async def async_usage_calls(ctx: Any) -> Any:
         )
     )
     return {"costs": [None if c is None else str(c) for c in costs]}
+
+
+@runqueue.handler("test.wait_event")
+def wait_event(ctx: RunContext) -> Any:
+    """Waits for inbound event payload["name"] ("paid" by default) whose
+    data contains payload["match"] (payload["timeout"] seconds at most),
+    then returns what the resume brought."""
+    payload = ctx.payload or {}
+    if ctx.state is None:
+        return ctx.wait_for_event(
+            payload.get("name", "paid"),
+            match=payload.get("match"),
+            timeout=payload.get("timeout"),
+            state={"waited": True},
+        )
+    return {"input": ctx.input, "timed_out": ctx.timed_out}

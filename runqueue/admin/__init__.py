@@ -2,13 +2,14 @@
 
 Run changelists (all, dead-lettered, uncertain), the run detail page, audited
 actions that call the service layer, the queue dashboard, concurrency limits,
-budgets, API tokens and webhooks. Importing this package registers the ModelAdmins
-with the default admin site.
+budgets, API tokens, webhooks, and inbound events with their triggers. Importing
+this package registers the ModelAdmins with the default admin site.
 """
 
 from runqueue.admin import (  # noqa: F401 - registers the ModelAdmins
     budgets,
     concurrency,
+    events,
     paused,
     runs,
     schedules,

@@ -5,6 +5,7 @@ and until when, and what holds a queued one back (``runqueue.waiting.why``)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from django.urls import reverse
@@ -163,6 +164,8 @@ def wait_html(run: Run) -> SafeString:
     what = WaitReason(run.wait_reason).label if run.wait_reason else "the user"
     if run.wait_reason == WaitReason.SIGNAL:
         what = f"signal {run.wait_name!r}"
+    if run.wait_reason == WaitReason.EVENT:
+        what = f"event {run.wait_name!r} containing {json.dumps(run.wait_match)}"
     if run.wait_reason == WaitReason.CHILDREN:
         what = f"its children ({run.children_open} open)"
     return format_html(

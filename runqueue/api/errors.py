@@ -38,9 +38,11 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "idempotency-key-invalid": (400, "Idempotency-Key header is malformed"),
     "invalid-parameter": (400, "Query parameter is invalid"),
     "unauthenticated": (401, "Authentication required"),
+    "event-signature-invalid": (401, "The event's signature does not verify"),
     "csrf-failed": (403, "CSRF verification failed"),
     "run-not-writable": (403, "This run is read-only over the API"),
     "not-found": (404, "Not found"),
+    "event-not-accepted": (404, "This event name is not accepted here"),
     "method-not-allowed": (405, "Method not allowed"),
     "session-busy": (409, "Session already has an active run"),
     "session-queue-full": (409, "Session already holds as many pending turns as it may"),
@@ -64,6 +66,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "unavailable": (503, "Service temporarily unavailable"),
     "too-many-streams": (503, "Too many open event streams"),
     "internal-error": (500, "Internal server error"),
+    "event-trigger-failed": (500, "A trigger of the event could not start its run"),
 }
 
 

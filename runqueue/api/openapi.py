@@ -26,6 +26,8 @@ _NO_NUL = "^[^\\u0000]+$"
 def _path(name: str) -> str:
     if name == "runs":
         return reverse("runqueue-api:runs")
+    if name == "event":
+        return reverse("runqueue-api:event", kwargs={"name": "NAME"}).replace("NAME", "{name}")
     if name == "run-signal":
         kwargs = {"run_id": "RUNID", "name": "SIGNAL"}
         url = reverse(f"runqueue-api:{name}", kwargs=kwargs)
@@ -193,6 +195,26 @@ def _schemas() -> dict[str, JSON]:
                 },
             },
         },
+        "EventReceived": {
+            "type": "object",
+            "required": ["name", "key", "received_at", "started", "started_runs"],
+            "properties": {
+                "name": {"type": "string"},
+                "key": {"type": "string"},
+                "received_at": {"type": "string", "format": "date-time"},
+                "started": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "uuid"},
+                    "description": "the runs the event's triggers started (the first "
+                    "delivery's, on a replay)",
+                },
+                "started_runs": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "their URLs",
+                },
+            },
+        },
         "Signalled": {
             "type": "object",
             "required": ["delivery", "run"],
@@ -211,8 +233,16 @@ def _schemas() -> dict[str, JSON]:
             "type": ["object", "null"],
             "description": "what a waiting run waits for (null unless it waits)",
             "properties": {
-                "reason": {"type": "string", "enum": ["children", "signal", "timer", "user"]},
-                "name": {"type": "string"},
+                "reason": {
+                    "type": "string",
+                    "enum": ["children", "signal", "timer", "user", "event"],
+                },
+                "name": {"type": "string", "description": "the signal's or the event's name"},
+                "match": {
+                    "type": ["object", "null"],
+                    "description": "what the event's data must contain (reason event); null "
+                    "otherwise",
+                },
                 "since": nullable_time,
                 "until": nullable_time,
                 "question": {
@@ -508,6 +538,50 @@ def document() -> dict[str, JSON]:
                             "content": _json("Run"),
                         },
                         **_problems(400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),
+                    },
+                }
+            },
+            _path("event"): {
+                "post": {
+                    "operationId": "receiveEvent",
+                    "summary": "Record an inbound event: start its triggers' runs, end the "
+                    "waits it matches",
+                    "description": "The body (a JSON object) is the event's data, recorded "
+                    "for the caller's tenant once per key: the Idempotency-Key header, or the "
+                    "body member RUNQUEUE['EVENT_KEY_FIELDS'] names. Only the names in "
+                    "RUNQUEUE['API_EVENTS'] are accepted (404 event-not-accepted), bodies up "
+                    "to EVENT_MAX_BYTES (413); an event name with a signature check "
+                    "(EVENT_VERIFIERS) needs a body that verifies (401 "
+                    "event-signature-invalid). The same key again with the same data is a "
+                    "replay (200, Idempotent-Replayed); with other data 422 "
+                    "idempotency-key-reused.",
+                    "parameters": [
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        },
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "description": KEY_RULE,
+                            "schema": {"type": "string", "pattern": KEY_PATTERN},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "responses": {
+                        "201": {"description": "recorded", "content": _json("EventReceived")},
+                        "200": {
+                            "description": "a replay of an event recorded before",
+                            "headers": _REPLAYED,
+                            "content": _json("EventReceived"),
+                        },
+                        **_problems(400, 401, 404, 405, 411, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },

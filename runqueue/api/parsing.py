@@ -93,13 +93,14 @@ class SubmitArgs(TypedDict):
     webhook: str | None
 
 
-def read_body(request: HttpRequest) -> bytes:
-    """Read at most the configured limit + 1 bytes; 413 beyond the limit.
+def read_body(request: HttpRequest, limit: int | None = None) -> bytes:
+    """Read at most the configured limit (or ``limit``, if smaller) + 1
+    bytes; 413 beyond the limit.
 
     Content-Length alone is not trusted (it may be missing or understated
     under ASGI): the read itself is bounded, and never uses request.body.
     """
-    limit = get_settings().API_MAX_BODY_BYTES
+    limit = min(get_settings().API_MAX_BODY_BYTES, limit or sys.maxsize)
     too_large = ApiError(
         "payload-too-large",
         f"The request body is larger than {limit} bytes.",
@@ -197,6 +198,11 @@ def idempotency_key(request: HttpRequest) -> str:
             "so a retry cannot create a second run.",
             headers={"Link": f'<{reverse("runqueue-api:openapi")}>; rel="describedby"'},
         )
+    return key_value(raw)
+
+
+def key_value(raw: str) -> str:
+    """An Idempotency-Key's value, bare or as an sf-string; 400 if malformed."""
     value = raw.strip(" \t")
     if value.startswith('"'):
         match = _SF_STRING.match(value)
@@ -281,6 +287,31 @@ def submit_args(body: object) -> SubmitArgs:
         "debounce": checked.debounce if body.get("debounce") is not None else None,
         "webhook": webhook,
     }
+
+
+def event_key(request: HttpRequest, name: str, body: dict[str, JSON]) -> str:
+    """An inbound event's key: its Idempotency-Key header, else the body
+    member ``RUNQUEUE["EVENT_KEY_FIELDS"]`` names for the event (a string or
+    an integer: a provider's event id); 400 without either, 422 for a
+    member that is no key."""
+    raw = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if raw is not None:
+        return key_value(raw)
+    member = get_settings().EVENT_KEY_FIELDS.get(name)
+    if member is None or member not in body:
+        where = f" or a {member!r} member in the body" if member else ""
+        raise ApiError(
+            "idempotency-key-missing",
+            f"An event needs an Idempotency-Key header{where} (the sender's event id is a "
+            "good key), so a repeated delivery is recognised.",
+        )
+    value = body[member]
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or not is_idempotency_key(text):
+        raise validation_failed(
+            [{"pointer": _pointer(member), "detail": f"the event's key must be {BARE_KEY_RULE}"}]
+        )
+    return text
 
 
 def cancel_cascade(body: object) -> bool:

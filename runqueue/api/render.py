@@ -66,6 +66,8 @@ class WaitBody(TypedDict):
     until: str | None
     #: What ``ctx.ask_user`` asked, while the run waits for the user; else None.
     question: JSON
+    #: An event wait's match (reason event); null otherwise.
+    match: JSON
 
 
 class SessionTurn(TypedDict):
@@ -223,6 +225,7 @@ def wait_body(run: Run) -> WaitBody | None:
         "since": public_time(run.waiting_since),
         "until": public_time(run.wait_until),
         "question": question(run),
+        "match": run.wait_match,
     }
 
 

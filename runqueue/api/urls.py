@@ -20,5 +20,6 @@ urlpatterns = [
         views.decide_tool,
         name="run-tool-decision",
     ),
+    path("events/<str:name>/", views.receive_event, name="event"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

@@ -2,7 +2,8 @@
 
 No queue logic lives here: runs are created by ``runqueue.submit``,
 cancelled by ``runqueue.cancel``, signalled by ``runqueue.signal`` and
-answered by ``runqueue.deliver_input``; everything else is a read scoped to
+answered by ``runqueue.deliver_input``; inbound events are recorded by
+``runqueue.send_event``; everything else is a read scoped to
 the caller's tenant. A run of another tenant is answered exactly like a
 missing one. Every write counts against the token's quota first, and acts
 only on runs the API may write (``admission``).
@@ -26,7 +27,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, leases, submission
+from runqueue import events, events_in, leases, submission
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -394,6 +395,62 @@ def decide_tool(request: HttpRequest, caller: Caller, run_id: str, seq: str) -> 
     run.refresh_from_db()
     response = JsonResponse({"step": step_body(step), "run": run_body(run)})
     if before is not None and before.status != ToolStatus.AWAITING_APPROVAL:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+@api_view("POST")
+def receive_event(request: HttpRequest, caller: Caller, name: str) -> HttpResponse:
+    """Record inbound event ``name`` for the caller's tenant: 201 with the
+    runs its triggers started; the same key again (a repeated delivery)
+    200 with the first answer, ``Idempotent-Replayed: true``. Checked in
+    order: the quota, the name (``API_EVENTS``), the size
+    (``EVENT_MAX_BYTES``), the signature (``EVENT_VERIFIERS``) on the raw
+    body, the JSON object, the key. Nothing is written unless all pass."""
+    admission.take_quota(caller)
+    conf = get_settings()
+    if name not in conf.API_EVENTS:
+        raise ApiError("event-not-accepted", f"Events named {name[:255]!r} are not accepted here.")
+    raw = parsing.read_body(request, conf.EVENT_MAX_BYTES)
+    if not events_in.verify(name, request.headers, raw):
+        raise ApiError(
+            "event-signature-invalid",
+            "The event's signature is missing or does not match its body; nothing was recorded.",
+        )
+    body = parsing.parse_json(request, raw)
+    if not isinstance(body, dict):
+        raise validation_failed([{"pointer": "", "detail": "an event's body is a JSON object"}])
+    key = parsing.event_key(request, name, body)
+    try:
+        received = runqueue.send_event(
+            name, body, key=key, tenant=caller.tenant, principal=caller.principal
+        )
+    except events_in.EventKeyReused as exc:
+        raise ApiError(
+            "idempotency-key-reused",
+            f"Event {name!r} with key {key!r} was received with other data.",
+        ) from exc
+    except events_in.TriggerFailed as exc:
+        logger.error("Event %r not recorded: %s request=%s", name, exc, request_id(request))
+        raise ApiError(
+            "event-trigger-failed",
+            f"Trigger {exc.trigger} could not start its run; nothing was recorded. "
+            "Retry once the trigger is fixed.",
+        ) from exc
+    except InvalidArgument as exc:
+        raise validation_failed([{"pointer": "", "detail": str(exc)}]) from exc
+    event = received.event
+    response = JsonResponse(
+        {
+            "name": event.name,
+            "key": event.key,
+            "received_at": event.received_at.isoformat(),
+            "started": [str(run) for run in received.started],
+            "started_runs": [run_url(run) for run in received.started],
+        },
+        status=200 if received.replayed else 201,
+    )
+    if received.replayed:
         response["Idempotent-Replayed"] = "true"
     return response
 

@@ -98,6 +98,13 @@ class Settings:
     #: ``runqueue.schedules.spec.ScheduleSpec``s; that module's
     #: ``configured()`` reads them typed (this layer does not name it).
     SCHEDULES: tuple[Any, ...]
+    API_EVENTS: tuple[str, ...]
+    EVENT_MAX_BYTES: int
+    EVENT_RETENTION_SECONDS: float
+    #: {event name: a dotted path or a callable (headers, raw body) -> bool}.
+    EVENT_VERIFIERS: Mapping[str, object]
+    #: {event name: the body member holding its key}.
+    EVENT_KEY_FIELDS: Mapping[str, str]
     METRICS_TOKEN: str | None
     TRACE_GENAI: bool
     WEBHOOK_ALLOW_HOSTS: tuple[str, ...]

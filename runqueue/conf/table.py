@@ -51,6 +51,7 @@ API = "HTTP API"
 STREAMS = "Event streams"
 SPENDING = "Concurrency, budgets and cost"
 SCHEDULES = "Scheduled work"
+EVENTS = "Inbound events"
 OBSERVABILITY = "Observability"
 WEBHOOKS = "Webhooks"
 
@@ -419,6 +420,50 @@ SETTINGS: tuple[Setting, ...] = (
         '(docs/operations.md, "Scheduled work"; `runqueue/schedules/spec.py`)',
         section=SCHEDULES,
         checks=("runqueue.W020",),
+    ),
+    Setting(
+        name="API_EVENTS",
+        kind=v.EVENT_NAMES,
+        default=(),
+        shown="[]",
+        doc="the event names `POST /api/events/<name>/` accepts (others: 404 "
+        "`event-not-accepted`)",
+        section=EVENTS,
+    ),
+    Setting(
+        name="EVENT_MAX_BYTES",
+        kind=v.number(integer=True, positive=True),
+        default=65536,
+        doc="an inbound event's body limit, in bytes (the API: 413 `event-too-large`; "
+        "`runqueue.send_event`: `InvalidArgument`)",
+        section=EVENTS,
+    ),
+    Setting(
+        name="EVENT_RETENTION_SECONDS",
+        kind=v.number(positive=True),
+        default=86400,
+        doc="how long an inbound event is kept: a second delivery with its key within it is a "
+        "replay, and a wait that begins within it after the event arrived takes it",
+        section=EVENTS,
+    ),
+    Setting(
+        name="EVENT_VERIFIERS",
+        kind=v.EVENT_VERIFIERS,
+        default=_EMPTY,
+        shown="{}",
+        doc="the check of an event's signature, by name: a callable (or its dotted path) "
+        "taking the request's headers and raw body, true to accept (the API: 401 "
+        "`event-signature-invalid` otherwise); `runqueue.events_in.hmac_sha256` makes one",
+        section=EVENTS,
+    ),
+    Setting(
+        name="EVENT_KEY_FIELDS",
+        kind=v.EVENT_KEY_FIELDS,
+        default=_EMPTY,
+        shown="{}",
+        doc="by name, the body member whose value is the event's key when a delivery has no "
+        "Idempotency-Key header (a provider's event id)",
+        section=EVENTS,
     ),
     Setting(
         name="METRICS_TOKEN",

@@ -182,6 +182,55 @@ def _api_kinds(name: str, value: object) -> tuple[str, ...]:
 API_KINDS = Kind("list of kinds", _api_kinds)
 
 
+def _names_to(what: str, *, callables: bool) -> Callable[[str, object], Mapping[str, object]]:
+    """A dict of event names (1-255 characters) to strings (a dotted path,
+    a body member) or, with ``callables``, a callable."""
+
+    def parse(name: str, value: object) -> Mapping[str, object]:
+        if not isinstance(value, Mapping):
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] must be a dict of event names to {what}, got {value!r}"
+            )
+        for key, item in value.items():
+            if not isinstance(key, str) or not key or len(key) > EVENT_NAME_MAX_LENGTH:
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE[{name!r}] has {key!r}, which is no event name "
+                    f"(1-{EVENT_NAME_MAX_LENGTH} characters)"
+                )
+            if not ((isinstance(item, str) and item) or (callables and callable(item))):
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE[{name!r}][{key!r}] must be {what}, got {item!r}"
+                )
+        return MappingProxyType(dict(value))
+
+    return parse
+
+
+#: The longest event name (the column's length; models.inbound says so too).
+EVENT_NAME_MAX_LENGTH = 255
+
+EVENT_VERIFIERS = Kind(
+    "dict: event name -> dotted path or callable",
+    _names_to("a dotted path or a callable", callables=True),
+)
+EVENT_KEY_FIELDS = Kind(
+    "dict: event name -> body member", _names_to("a body member's name", callables=False)
+)
+
+
+def _event_names(name: str, value: object) -> tuple[str, ...]:
+    names = _strings(name, value)
+    if long := [n for n in names if len(n) > EVENT_NAME_MAX_LENGTH]:
+        raise ImproperlyConfigured(
+            f"RUNQUEUE[{name!r}] holds names longer than {EVENT_NAME_MAX_LENGTH} "
+            f"characters: {long[0][:40]!r}..."
+        )
+    return names
+
+
+EVENT_NAMES = Kind("list of event names", _event_names)
+
+
 def _boolean(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be True or False, got {value!r}")

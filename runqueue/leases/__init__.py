@@ -53,9 +53,11 @@ from runqueue.leases.transitions import (
 from runqueue.leases.turns import STEERS_TOOL, has_steers, take_steers
 from runqueue.leases.waits import (
     checked_input,
+    deliver_event,
     deliver_input,
     deliver_locked,
     deliver_waiting,
+    event_match_problem,
     next_deadline,
     resume_due,
     signal,
@@ -107,6 +109,7 @@ __all__ = [
     "claim_one",
     "claim_spec",
     "checked_input",
+    "deliver_event",
     "deliver_input",
     "deliver_locked",
     "deliver_waiting",
@@ -141,6 +144,7 @@ __all__ = [
     "next_deadline",
     "resume_due",
     "signal",
+    "event_match_problem",
     "signal_name_problem",
     "spawn",
     "suspend",

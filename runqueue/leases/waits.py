@@ -56,6 +56,24 @@ def signal_name_problem(name: object) -> str | None:
     return text_problem(name)
 
 
+def event_match_problem(match: object) -> str | None:
+    """Why ``match`` cannot be an event wait's or trigger's match (a JSON
+    object the event's data must contain), or None."""
+    if not isinstance(match, dict):
+        return f"must be a JSON object, got {type(match).__name__}"
+    try:
+        text = json_text(match, "match")
+    except ValueError as exc:
+        return str(exc)
+    if len(text.encode()) > MATCH_MAX_BYTES:
+        return f"must be at most {MATCH_MAX_BYTES} bytes as JSON"
+    return None
+
+
+#: The largest match, as JSON: a filter, not a document.
+MATCH_MAX_BYTES = 4096
+
+
 def suspend(
     lease: Lease,
     reason: str,
@@ -65,17 +83,29 @@ def suspend(
     timeout: float | None = None,
     state: JSON = None,
     tool_seq: int = 0,
+    match: dict[str, JSON] | None = None,
 ) -> bool:
-    """End the turn waiting for ``reason`` (children, signal or timer),
-    fenced; False once fenced. The run holds no lease and no slot while it
-    waits; when what it waits for is there already it is queued again at
-    once (``run.resumed``)."""
-    if reason not in (WaitReason.CHILDREN, WaitReason.SIGNAL, WaitReason.TIMER):
+    """End the turn waiting for ``reason`` (children, signal, event or
+    timer), fenced; False once fenced. The run holds no lease and no slot
+    while it waits; when what it waits for is there already (a child count
+    of 0, a kept signal, an event received within the retention window that
+    contains ``match``) it is queued again at once (``run.resumed``)."""
+    waits = (WaitReason.CHILDREN, WaitReason.SIGNAL, WaitReason.TIMER, WaitReason.EVENT)
+    if reason not in waits:
         raise ValueError(f"not a wait reason a handler returns: {reason!r}")
     # ValueError before anything is written, never a DataError in the write.
     until, timeout = wake_time(until), positive_seconds(timeout)
-    if reason == WaitReason.SIGNAL and (problem := signal_name_problem(name)) is not None:
-        raise ValueError(f"a signal's name {problem}")
+    if (
+        reason in (WaitReason.SIGNAL, WaitReason.EVENT)
+        and (problem := signal_name_problem(name)) is not None
+    ):
+        raise ValueError(f"a {reason}'s name {problem}")
+    if reason == WaitReason.EVENT:
+        match = {} if match is None else match
+        if (problem := event_match_problem(match)) is not None:
+            raise ValueError(f"an event wait's match {problem}")
+    else:
+        match = None
     check_state(state)
 
     def write(_row: tuple) -> None:
@@ -87,14 +117,24 @@ def suspend(
             "name": name,
             "until": until,
             "timeout": timeout,
+            "tenant": lease.run.tenant,
+            "match": None if match is None else Jsonb(match),
+            "window": get_settings().EVENT_RETENTION_SECONDS,
         }
         with connection.cursor() as cursor:
+            if reason == WaitReason.EVENT:
+                # After the fence's row lock: events of this name in flight
+                # commit first (suspend sees them), later ones find it waiting.
+                lock = {"tenant": lease.run.tenant, "name": name}
+                execute(cursor, "event_name_exclusive", lock).fetchone()
             status, epoch, wait_until, priority = execute(cursor, "suspend", params).fetchone()
         data: dict[str, JSON] = {
             "reason": str(reason),
             "name": name,
             "until": wait_until.isoformat() if wait_until else None,
         }
+        if match is not None:
+            data["match"] = match
         events.append(lease.run_id, events.SUSPENDED, lease.epoch, data)
         if status == RunStatus.QUEUED:
             events.append(lease.run_id, events.RESUMED, epoch, {"reason": reason, "at_once": True})
@@ -152,6 +192,24 @@ def _signal(run_id: uuid.UUID, name: str, data: JSON) -> Delivery:
         epoch = Run.objects.values_list("lease_epoch", flat=True).get(id=run_id)
         events.append(run_id, events.SIGNAL_KEPT, epoch, {"name": name})
     return "kept"
+
+
+def deliver_event(
+    tenant: str, name: str, event_id: int, key: str, data: dict[str, JSON]
+) -> list[uuid.UUID]:
+    """End every wait of ``tenant``'s runs for event ``name`` whose match
+    ``data`` contains, in the caller's transaction, which inserted the event
+    (row ``event_id``) holding its (tenant, name) lock shared
+    (``event_name_shared``): each run queued again with the event as its
+    input (``run.resumed``, a NOTIFY). The woken runs' ids."""
+    params = {"tenant": tenant, "name": name, "event_id": event_id, "data": Jsonb(data)}
+    with connection.cursor() as cursor:
+        rows = execute(cursor, "deliver_event", params).fetchall()
+    for run_id, epoch, priority in rows:
+        resumed = {"reason": "event", "name": name, "key": key}
+        events.append(run_id, events.RESUMED, epoch, resumed)
+        notify(priority)
+    return [run_id for run_id, _epoch, _priority in rows]
 
 
 def deliver_input(run_id: uuid.UUID | str, data: JSON = None) -> Run:

@@ -306,6 +306,7 @@ def write(lease: Lease, outcome: Outcome) -> bool:
                 timeout=outcome.timeout,
                 state=outcome.state,
                 tool_seq=outcome.tool_seq,
+                match=outcome.match,
             )
         case Released(reason=reason):
             return release(lease, reason)

@@ -46,6 +46,13 @@ from runqueue.models.choices import (
     ToolStatus,
     WaitReason,
 )
+from runqueue.models.inbound import (
+    EVENT_KEY_MAX_LENGTH,
+    EVENT_NAME_MAX_LENGTH,
+    EventDelivery,
+    EventTrigger,
+    InboundEvent,
+)
 from runqueue.models.records import (
     Checkpoint,
     EventLog,
@@ -97,9 +104,14 @@ __all__ = [
     "Checkpoint",
     "ConcurrencyLimit",
     "DeadLetteredRun",
+    "EVENT_KEY_MAX_LENGTH",
+    "EVENT_NAME_MAX_LENGTH",
+    "EventDelivery",
+    "EventTrigger",
     "EventLog",
     "Idempotency",
     "IdempotencyKey",
+    "InboundEvent",
     "LIVE_STATUSES",
     "Overlap",
     "PRIORITY_MAX",

@@ -137,6 +137,7 @@ class WaitReason(models.TextChoices):
     SIGNAL = "signal", "A signal"
     TIMER = "timer", "A time"
     USER = "user", "The user"
+    EVENT = "event", "An inbound event"
 
 
 class Idempotency(models.TextChoices):

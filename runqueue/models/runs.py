@@ -161,6 +161,9 @@ class Run(models.Model):
         max_length=16, choices=WaitReason, blank=True, default="", db_default=""
     )
     wait_name = models.CharField(max_length=255, blank=True, default="", db_default="")
+    #: While waiting for an inbound event: the JSON object its data must
+    #: contain (``ctx.wait_for_event(match=)``); NULL for any other wait.
+    wait_match = models.JSONField(null=True, blank=True, editable=False)
     waiting_since = models.DateTimeField(null=True, blank=True)
     wait_until = models.DateTimeField(null=True, blank=True)
     #: The last wait ended at its deadline (``ctx.timed_out``).
@@ -372,6 +375,13 @@ class Run(models.Model):
                 fields=["forked_from"],
                 condition=Q(forked_from__isnull=False),
                 name="runqueue_run_forked_from_idx",
+            ),
+            # Runs waiting for an inbound event, by tenant and name: an
+            # event's insert finds the waits it ends here (live partition).
+            models.Index(
+                fields=["tenant", "wait_name"],
+                condition=Q(status=RunStatus.WAITING, wait_reason=WaitReason.EVENT),
+                name="runqueue_run_event_wait_idx",
             ),
             # Waiting runs by reason: the dashboard's and /metrics' counts.
             models.Index(

@@ -145,6 +145,16 @@ class AsyncRunContext:
     ) -> Wait:
         return self.sync.wait_for_signal(name, timeout=timeout, state=state)
 
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        match: dict[str, JSON] | None = None,
+        timeout: float | dt.timedelta | None = None,
+        state: JSON = None,
+    ) -> Wait:
+        return self.sync.wait_for_event(name, match=match, timeout=timeout, state=state)
+
     def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
         return self.sync.sleep_until(when, state)
 

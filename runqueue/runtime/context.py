@@ -339,6 +339,35 @@ class RunContext:
             timeout=positive_seconds(timeout),
         )
 
+    def wait_for_event(
+        self,
+        name: str,
+        *,
+        match: dict[str, JSON] | None = None,
+        timeout: float | dt.timedelta | None = None,
+        state: JSON = None,
+    ) -> Wait:
+        """Return this from the handler to end the turn until an inbound
+        event ``name`` of the run's tenant whose data contains ``match``
+        (PostgreSQL's jsonb ``@>``; ``{}`` or None: any) arrives, or
+        ``timeout`` passes (``ctx.timed_out``). The event is ``ctx.input``
+        (name, key, data, received_at). One received within
+        ``EVENT_RETENTION_SECONDS`` before the wait, and not taken by this
+        run yet, ends it at once: an event that came first is not lost."""
+        self.check()
+        if (problem := leases.signal_name_problem(name)) is not None:
+            raise ValueError(f"an event's name {problem}")
+        match = {} if match is None else match
+        if (problem := leases.event_match_problem(match)) is not None:
+            raise ValueError(f"an event wait's match {problem}")
+        return Wait(
+            reason=WaitReason.EVENT,
+            state=self._state(state),
+            name=name,
+            timeout=positive_seconds(timeout),
+            match=match,
+        )
+
     def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
         """Return this from the handler to end the turn until ``when`` (an
         aware datetime, compared with the database's clock, at most

@@ -1,5 +1,6 @@
 """What a handler returns to end its turn waiting: for the user
-(``ctx.ask_user``), or for its children, a signal or a time."""
+(``ctx.ask_user``), or for its children, a signal, an inbound event or a
+time."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ class AskUser:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wait:
     """Returned by a handler (via ``ctx.wait_for_children``,
-    ``ctx.wait_for_signal`` or ``ctx.sleep_until``) to end the turn waiting."""
+    ``ctx.wait_for_signal``, ``ctx.wait_for_event`` or ``ctx.sleep_until``)
+    to end the turn waiting."""
 
     reason: str
     state: JSON
     name: str = ""
     until: dt.datetime | None = None
     timeout: float | None = None
+    #: An event wait's match: a JSON object the event's data must contain.
+    match: dict[str, JSON] | None = None

@@ -277,6 +277,7 @@ def _returned(
                 timeout=positive_seconds(result.timeout),
                 state=result.state,
                 tool_seq=ctx._seq,
+                match=result.match,
             )
         return Succeeded.of(result)
     except ValueError as exc:

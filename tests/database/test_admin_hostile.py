@@ -237,6 +237,15 @@ def _valid_forms(owner_pk: int) -> dict[str, dict[str, str]]:
             "submit_window_seconds": "60",
             "issue_nonce": "",
         },
+        "eventtrigger": {
+            "name": "walk",
+            "match": '{"plan": "pro"}',
+            "kind": "test.echo",
+            "priority": "10",
+            "tenant": "acme",
+            "enabled": "on",
+            "note": "walk",
+        },
     }
 
 

@@ -139,8 +139,9 @@ def _stand_in(ctx: Any) -> Any:
 def docs_registry(block: Block) -> Iterator[None]:
     """The block's kinds registered by the block alone (another module's
     handler of the same kind stands aside), stand-ins for the kinds it only
-    submits, and the registry as it was afterwards."""
+    submits, and the registry (its event triggers too) as it was afterwards."""
     saved = {kind: dict(versions) for kind, versions in registry._handlers.items()}
+    triggers = list(registry._triggers)
     defined = _defined_kinds(block.code)
     for kind in defined:
         registry.unregister(kind)
@@ -152,6 +153,7 @@ def docs_registry(block: Block) -> Iterator[None]:
     finally:
         registry._handlers.clear()
         registry._handlers.update(saved)
+        registry._triggers[:] = triggers  # a block's @runqueue.on_event goes with it
         registry._served = None  # built again from the registry as it was
         aio.close_connections()
 

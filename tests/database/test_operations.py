@@ -85,7 +85,7 @@ def test_housekeeping_is_scheduled_once_and_prunes(settings, fast_retry) -> None
     IdempotencyKey.objects.update(expires_at=timezone.now() - dt.timedelta(seconds=1))
 
     first = housekeeping.schedule()
-    assert len(first) == 3
+    assert len(first) == 4  # keys, finished runs, signals, inbound events
     assert housekeeping.schedule() == []  # already queued: the session holds them
     while lease := leases.claim_one("w", [runqueue.PriorityClass.MAINTENANCE]):
         assert testing.execute(lease) == "succeeded"

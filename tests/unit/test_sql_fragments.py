@@ -61,18 +61,25 @@ def _writing(line: str) -> set[str]:
 
 def test_the_resume_is_written_once() -> None:
     """Every resume of a waiting run (a child's end, a signal, a deadline,
-    the user's input, a wait whose cause is there already) is the fragment
-    resume, the same columns in the same order; nothing else clears a wait."""
+    the user's input, an inbound event, a wait whose cause is there already)
+    is the fragment resume, the same columns in the same order; nothing else
+    clears a wait."""
     resumes = {
         "suspend",
         "resume_signal",
+        "deliver_event",
         "resume_due",
         "deliver_input",
         "runqueue_join",
         "runqueue_recount",
     }
     assert _including("resume") == resumes
-    for line in ("wait_reason = '',", "waiting_since = NULL,", "wait_until = NULL,"):
+    for line in (
+        "wait_reason = '',",
+        "wait_match = NULL,",
+        "waiting_since = NULL,",
+        "wait_until = NULL,",
+    ):
         assert _sources().count(line) == 1, line
         assert _writing(line) == resumes, line
 
