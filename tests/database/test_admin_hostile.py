@@ -237,6 +237,17 @@ def _valid_forms(owner_pk: int) -> dict[str, dict[str, str]]:
             "submit_window_seconds": "60",
             "issue_nonce": "",
         },
+        "webhookendpoint": {
+            "name": "walk",
+            "url": "https://93.184.216.34/hooks",  # a public address: no DNS asked
+            "tenant": "acme",
+            "subscribed": "on",
+            "kinds": "[]",
+            "event_types": "[]",
+            "token": "",
+            "max_attempts": "12",
+            "active": "on",
+        },
         "eventtrigger": {
             "name": "walk",
             "match": '{"plan": "pro"}',
