@@ -8,13 +8,16 @@ happens in the worker goes to the test ledger (tests/handlers.py: a
 connection of its own, so a row survives kill -9):
 
 - ``model``: a model request was sent (detail: its step, 0, 1, 2);
+- ``offered``: the tools that request offered the model (comma-separated);
 - ``saw``: what the final request carried as the refund's return;
 - ``tool``: a tool's side effect (detail: the tool's name);
 - ``parked``: the worker stopped at a point the test asked for with a
   ``park`` row, the first time only, and waits there to be killed.
 
-The kinds (``KINDS``): ``killed`` (the plain agent) and ``approve`` (refund
-needs approval, each SDK's own way).
+The kinds (``KINDS``): ``killed`` (the plain agent), ``approve`` (refund
+needs approval, each SDK's own way) and ``deploy`` version 1 (as
+``approve``; tests/agents/killed_agents_v2.py adds version 2, whose agent
+has one more tool).
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ MODEL = "m-support"
 #: The answer of a run nobody interrupted (and of an approved refund).
 ANSWER = "done: refunded 7"
 SDKS = ("pydantic_ai", "openai_agents")
-KINDS = {name: {sdk: f"agents.{name}.{sdk}" for sdk in SDKS} for name in ("killed", "approve")}
+KINDS = {
+    name: {sdk: f"agents.{name}.{sdk}" for sdk in SDKS} for name in ("killed", "approve", "deploy")
+}
 #: How long a parked worker waits to be killed before it gives up (a test
 #: that never kills it has failed already).
 PARK_SECONDS = 120
@@ -90,11 +95,12 @@ async def note(what: str, detail: str) -> None:
     await asyncio.to_thread(ledger, TAG, what, detail)
 
 
-async def respond(returns: list[Any]) -> tuple[str, dict] | str:
+async def respond(returns: list[Any], offered: list[str]) -> tuple[str, dict] | str:
     """The script of both SDKs' models: a tool call (name, arguments) or the
     final text, from the tool returns the request carries (in order)."""
     step = len(returns)
     await note("model", str(step))
+    await note("offered", ",".join(sorted(offered)))
     if step == 2:
         await note("saw", str(returns[1]))
     await park(f"model-{step}")
@@ -122,6 +128,12 @@ async def refund(order: int) -> str:
     return f"refunded {order}"
 
 
+async def notify_customer(order: int) -> str:
+    """Tell the customer about their order (version 2 of ``deploy`` only)."""
+    await note("tool", "notify_customer")
+    return "notified"
+
+
 # --- Pydantic AI -------------------------------------------------------------
 
 
@@ -133,17 +145,19 @@ async def pai_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResp
         for p in m.parts
         if isinstance(p, ToolReturnPart)
     ]
-    action = await respond(returns)
+    action = await respond(returns, [t.name for t in info.function_tools])
     if isinstance(action, str):
         return ModelResponse(parts=[TextPart(action)])
     name, args = action
     return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{len(returns)}")])
 
 
-def pai_agent(*, approval: bool) -> RunqueueAgent:
+def pai_agent(*, approval: bool, extra: bool = False) -> RunqueueAgent:
     agent = Agent(FunctionModel(pai_script, model_name=MODEL), name="support")
     agent.tool_plain(lookup_order)
     agent.tool_plain(requires_approval=approval)(refund)
+    if extra:
+        agent.tool_plain(notify_customer)
     return RunqueueAgent(agent, idempotent={"lookup_order"})
 
 
@@ -177,7 +191,7 @@ class ScriptModel(Model):
     ) -> OpenAIResponse:
         items = items_of(input)
         returns = [i["output"] for i in items if i.get("type") == "function_call_output"]
-        action = await respond(returns)
+        action = await respond(returns, [t.name for t in tools])
         if isinstance(action, str):
             output = [say(action)]
         else:
@@ -189,8 +203,10 @@ class ScriptModel(Model):
         raise NotImplementedError("these tests do not stream")
 
 
-def oa_agent(*, approval: bool) -> OpenAIAgent:
+def oa_agent(*, approval: bool, extra: bool = False) -> OpenAIAgent:
     tools = [function_tool(lookup_order), function_tool(refund, needs_approval=approval)]
+    if extra:
+        tools.append(function_tool(notify_customer))
     return OpenAIAgent(name="support", instructions="Help.", model=ScriptModel(), tools=tools)
 
 
@@ -203,5 +219,7 @@ def oa_handler(kind: str, agent: OpenAIAgent, **version: Any) -> None:
 
 pai_handler(KINDS["killed"]["pydantic_ai"], pai_agent(approval=False))
 pai_handler(KINDS["approve"]["pydantic_ai"], pai_agent(approval=True))
+pai_handler(KINDS["deploy"]["pydantic_ai"], pai_agent(approval=True), version=1)
 oa_handler(KINDS["killed"]["openai_agents"], oa_agent(approval=False))
 oa_handler(KINDS["approve"]["openai_agents"], oa_agent(approval=True))
+oa_handler(KINDS["deploy"]["openai_agents"], oa_agent(approval=True), version=1)

@@ -9,7 +9,10 @@ final answer):
   ``uncertain`` and the model was told so; otherwise the answer is the
   uninterrupted run's;
 - two people race to decide the refund's approval: one decision applies,
-  and the worker finishes the run as it says.
+  and the worker finishes the run as it says;
+- a rolling deploy changes the agent's tool list (version 2 of the kind):
+  the run awaiting approval stays on version 1 (the call is inside a turn)
+  and finishes there with the same answer; a new run runs on version 2.
 
 Every wait is on something a worker wrote (a ledger row, a step record, a
 run's status, a backend blocked on the test's lock), polled to a deadline.
@@ -32,6 +35,7 @@ from django.db import connection  # noqa: E402
 import runqueue  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
+from runqueue.models import Worker as WorkerRow  # noqa: E402
 from tests.agents.killed_agents import ANSWER, KINDS, MODEL, SDKS, TAG  # noqa: E402
 from tests.handlers import ledger  # noqa: E402
 from tests.helpers import Worker, expire_lease, is_blocked, wait_until  # noqa: E402
@@ -42,9 +46,11 @@ FAST = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}
 ARGS = ["--lease-seconds", "2", "--heartbeat-seconds", "0.5"]
 ARGS += ["--sweep-seconds", "0.5", "--poll-seconds", "0.5"]
 THIS_DEPLOY = ["tests.agents.killed_agents"]
+NEXT_DEPLOY = ["tests.agents.killed_agents_v2"]  # the deploy kinds at versions 1 and 2
 
 MODEL_STEP = f"model:{MODEL}"
-LOOKUP_TOOLS = "lookup_order,refund"
+V1_TOOLS = "lookup_order,refund"  # the tools version 1 of the deploy kinds offers
+V2_TOOLS = "lookup_order,notify_customer,refund"
 REJECTED = "The call was rejected: over the limit"
 
 
@@ -253,3 +259,48 @@ def test_two_deciders_race_and_one_decision_applies(start_worker, raw_connect, s
         assert rows("tool") == ["lookup_order"]  # the refund never ran
         assert steps(run_id)[3] == ("refund", "rejected")
         assert (saw, run.result) == (REJECTED, f"done: {REJECTED}")  # the model read why
+
+
+# --- a rolling deploy that changes the agent's tool list ------------------------
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_deploy_that_changes_the_tools_leaves_a_waiting_run_on_its_version(
+    start_worker, sdk: str
+) -> None:
+    kind = KINDS["deploy"][sdk]
+    waiting = runqueue.submit(kind=kind).run.id
+    old = start(start_worker, "old")
+    wait_until(
+        lambda: Run.objects.filter(id=waiting, handler_version=1).exists(),
+        what="the old worker's claim to pin the run to version 1",
+    )
+    # The next deploy (versions 1 and 2, 2 migrating from 1 between turns)
+    # starts, and replaces the old one once the run waits for its approval.
+    start(start_worker, "new", NEXT_DEPLOY)
+    assert awaiting_refund(waiting).handler_version == 1
+    old.send(signal.SIGTERM)
+    assert old.wait() == 0, old.output()
+    wait_until(lambda: WorkerRow.objects.filter(id="new").exists(), what="the new worker")
+    assert WorkerRow.objects.get(id="new").kinds[kind] == {"versions": [1, 2], "moves": {"1": 2}}
+
+    # A call awaiting approval is inside a turn: the run stays on version 1,
+    # replays its steps there and finishes with the same answer.
+    runqueue.decide_tool(waiting, 3, "approve", actor="user:ana")
+    run = finished(waiting)
+    assert run.lease_owner.startswith("new/")
+    assert (run.handler_version, run.result) == (1, ANSWER)
+    assert rows("model") == ["0", "1", "2"]
+    assert rows("offered") == [V1_TOOLS] * 3  # version 1's tools, on the new worker too
+    assert rows("tool") == ["lookup_order", "refund"]
+
+    # A new run of the kind runs on version 2, with its tools.
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE runqueue_test_ledger")
+    fresh = runqueue.submit(kind=kind).run.id
+    assert awaiting_refund(fresh).handler_version == 2
+    runqueue.decide_tool(fresh, 3, "approve", actor="user:ana")
+    run = finished(fresh)
+    assert (run.handler_version, run.result) == (2, ANSWER)
+    assert rows("offered") == [V2_TOOLS] * 3
+    assert rows("tool") == ["lookup_order", "refund"]
