@@ -1,11 +1,13 @@
-"""One support agent, written for each SDK (Pydantic AI and the OpenAI
-Agents SDK), for real ``runworker`` processes: model -> lookup_order
-(idempotent) -> model -> refund (non-idempotent) -> final answer.
+"""One support agent, written for each SDK (Pydantic AI in
+tests/agents/killed_pydantic_ai.py, the OpenAI Agents SDK in
+tests/agents/killed_openai_agents.py), for real ``runworker`` processes:
+model -> lookup_order (idempotent) -> model -> refund (non-idempotent) ->
+final answer. A worker imports only its SDK's module (``DEPLOYS``).
 
 Both SDKs' models follow one script (``respond``) and both agents run the
-same tools, so the two SDKs' tests assert the same things. Everything that
-happens in the worker goes to the test ledger (tests/handlers.py: a
-connection of its own, so a row survives kill -9):
+same tools (below), so the two SDKs' tests assert the same things.
+Everything that happens in the worker goes to the test ledger
+(tests/handlers.py: a connection of its own, so a row survives kill -9):
 
 - ``model``: a model request was sent (detail: its step, 0, 1, 2);
 - ``offered``: the tools that request offered the model (comma-separated);
@@ -25,30 +27,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents import Agent as OpenAIAgent
-from agents import function_tool, set_tracing_disabled
-from agents.items import ModelResponse as OpenAIResponse
-from agents.models.interface import Model
-from agents.usage import Usage
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-import runqueue
 from runqueue import db
-from runqueue.contrib.openai_agents import Runner
-from runqueue.contrib.pydantic_ai import RunqueueAgent
-from tests.agents.openai_support import call, items_of, say
 from tests.handlers import ledger
-
-set_tracing_disabled(True)
 
 #: The ledger's run_id column for every row here (one run at a time per test).
 TAG = "agent"
@@ -57,6 +37,11 @@ MODEL = "m-support"
 #: The answer of a run nobody interrupted (and of an approved refund).
 ANSWER = "done: refunded 7"
 SDKS = ("pydantic_ai", "openai_agents")
+#: The handler modules of a worker of each SDK, this deploy's and the next's.
+DEPLOYS = {
+    "this": {sdk: [f"tests.agents.killed_{sdk}"] for sdk in SDKS},
+    "next": {sdk: ["tests.agents.killed_agents_v2"] for sdk in SDKS},
+}
 KINDS = {
     name: {sdk: f"agents.{name}.{sdk}" for sdk in SDKS} for name in ("killed", "approve", "deploy")
 }
@@ -132,94 +117,3 @@ async def notify_customer(order: int) -> str:
     """Tell the customer about their order (version 2 of ``deploy`` only)."""
     await note("tool", "notify_customer")
     return "notified"
-
-
-# --- Pydantic AI -------------------------------------------------------------
-
-
-async def pai_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    returns = [
-        p.content
-        for m in messages
-        if isinstance(m, ModelRequest)
-        for p in m.parts
-        if isinstance(p, ToolReturnPart)
-    ]
-    action = await respond(returns, [t.name for t in info.function_tools])
-    if isinstance(action, str):
-        return ModelResponse(parts=[TextPart(action)])
-    name, args = action
-    return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{len(returns)}")])
-
-
-def pai_agent(*, approval: bool, extra: bool = False) -> RunqueueAgent:
-    agent = Agent(FunctionModel(pai_script, model_name=MODEL), name="support")
-    agent.tool_plain(lookup_order)
-    agent.tool_plain(requires_approval=approval)(refund)
-    if extra:
-        agent.tool_plain(notify_customer)
-    return RunqueueAgent(agent, idempotent={"lookup_order"})
-
-
-def pai_handler(kind: str, durable: RunqueueAgent, **version: Any) -> None:
-    @runqueue.handler(kind, **version)
-    async def turn(ctx: Any) -> str:
-        return (await durable.run(PROMPT, ctx=ctx)).output
-
-
-# --- OpenAI Agents SDK -------------------------------------------------------
-
-
-class ScriptModel(Model):
-    """The SDK's Model interface over ``respond``."""
-
-    model = MODEL  # the name its steps are recorded under
-
-    async def get_response(
-        self,
-        system_instructions: str | None,
-        input: Any,  # noqa: A002 - the SDK's name
-        model_settings: Any,
-        tools: list[Any],
-        output_schema: Any,
-        handoffs: list[Any],
-        tracing: Any,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: Any,
-    ) -> OpenAIResponse:
-        items = items_of(input)
-        returns = [i["output"] for i in items if i.get("type") == "function_call_output"]
-        action = await respond(returns, [t.name for t in tools])
-        if isinstance(action, str):
-            output = [say(action)]
-        else:
-            output = [call(*action, items)]
-        usage = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
-        return OpenAIResponse(output=output, usage=usage, response_id=f"r{len(returns)}")
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("these tests do not stream")
-
-
-def oa_agent(*, approval: bool, extra: bool = False) -> OpenAIAgent:
-    tools = [function_tool(lookup_order), function_tool(refund, needs_approval=approval)]
-    if extra:
-        tools.append(function_tool(notify_customer))
-    return OpenAIAgent(name="support", instructions="Help.", model=ScriptModel(), tools=tools)
-
-
-def oa_handler(kind: str, agent: OpenAIAgent, **version: Any) -> None:
-    @runqueue.handler(kind, **version)
-    def turn(ctx: runqueue.RunContext) -> str:
-        result = Runner.run_sync(agent, PROMPT, ctx=ctx, idempotent={"lookup_order"})
-        return result.final_output
-
-
-pai_handler(KINDS["killed"]["pydantic_ai"], pai_agent(approval=False))
-pai_handler(KINDS["approve"]["pydantic_ai"], pai_agent(approval=True))
-pai_handler(KINDS["deploy"]["pydantic_ai"], pai_agent(approval=True), version=1)
-oa_handler(KINDS["killed"]["openai_agents"], oa_agent(approval=False))
-oa_handler(KINDS["approve"]["openai_agents"], oa_agent(approval=True))
-oa_handler(KINDS["deploy"]["openai_agents"], oa_agent(approval=True), version=1)

@@ -4,17 +4,12 @@ at versions 1 (imported) and 2, whose agent has one more tool
 
 from __future__ import annotations
 
-from tests.agents.killed_agents import KINDS, oa_agent, oa_handler, pai_agent, pai_handler
+from tests.agents import killed_openai_agents, killed_pydantic_ai
 
-pai_handler(
-    KINDS["deploy"]["pydantic_ai"],
-    pai_agent(approval=True, extra=True),
-    version=2,
-    migrate_from=(1,),
-)
-oa_handler(
-    KINDS["deploy"]["openai_agents"],
-    oa_agent(approval=True, extra=True),
-    version=2,
-    migrate_from=(1,),
-)
+for sdk in (killed_pydantic_ai, killed_openai_agents):
+    sdk.handler(
+        sdk.KINDS["deploy"][sdk.SDK],
+        sdk.agent(approval=True, extra=True),
+        version=2,
+        migrate_from=(1,),
+    )

@@ -36,7 +36,8 @@ import runqueue  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
 from runqueue.models import Worker as WorkerRow  # noqa: E402
-from tests.agents.killed_agents import ANSWER, KINDS, MODEL, SDKS, TAG  # noqa: E402
+from tests.agents import killed_openai_agents, killed_pydantic_ai  # noqa: E402, F401 - kinds
+from tests.agents.killed_agents import ANSWER, DEPLOYS, KINDS, MODEL, SDKS, TAG  # noqa: E402
 from tests.handlers import ledger  # noqa: E402
 from tests.helpers import Worker, expire_lease, is_blocked, wait_until  # noqa: E402
 
@@ -45,8 +46,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 FAST = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}
 ARGS = ["--lease-seconds", "2", "--heartbeat-seconds", "0.5"]
 ARGS += ["--sweep-seconds", "0.5", "--poll-seconds", "0.5"]
-THIS_DEPLOY = ["tests.agents.killed_agents"]
-NEXT_DEPLOY = ["tests.agents.killed_agents_v2"]  # the deploy kinds at versions 1 and 2
 
 MODEL_STEP = f"model:{MODEL}"
 V1_TOOLS = "lookup_order,refund"  # the tools version 1 of the deploy kinds offers
@@ -54,9 +53,10 @@ V2_TOOLS = "lookup_order,notify_customer,refund"
 REJECTED = "The call was rejected: over the limit"
 
 
-def start(start_worker: Any, worker_id: str, modules: list[str] = THIS_DEPLOY) -> Any:
-    """A real ``manage.py runworker`` with these handler modules."""
-    env = {"RUNQUEUE_TEST_HANDLER_MODULES": json.dumps(modules)}
+def start(start_worker: Any, worker_id: str, sdk: str, deploy: str = "this") -> Any:
+    """A real ``manage.py runworker`` with the SDK's agents of this deploy
+    or the next (``DEPLOYS``)."""
+    env = {"RUNQUEUE_TEST_HANDLER_MODULES": json.dumps(DEPLOYS[deploy][sdk])}
     return start_worker(*ARGS, "--worker-id", worker_id, settings=FAST, env=env)
 
 
@@ -157,7 +157,7 @@ def test_kill_9_at_a_step_boundary(start_worker, raw_connect, sdk: str, boundary
     elif boundary is not None:
         ledger(TAG, "park", boundary)
     # Two workers: the one that claims the run is killed, the other finishes it.
-    workers = {w: start(start_worker, w) for w in (["A", "B"] if boundary else ["A"])}
+    workers = {w: start(start_worker, w, sdk) for w in (["A", "B"] if boundary else ["A"])}
 
     record: list[tuple[str, str]] = []
     if boundary is not None:
@@ -210,7 +210,7 @@ def test_kill_9_at_a_step_boundary(start_worker, raw_connect, sdk: str, boundary
 @pytest.mark.parametrize("sdk", SDKS)
 def test_two_deciders_race_and_one_decision_applies(start_worker, raw_connect, sdk: str) -> None:
     run_id = runqueue.submit(kind=KINDS["approve"][sdk]).run.id
-    start(start_worker, "A")
+    start(start_worker, "A", sdk)
     awaiting_refund(run_id)
 
     # Both deciders start behind a barrier, and both are in flight at once:
@@ -270,14 +270,14 @@ def test_a_deploy_that_changes_the_tools_leaves_a_waiting_run_on_its_version(
 ) -> None:
     kind = KINDS["deploy"][sdk]
     waiting = runqueue.submit(kind=kind).run.id
-    old = start(start_worker, "old")
+    old = start(start_worker, "old", sdk)
     wait_until(
         lambda: Run.objects.filter(id=waiting, handler_version=1).exists(),
         what="the old worker's claim to pin the run to version 1",
     )
     # The next deploy (versions 1 and 2, 2 migrating from 1 between turns)
     # starts, and replaces the old one once the run waits for its approval.
-    start(start_worker, "new", NEXT_DEPLOY)
+    start(start_worker, "new", sdk, "next")
     assert awaiting_refund(waiting).handler_version == 1
     old.send(signal.SIGTERM)
     assert old.wait() == 0, old.output()
