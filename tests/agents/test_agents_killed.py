@@ -34,7 +34,7 @@ from django.db import connection  # noqa: E402
 
 import runqueue  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
-from runqueue.models import Run, ToolInvocation  # noqa: E402
+from runqueue.models import Run, ToolInvocation, Usage  # noqa: E402
 from runqueue.models import Worker as WorkerRow  # noqa: E402
 from tests.agents import killed_openai_agents, killed_pydantic_ai  # noqa: E402, F401 - kinds
 from tests.agents.killed_agents import ANSWER, DEPLOYS, KINDS, MODEL, SDKS, TAG  # noqa: E402
@@ -125,16 +125,18 @@ BOUNDARIES: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def _hold_lookup_start(hold: Any, run_id: Any) -> None:
+def _hold_lookup_start(hold: Any, run_id: Any) -> int:
     """Insert the lookup's record (call 1) in a transaction left open: the
     worker's own insert of it waits on the unique index until the test
-    rolls back, after the first request's step was recorded."""
+    rolls back, after the first request's step was recorded. The server
+    backend holding it (the pooled mode's too: a transaction keeps one)."""
     hold.execute(
         "INSERT INTO runqueue_tool_invocation (run_id, seq, tool, idempotency, status,"
         " arguments, lease_epoch, created_at) VALUES (%s, 1, 'hold', 'idempotent', 'started',"
         " '{}', 0, now())",
         [run_id],
     )
+    return hold.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
 def _blocked_by(pid: int) -> bool:
@@ -153,7 +155,7 @@ def test_kill_9_at_a_step_boundary(start_worker, raw_connect, sdk: str, boundary
     run_id = runqueue.submit(kind=KINDS["killed"][sdk]).run.id
     hold = raw_connect(autocommit=False) if boundary == "recorded" else None
     if hold is not None:
-        _hold_lookup_start(hold, run_id)
+        holder = _hold_lookup_start(hold, run_id)
     elif boundary is not None:
         ledger(TAG, "park", boundary)
     # Two workers: the one that claims the run is killed, the other finishes it.
@@ -162,7 +164,7 @@ def test_kill_9_at_a_step_boundary(start_worker, raw_connect, sdk: str, boundary
     record: list[tuple[str, str]] = []
     if boundary is not None:
         if hold is not None:
-            wait_until(lambda: _blocked_by(hold.info.backend_pid), what="the lookup's record")
+            wait_until(lambda: _blocked_by(holder), what="the lookup's record")
         else:
             wait_until(lambda: rows("parked") == [boundary], what=f"a worker at {boundary}")
         record = steps(run_id)
@@ -182,6 +184,8 @@ def test_kill_9_at_a_step_boundary(start_worker, raw_connect, sdk: str, boundary
     assert rows("model") == sorted(
         ["0", "1", "2"] + [str(seq // 2) for tool, seq in cut_short if tool == M]
     )
+    # Each response was paid for once, by the attempt it reached: a replay pays nothing.
+    assert Usage.objects.filter(run_id=run_id, model=MODEL).count() == 3
     # The lookup (idempotent) ran again only when cut short; the refund once.
     assert rows("tool") == ["lookup_order"] * (1 + ((L, 1) in cut_short)) + ["refund"]
     refund_cut = (R, 3) in cut_short
