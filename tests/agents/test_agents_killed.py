@@ -33,6 +33,7 @@ pytest.importorskip("agents")
 from django.db import connection  # noqa: E402
 
 import runqueue  # noqa: E402
+from runqueue import versions  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
 from runqueue.models import Run, ToolInvocation, Usage  # noqa: E402
 from runqueue.models import Worker as WorkerRow  # noqa: E402
@@ -268,6 +269,11 @@ def test_two_deciders_race_and_one_decision_applies(start_worker, raw_connect, s
 # --- a rolling deploy that changes the agent's tool list ------------------------
 
 
+def _pinned(kind: str) -> dict[int | None, int]:
+    """The dashboard's active runs of ``kind`` by version (Kinds and versions)."""
+    return {row.version: row.active for row in versions.table() if row.kind == kind}
+
+
 @pytest.mark.parametrize("sdk", SDKS)
 def test_a_deploy_that_changes_the_tools_leaves_a_waiting_run_on_its_version(
     start_worker, sdk: str
@@ -287,6 +293,8 @@ def test_a_deploy_that_changes_the_tools_leaves_a_waiting_run_on_its_version(
     assert old.wait() == 0, old.output()
     wait_until(lambda: WorkerRow.objects.filter(id="new").exists(), what="the new worker")
     assert WorkerRow.objects.get(id="new").kinds[kind] == {"versions": [1, 2], "moves": {"1": 2}}
+    # The dashboard counts the waiting run on version 1: not yet the time to remove it.
+    assert _pinned(kind) == {1: 1, 2: 0}
 
     # A call awaiting approval is inside a turn: the run stays on version 1,
     # replays its steps there and finishes with the same answer.
@@ -297,6 +305,7 @@ def test_a_deploy_that_changes_the_tools_leaves_a_waiting_run_on_its_version(
     assert rows("model") == ["0", "1", "2"]
     assert rows("offered") == [V1_TOOLS] * 3  # version 1's tools, on the new worker too
     assert rows("tool") == ["lookup_order", "refund"]
+    assert _pinned(kind) == {1: 0, 2: 0}
 
     # A new run of the kind runs on version 2, with its tools.
     with connection.cursor() as cursor:
