@@ -35,7 +35,7 @@ from django.db import connection  # noqa: E402
 import runqueue  # noqa: E402
 from runqueue import versions  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
-from runqueue.models import Run, ToolInvocation, Usage  # noqa: E402
+from runqueue.models import TERMINAL_STATUSES, Run, ToolInvocation, Usage  # noqa: E402
 from runqueue.models import Worker as WorkerRow  # noqa: E402
 from tests.agents import killed_openai_agents, killed_pydantic_ai  # noqa: E402, F401 - kinds
 from tests.agents.killed_agents import ANSWER, DEPLOYS, KINDS, MODEL, SDKS, TAG  # noqa: E402
@@ -77,7 +77,7 @@ def steps(run_id: Any) -> list[tuple[str, str]]:
 
 def finished(run_id: Any) -> Run:
     wait_until(
-        lambda: Run.objects.filter(id=run_id, status__in=["succeeded", "failed", "dead"]).exists(),
+        lambda: Run.objects.filter(id=run_id, status__in=TERMINAL_STATUSES).exists(),
         what="the run to finish",
     )
     run = Run.objects.get(id=run_id)
