@@ -20,5 +20,7 @@ urlpatterns = [
         views.decide_tool,
         name="run-tool-decision",
     ),
+    path("sessions/<str:session_id>/", views.get_session, name="session"),
+    path("sessions/<str:session_id>/stream/", views.session_stream, name="session-stream"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]
