@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from runqueue import events, usage
 from runqueue.errors import InvalidArgument
@@ -149,7 +149,7 @@ def _read(
 
 def newest_turns(
     tenant: str, session_id: str, position: tuple[dt.datetime, uuid.UUID] | None = None
-):  # -> RunQuerySet (django-stubs cannot name a manager's queryset here)
+) -> QuerySet[Run]:
     """A session's runs newest first (submit time, then id), before
     ``position`` if given: a backward walk of
     ``runqueue_run_session_turns_idx`` on each partition, never a sort of
