@@ -280,9 +280,7 @@ def test_the_stream_follows_every_turn_in_order_and_resumes_across_turns(setting
     assert hub_module.process_hub().open_streams == 0
 
     both = {str(first.id), str(second.id)}
-    messages = [
-        m for m in _messages("".join(received)) if json.loads(m["data"])["run_id"] in both
-    ]
+    messages = [m for m in _messages("".join(received)) if json.loads(m["data"])["run_id"] in both]
     shown = [(json.loads(m["data"])["run_id"], json.loads(m["data"])["id"]) for m in messages]
     expected = [
         (str(run_id), event_id)
