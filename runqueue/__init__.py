@@ -48,6 +48,8 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.runtime import Interrupted as Interrupted
     from runqueue.runtime import RunContext as RunContext
     from runqueue.runtime import ToolOutcome as ToolOutcome
+    from runqueue.sessions import Session as Session
+    from runqueue.sessions import session as session
     from runqueue.submission import Submission as Submission
     from runqueue.submission import SubmitRequest as SubmitRequest
     from runqueue.submission import submit as submit
@@ -73,6 +75,8 @@ _LAZY = {
     "RunContext": "runqueue.runtime",
     "Interrupted": "runqueue.runtime",
     "ToolOutcome": "runqueue.runtime",
+    "session": "runqueue.sessions",
+    "Session": "runqueue.sessions",
 }
 
 __all__ = [

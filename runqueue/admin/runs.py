@@ -21,7 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from runqueue import usage
-from runqueue.admin import approvals, dashboard, display, forks, resolve, tree
+from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions, tree
 from runqueue.admin.actions import cancel_runs, requeue_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import (
@@ -232,6 +232,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
             path("dashboard/", view(self.dashboard_view), name=f"{prefix}_dashboard"),
+            path("session/", view(self.session_view), name=f"{prefix}_session"),
             path(
                 "tool/<int:tool_id>/resolve/",
                 view(self.resolve_view),
@@ -248,6 +249,9 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         return dashboard.view(self, request)
+
+    def session_view(self, request: HttpRequest) -> HttpResponse:
+        return sessions.view(self, request)
 
     def resolve_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
         return resolve.view(self, request, tool_id)

@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from runqueue import usage, waiting
+from runqueue.admin.sessions import session_url
 from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, Run, RunStatus, WaitReason
 
 #: The run page lists at most this many children.
@@ -114,8 +115,13 @@ def session_html(run: Run) -> SafeString:
             "id", "kind", "status", "place", "created_at"
         )[: LINE_LIMIT + 1]
     )
+    # The admin's session page (runqueue.admin.sessions): every turn, in order.
+    url = session_url(run.tenant, run.session_id)
+    every = format_html(
+        '<p><a class="rq-session-page" href="{}">{}</a></p>', url, "Every turn of the session"
+    )
     if not line:
-        return format_html("<span>{}</span>", "No active run and no pending turn now.")
+        return format_html("{}<span>{}</span>", every, "No active run and no pending turn now.")
     rows = format_html_join(
         "",
         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -132,9 +138,10 @@ def session_html(run: Run) -> SafeString:
     )
     pending = sum(1 for r in line if r.status == RunStatus.PENDING)
     return format_html(
-        "<p>{} pending turn(s) behind the active run, first queued first.</p><table><tr>"
+        "{}<p>{} pending turn(s) behind the active run, first queued first.</p><table><tr>"
         "<th>run</th><th>kind</th><th>status</th><th>place</th><th>submitted</th></tr>{}"
         "</table>",
+        every,
         f"{pending}+" if len(line) > LINE_LIMIT else pending,
         rows,
     )

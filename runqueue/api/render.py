@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import uuid
 from typing import NotRequired, TypedDict
+from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from runqueue import events, usage
+from runqueue import events, sessions, usage
 from runqueue.events import public_time
 from runqueue.leases import SPAWN_TOOL
 from runqueue.models import (
@@ -319,4 +320,103 @@ def run_body(run: Run) -> RunBody:
         "tree_usage": usage_body(tree.totals),
         "spend_cap": usage.text(tree.spend_cap) if tree.spend_cap is not None else None,
         "links": links,
+    }
+
+
+# -- a session (GET /api/sessions/<id>/) --------------------------------------
+
+
+class EndingBody(TypedDict):
+    """How a finished turn ended: its status, and why (a cancel's reason:
+    ``interrupted``, ``rolled_back``, ``expired`` or the canceller's; a
+    failure's classification), the turn that interrupted it, who cancelled."""
+
+    status: str
+    reason: str | None
+    by: str | None
+    actor: str | None
+
+
+class TurnLinks(TypedDict):
+    run: str
+
+
+class TurnBody(TypedDict):
+    id: str
+    kind: str
+    status: str
+    place: int | None
+    #: What was sent, in order: a merged turn's payloads, or its one payload.
+    payloads: list[JSON]
+    result: JSON
+    ended: EndingBody | None
+    interrupted_id: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    links: TurnLinks
+
+
+class SessionLinks(TypedDict):
+    self: str
+    stream: str
+    #: The page of the turns before these (None: these start at the first).
+    older: str | None
+
+
+class SessionBody(TypedDict):
+    session_id: str
+    #: The newest turns of the page, oldest first.
+    turns: list[TurnBody]
+    active: TurnBody | None
+    pending: list[TurnBody]
+    pending_more: bool
+    usage: UsageBody
+    links: SessionLinks
+
+
+def session_url(session_id: str) -> str:
+    return reverse("runqueue-api:session", kwargs={"session_id": session_id})
+
+
+def session_stream_url(session_id: str) -> str:
+    return reverse("runqueue-api:session-stream", kwargs={"session_id": session_id})
+
+
+def turn_body(turn: sessions.Turn) -> TurnBody:
+    ended = turn.ended
+    return {
+        "id": str(turn.id),
+        "kind": turn.kind,
+        "status": turn.status,
+        "place": turn.place,
+        "payloads": turn.payloads,
+        "result": turn.result,
+        "ended": None
+        if ended is None
+        else {
+            "status": ended.status,
+            "reason": ended.reason,
+            "by": str(ended.by) if ended.by else None,
+            "actor": ended.actor,
+        },
+        "interrupted_id": str(turn.interrupted_id) if turn.interrupted_id else None,
+        "created_at": public_time(turn.created_at),
+        "started_at": public_time(turn.started_at),
+        "finished_at": public_time(turn.finished_at),
+        "links": {"run": run_url(turn.id)},
+    }
+
+
+def session_body(read: sessions.Session, limit: int) -> SessionBody:
+    url = session_url(read.session_id)
+    older = f"{url}?{urlencode({'before': read.older, 'limit': limit})}" if read.older else None
+    return {
+        "session_id": read.session_id,
+        "turns": [turn_body(t) for t in read.turns],
+        "active": turn_body(read.active) if read.active is not None else None,
+        "pending": [turn_body(t) for t in read.pending],
+        "pending_more": read.pending_more,
+        "usage": usage_body(read.usage),
+        "links": {"self": url, "stream": session_stream_url(read.session_id), "older": older},
     }

@@ -21,5 +21,7 @@ urlpatterns = [
         name="run-tool-decision",
     ),
     path("events/<str:name>/", views.receive_event, name="event"),
+    path("sessions/<str:session_id>/", views.get_session, name="session"),
+    path("sessions/<str:session_id>/stream/", views.session_stream, name="session-stream"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

@@ -27,7 +27,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, events_in, leases, submission
+from runqueue import events, events_in, leases, sessions, submission
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -43,6 +43,7 @@ from runqueue.api.render import (
     events_url,
     run_body,
     run_url,
+    session_body,
     step_body,
     steps_url,
 )
@@ -59,6 +60,8 @@ from runqueue.errors import (
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, ToolStatus
 from runqueue.observability import tracing
 from runqueue.stream import StreamLimit, open_stream
+from runqueue.stream.hub import process_hub
+from runqueue.stream.session import open_session_stream, parse_session_cursor
 from runqueue.stream.sse import parse_cursor
 
 logger = logging.getLogger("runqueue.api")
@@ -208,19 +211,7 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
             run, after, _stream_owners(caller), mark=mark, operator=_operator(caller)
         )
     except StreamLimit as exc:
-        if exc.scope == "process":
-            raise ApiError(
-                "too-many-streams",
-                "This server process streams as many runs as it may; retry shortly.",
-                headers={"Retry-After": "5"},
-            ) from None
-        raise ApiError(
-            "stream-limit",
-            f"This {exc.scope} already has {exc.limit} open event stream(s) here; close one "
-            "or retry shortly.",
-            headers={"Retry-After": "5"},
-            extensions={"scope": exc.scope, "limit": exc.limit},
-        ) from None
+        raise _stream_limit_error(exc, "runs") from None
     if stream is None:
         # Finished, and the client has every event: 204 tells a browser's
         # EventSource to stop reconnecting.
@@ -229,6 +220,23 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
+
+
+def _stream_limit_error(exc: StreamLimit, what: str) -> ApiError:
+    """503 when this process streams all it may, 429 when the caller does."""
+    if exc.scope == "process":
+        return ApiError(
+            "too-many-streams",
+            f"This server process streams as many {what} as it may; retry shortly.",
+            headers={"Retry-After": "5"},
+        )
+    return ApiError(
+        "stream-limit",
+        f"This {exc.scope} already has {exc.limit} open event stream(s) here; close one "
+        "or retry shortly.",
+        headers={"Retry-After": "5"},
+        extensions={"scope": exc.scope, "limit": exc.limit},
+    )
 
 
 def _stream_owners(caller: Caller) -> list[tuple[str, int | None]]:
@@ -452,6 +460,65 @@ def receive_event(request: HttpRequest, caller: Caller, name: str) -> HttpRespon
     )
     if received.replayed:
         response["Idempotent-Replayed"] = "true"
+    return response
+
+
+@api_view("GET")
+def get_session(request: HttpRequest, caller: Caller, session_id: str) -> HttpResponse:
+    """A session of the caller's tenant (``runqueue.session``): its newest
+    turns (``limit``) or those before ``before`` (the cursor in the previous
+    page's ``links.older``), its line and usage; another tenant's is 404."""
+    limit = _int_param(request, "limit", sessions.DEFAULT_LIMIT, 1, sessions.MAX_LIMIT)
+    before = request.GET.get("before")
+    try:
+        read = sessions.session(session_id, tenant=caller.tenant, limit=limit, before=before)
+    except InvalidArgument as exc:
+        raise ApiError(
+            "invalid-parameter",
+            "before must be the cursor in a page's links.older.",
+            extensions={"parameter": exc.name},
+        ) from None
+    if read is None:
+        raise not_found()
+    return JsonResponse(session_body(read, limit))
+
+
+@api_view("GET")
+def session_stream(request: HttpRequest, caller: Caller, session_id: str) -> HttpResponseBase:
+    """Server-Sent Events: every turn's events of a session of the caller's
+    tenant, in order, each naming its run; after ``Last-Event-ID`` (or
+    ``?after=``, the same cursor) across turns, then each new one as it
+    commits, the next turns' too (``runqueue.stream.session``)."""
+    if sessions.session_unstorable(session_id) or not (
+        Run.objects.filter(tenant=caller.tenant, session_id=session_id).exists()
+    ):
+        raise not_found()
+    header = (request.headers.get("Last-Event-ID") or "").strip()
+    raw, name = (header, "Last-Event-ID") if header else (request.GET.get("after"), "after")
+    cursor = None
+    if raw:
+        try:
+            cursor = parse_session_cursor(raw)
+        except ValueError as exc:
+            raise ApiError(
+                "invalid-parameter",
+                f"{name} must be an id of this stream ({exc}).",
+                extensions={"parameter": name},
+            ) from None
+    try:
+        stream = open_session_stream(
+            process_hub(),
+            caller.tenant,
+            session_id,
+            cursor,
+            _stream_owners(caller),
+            operator=_operator(caller),
+        )
+    except StreamLimit as exc:
+        raise _stream_limit_error(exc, "runs and sessions") from None
+    response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
 
 

@@ -328,6 +328,15 @@ class Run(models.Model):
                 condition=Q(session_id__isnull=False),
                 name="runqueue_run_session_id_idx",
             ),
+            # A session's turns newest first, a page at a time (the session
+            # read, its stream's runs): runs with a session only, on every
+            # partition (migration 0030). created_at never changes, so it
+            # costs a heartbeat nothing.
+            models.Index(
+                fields=["tenant", "session_id", "created_at", "id"],
+                condition=Q(session_id__isnull=False),
+                name="runqueue_run_session_turns_idx",
+            ),
             models.Index(
                 fields=["principal"],
                 condition=~Q(principal=""),

@@ -9,6 +9,13 @@ read, so any event committed after that read wakes it; a wake-up that is
 lost anyway (a listener reconnecting, a writer whose trigger ran just before
 the row was visible) costs at most ``STREAM_POLL_SECONDS``, after which the
 stream reads again.
+
+A session's stream (``runqueue.stream.session``) watches each live run of
+its session here the same way, with one wake-up for all of them; a turn
+that starts in a session with no live run has no watch row yet, so while
+session streams are open the listener also hears the workers' channel
+(``RUNQUEUE["NOTIFY_CHANNEL"]``), and each "runs became due" wake-up wakes
+them: the stream reads its session's runs again and finds the new turn.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
-from runqueue import db
+from runqueue import db, wakeups
 from runqueue.conf import get_settings
 from runqueue.sql import execute
 from runqueue.stream import text
@@ -80,7 +87,11 @@ class Hub:
         # deleted by its last stream while a new stream of it registers.
         self._watch_lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
-        self._deltas: dict[threading.Event, deque[Delta]] = {}
+        # A stream's inbox of a run's deltas, by (run, its wake-up): a
+        # session's stream shares one wake-up among its runs.
+        self._deltas: dict[tuple[str, threading.Event], deque[Delta]] = {}
+        #: Session streams' wake-ups: set when runs become due anywhere.
+        self._sessions: set[threading.Event] = set()
         self.open_streams = 0
         self._held: Counter[str] = Counter()
         self.listening = threading.Event()
@@ -127,13 +138,19 @@ class Hub:
 
     # --- watching runs -----------------------------------------------------
 
-    def watch(self, run_id: uuid.UUID, deltas: deque[Delta] | None = None) -> threading.Event:
-        """Register a stream of ``run_id``: the event is set on each wake-up,
-        and each text delta of the run (``ctx.stream``) is put in ``deltas``.
-        Writes the watch row (on the caller's connection, autocommit)."""
+    def watch(
+        self,
+        run_id: uuid.UUID,
+        deltas: deque[Delta] | None = None,
+        wake: threading.Event | None = None,
+    ) -> threading.Event:
+        """Register a stream of ``run_id``: the event (``wake``, or a new one)
+        is set on each wake-up, and each text delta of the run
+        (``ctx.stream``) is put in ``deltas``. Writes the watch row (on the
+        caller's connection, autocommit)."""
         if self._start():
             self.listening.wait(5.0)  # the first stream; without it, the poll covers the gap
-        wake = threading.Event()
+        wake = wake if wake is not None else threading.Event()
         key = str(run_id)
         with self._watch_lock:
             params = {"run_id": run_id, "watcher": self.watcher, "ttl_seconds": WATCH_TTL_SECONDS}
@@ -142,7 +159,7 @@ class Hub:
             with self._lock:
                 self._waiters.setdefault(key, set()).add(wake)
                 if deltas is not None:
-                    self._deltas[wake] = deltas
+                    self._deltas[(key, wake)] = deltas
         return wake
 
     def unwatch(self, run_id: uuid.UUID, wake: threading.Event) -> None:
@@ -151,7 +168,7 @@ class Hub:
             with self._lock:
                 waiters = self._waiters.get(key, set())
                 waiters.discard(wake)
-                self._deltas.pop(wake, None)
+                self._deltas.pop((key, wake), None)
                 last = not waiters
                 if last:
                     self._waiters.pop(key, None)
@@ -183,9 +200,26 @@ class Hub:
         with self._lock:
             waiters = list(self._waiters.get(run_id, ()))
             for wake in waiters:
-                inbox = self._deltas.get(wake)
+                inbox = self._deltas.get((run_id, wake))
                 if inbox is not None:
                     inbox.append((epoch, offset, piece))
+        for wake in waiters:
+            wake.set()
+
+    def watch_sessions(self, wake: threading.Event) -> None:
+        """Set ``wake`` whenever runs become due (a session's stream: a new
+        turn of its session may be among them)."""
+        self._start()
+        with self._lock:
+            self._sessions.add(wake)
+
+    def unwatch_sessions(self, wake: threading.Event) -> None:
+        with self._lock:
+            self._sessions.discard(wake)
+
+    def _wake_sessions(self) -> None:
+        with self._lock:
+            waiters = list(self._sessions)
         for wake in waiters:
             wake.set()
 
@@ -232,15 +266,29 @@ class Hub:
     def _serve(self, conn: psycopg.Connection) -> None:
         refresh = {"watcher": self.watcher, "ttl_seconds": WATCH_TTL_SECONDS}
         refresh_at = 0.0
+        workers = get_settings().NOTIFY_CHANNEL
+        hearing_workers = False
         while not self._stopping.is_set():
             if time.monotonic() >= refresh_at:
                 execute(conn.cursor(), "stream_watch_refresh", refresh)
                 refresh_at = time.monotonic() + REFRESH_SECONDS
+            with self._lock:
+                sessions = bool(self._sessions)
+            if sessions != hearing_workers:
+                # The workers' channel only while a session stream is open:
+                # every submit NOTIFYs it, and no run stream needs it.
+                verb = "LISTEN {}" if sessions else "UNLISTEN {}"
+                conn.execute(sql.SQL(verb).format(sql.Identifier(workers)))
+                hearing_workers = sessions
+                if sessions:
+                    self._wake_sessions()  # a due run may have been missed meanwhile
             for note in conn.notifies(timeout=1.0):
                 if note.channel == text.CHANNEL:
                     self.deliver(note.payload)
-                else:
+                elif note.channel == CHANNEL:
                     self.wake(note.payload)
+                elif isinstance(wakeups.parse(note.payload), wakeups.Due):
+                    self._wake_sessions()
 
 
 _hub: Hub | None = None

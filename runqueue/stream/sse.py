@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -111,14 +112,24 @@ def _base36(n: int) -> str:
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def frame(event: EventLog, *, operator: bool = False) -> bytes:
+def frame(
+    event: EventLog,
+    *,
+    operator: bool = False,
+    message_id: str | None = None,
+    run_id: uuid.UUID | None = None,
+) -> bytes:
     """One SSE message; JSON escapes newlines, so ``data`` is one line. A
     ``run.text`` chunk's data is its offset and text, as a delta's is.
-    ``operator``: a staff reader, who sees the lease's internals."""
+    ``operator``: a staff reader, who sees the lease's internals.
+    ``message_id``: the ``id:`` (default: the event's cursor); ``run_id``:
+    put in the data first (a session's stream, which carries many runs)."""
     type_ = event.type.replace("\r", " ").replace("\n", " ")
     body = event.data if event.type == events.TEXT else events.event_body(event, operator=operator)
+    if run_id is not None:
+        body = {"run_id": str(run_id), **(body if isinstance(body, dict) else {"data": body})}
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {cursor(event)}\nevent: {type_}\ndata: {data}\n\n".encode()
+    return f"id: {message_id or cursor(event)}\nevent: {type_}\ndata: {data}\n\n".encode()
 
 
 def reset_frame() -> bytes:
@@ -128,9 +139,13 @@ def reset_frame() -> bytes:
     return f"event: {RESET}\ndata: {data}\n\n".encode()
 
 
-def text_frame(offset: int, text: str) -> bytes:
-    """A live delta: a ``run.text`` message without an id."""
-    data = json.dumps({"offset": offset, "text": text}, separators=(",", ":"), ensure_ascii=False)
+def text_frame(offset: int, text: str, run_id: uuid.UUID | None = None) -> bytes:
+    """A live delta: a ``run.text`` message without an id (``run_id`` first
+    in its data on a session's stream)."""
+    body: dict[str, object] = {"offset": offset, "text": text}
+    if run_id is not None:
+        body = {"run_id": str(run_id), **body}
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     return f"event: {events.TEXT}\ndata: {data}\n\n".encode()
 
 
@@ -138,37 +153,67 @@ def has_events_after(run_id: uuid.UUID, after: int) -> bool:
     return EventLog.objects.filter(run_id=run_id, id__gt=after).exists()
 
 
-class EventStream:
+class Followed:
+    """A run a stream follows: the last of its events shown, the latest of
+    its leases shown (whose text deltas are sent) and the deltas received."""
+
+    __slots__ = ("after", "deltas", "done", "epoch", "run_id", "watched")
+
+    def __init__(self, run_id: uuid.UUID, after: int, epoch: int) -> None:
+        self.run_id = run_id
+        self.after = after
+        self.epoch = epoch
+        self.deltas: deque[Delta] = deque(maxlen=MAX_PENDING_DELTAS)
+        #: Its terminal event was shown (a session's stream reads it no more).
+        self.done = False
+        #: It has a watch in the hub (its events wake the stream).
+        self.watched = False
+
+    def live_text(self, session: bool) -> tuple[bytes, bool]:
+        """The deltas received of the lease shown, as messages, and whether
+        one of a later lease waits (it stays queued). Earlier leases' are
+        dropped: their text is no longer the run's."""
+        out: list[bytes] = []
+        while self.deltas:
+            epoch, offset, text = self.deltas[0]
+            if epoch > self.epoch:
+                return b"".join(out), True
+            self.deltas.popleft()
+            if epoch == self.epoch:
+                out.append(text_frame(offset, text, self.run_id if session else None))
+        return b"".join(out), False
+
+
+class Stream:
     """The response body of one stream: an iterator of bytes whose
     ``close()`` (called by the WSGI server, also on a client disconnect)
-    gives the stream's places back."""
+    gives the stream's places back. The loop is shared: replay after the
+    cursor, then wait for a wake-up (or the poll) and read again, sending
+    the text deltas of the leases shown, until the end or
+    ``STREAM_MAX_SECONDS``. What is read, how a message looks and when the
+    stream ends are a subclass's: one run (``EventStream``) or a session's
+    runs (``runqueue.stream.session.SessionStream``)."""
+
+    #: What the log says when the stream ends on a database error.
+    label = "stream"
+    #: Messages name their run (a session's stream carries many).
+    carries_runs = False
 
     def __init__(
-        self,
-        hub: Hub,
-        run: Run,
-        after: int,
-        place: Place,
-        *,
-        reset: bool = False,
-        operator: bool = False,
+        self, hub: Hub, place: Place, *, reset: bool = False, operator: bool = False
     ) -> None:
         self.hub = hub
         self.operator = operator
         self.reset = reset
         self.place = place
-        self.run_id = run.id
-        self.after = after
-        # A run already finished is streamed up to now, then the stream ends
-        # (nothing after its terminal event moves it, bar an operator).
-        self.ends_when_replayed = run.is_terminal
-        #: The latest lease the stream has shown: its deltas are sent.
-        self.epoch = run.lease_epoch
-        self.deltas: deque[Delta] = deque(maxlen=MAX_PENDING_DELTAS)
+        #: Set by the hub on a wake-up of any run the stream watches.
+        self.wake = threading.Event()
+        #: Streamed up to now, then the stream ends (a finished run).
+        self.ends_when_replayed = False
         self._closed = False
         self._body = self._events()
 
-    def __iter__(self) -> EventStream:
+    def __iter__(self) -> Stream:
         return self
 
     def __next__(self) -> bytes:
@@ -176,7 +221,7 @@ class EventStream:
             return next(self._body)
         except DatabaseError as exc:
             # The client reconnects with Last-Event-ID and loses nothing.
-            logger.warning("Stream of run id=%s ended: database error (%s)", self.run_id, exc)
+            logger.warning("%s ended: database error (%s)", self.label, exc)
             raise StopIteration from None
 
     def close(self) -> None:
@@ -188,10 +233,34 @@ class EventStream:
         finally:
             self.place.release()
 
+    # --- what a subclass says ------------------------------------------------
+
+    def _follows(self) -> list[Followed]:
+        """The runs followed now (their deltas are sent)."""
+        raise NotImplementedError
+
     def _read(self) -> list[EventLog]:
-        return list(
-            EventLog.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
-        )
+        """The next events to show, in order (at most BATCH)."""
+        raise NotImplementedError
+
+    def _show(self, event: EventLog) -> bytes:
+        """``event``'s message, the stream's position moved past it."""
+        raise NotImplementedError
+
+    def _ends_after(self, event: EventLog) -> bool:
+        return False
+
+    def _watch(self) -> None:
+        """Register with the hub before the first read: an event committed
+        after the read wakes the stream."""
+
+    def _sync(self) -> None:
+        """Before each read: the runs to follow, watched or not."""
+
+    def _unwatch(self) -> None:
+        """Give back every registration (the stream ends)."""
+
+    # --- the loop ------------------------------------------------------------
 
     def _events(self) -> Generator[bytes, None, None]:
         conf = get_settings()
@@ -204,25 +273,21 @@ class EventStream:
             # Nothing to wait for: no watch row, no wake-ups, just the replay.
             while batch := self._read():
                 for event in batch:
-                    yield frame(event, operator=self.operator)
-                    self.after = event.id
-                    if event.type in TERMINAL_EVENTS:
+                    yield self._show(event)
+                    if self._ends_after(event):
                         return
             return
-        # Watch before the first read: an event committed after the read
-        # wakes this stream.
-        wake = self.hub.watch(self.run_id, self.deltas)
         try:
+            self._watch()
             next_keepalive = started + conf.STREAM_KEEPALIVE_SECONDS
             reread = False
             while True:
-                wake.clear()  # a wake-up during the read makes the wait return at once
+                self.wake.clear()  # a wake-up during the read makes the wait return at once
+                self._sync()
                 batch = self._read()
                 for event in batch:
-                    yield frame(event, operator=self.operator)
-                    self.after = event.id
-                    self.epoch = max(self.epoch, event.lease_epoch)
-                    if event.type in TERMINAL_EVENTS:
+                    yield self._show(event)
+                    if self._ends_after(event):
                         return
                 now = time.monotonic()
                 if batch:
@@ -239,31 +304,94 @@ class EventStream:
                         continue  # a later lease's delta: read its claim first
                     # Its claim committed before it was sent, so a read since
                     # would have shown it; should it not have, show the lease.
-                    self.epoch = self.deltas[0][0]
+                    for follow in self._follows():
+                        if follow.deltas and follow.deltas[0][0] > follow.epoch:
+                            follow.epoch = follow.deltas[0][0]
                     continue
                 reread = False
-                if self.ends_when_replayed or now >= deadline:
+                if now >= deadline:
                     return
                 timeout = min(next_keepalive, deadline) - now
-                if not wake.wait(min(timeout, conf.STREAM_POLL_SECONDS)):
+                if not self.wake.wait(min(timeout, conf.STREAM_POLL_SECONDS)):
                     # No wake-up: read again anyway (a lost NOTIFY costs this
                     # long at most), and keep the connection alive when due.
                     if time.monotonic() >= next_keepalive:
                         yield KEEPALIVE
                         next_keepalive = time.monotonic() + conf.STREAM_KEEPALIVE_SECONDS
         finally:
-            self.hub.unwatch(self.run_id, wake)
+            self._unwatch()
 
     def _live_text(self) -> tuple[bytes, bool]:
-        """The deltas received of the lease shown, as messages, and whether
-        one of a later lease waits (it stays queued). Earlier leases' are
-        dropped: their text is no longer the run's."""
-        out: list[bytes] = []
-        while self.deltas:
-            epoch, offset, text = self.deltas[0]
-            if epoch > self.epoch:
-                return b"".join(out), True
-            self.deltas.popleft()
-            if epoch == self.epoch:
-                out.append(text_frame(offset, text))
-        return b"".join(out), False
+        """The followed runs' deltas of the leases shown, and whether one of
+        a later lease waits."""
+        sent, ahead = [], False
+        for follow in self._follows():
+            text, later = follow.live_text(session=self.carries_runs)
+            sent.append(text)
+            ahead = ahead or later
+        return b"".join(sent), ahead
+
+
+class EventStream(Stream):
+    """One run's stream: its events after the cursor, up to its terminal
+    event (``GET /api/runs/<id>/stream/``)."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        run: Run,
+        after: int,
+        place: Place,
+        *,
+        reset: bool = False,
+        operator: bool = False,
+    ) -> None:
+        self.run_id = run.id
+        self.label = f"Stream of run id={run.id}"
+        #: The latest lease the stream has shown: its deltas are sent.
+        self.followed = Followed(run.id, after, run.lease_epoch)
+        super().__init__(hub, place, reset=reset, operator=operator)
+        # A run already finished is streamed up to now, then the stream ends
+        # (nothing after its terminal event moves it, bar an operator).
+        self.ends_when_replayed = run.is_terminal
+
+    @property
+    def after(self) -> int:
+        return self.followed.after
+
+    @property
+    def epoch(self) -> int:
+        return self.followed.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.followed.epoch = value
+
+    @property
+    def deltas(self) -> deque[Delta]:
+        return self.followed.deltas
+
+    def _follows(self) -> list[Followed]:
+        return [self.followed]
+
+    def _read(self) -> list[EventLog]:
+        return list(
+            EventLog.objects.filter(run_id=self.run_id, id__gt=self.after).order_by("id")[:BATCH]
+        )
+
+    def _show(self, event: EventLog) -> bytes:
+        self.followed.after = event.id
+        self.followed.epoch = max(self.followed.epoch, event.lease_epoch)
+        return frame(event, operator=self.operator)
+
+    def _ends_after(self, event: EventLog) -> bool:
+        return event.type in TERMINAL_EVENTS
+
+    def _watch(self) -> None:
+        self.hub.watch(self.run_id, self.followed.deltas, self.wake)
+        self.followed.watched = True
+
+    def _unwatch(self) -> None:
+        if self.followed.watched:
+            self.followed.watched = False
+            self.hub.unwatch(self.run_id, self.wake)
