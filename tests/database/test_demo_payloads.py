@@ -96,7 +96,9 @@ def test_a_hostile_demo_payload_fails_permanently_naming_the_field(
 def test_a_hostile_chaos_payload_fails_permanently_naming_the_field(
     payload: Any, field: str, chaos: Any, no_sleep: list[float]
 ) -> None:
-    ctx = SimpleNamespace(payload=payload, state=None, input=None, run=SimpleNamespace(id=1))
+    ctx = SimpleNamespace(
+        payload=payload, payloads=[payload], state=None, input=None, run=SimpleNamespace(id=1)
+    )
     with pytest.raises(PermanentError, match=field):
         chaos.turn(ctx)
     assert no_sleep == []

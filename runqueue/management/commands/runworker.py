@@ -191,8 +191,10 @@ class Command(BaseCommand):
         if not any(PriorityClass.MAINTENANCE in spec.classes for spec in config.slots):
             # Housekeeping (retention's pruning) runs as maintenance runs: a
             # fleet of such workers never runs it, and history grows.
-            self.stderr.write(
-                "Warning: no slot of this worker takes maintenance runs (--slots "
+            # A log record, not a line of its own: the project's log format
+            # (RUNQUEUE_LOG_FORMAT=json) applies to it as to every other.
+            logging.getLogger("runqueue.worker").warning(
+                "No slot of this worker takes maintenance runs (--slots "
                 "maintenance=1, or a list naming maintenance): runqueue's housekeeping "
                 "runs as maintenance runs, so unless another worker has such a slot "
                 "they stay queued and finished runs are never pruned."
