@@ -29,6 +29,7 @@ from runqueue.errors import (
     ToolCallNotFound,
 )
 from runqueue.leases.base import Lease, check_json, notify, retry_moved
+from runqueue.leases.calls import write_call
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import (
@@ -78,21 +79,14 @@ def record_tool_awaiting(
     """Record a call as awaiting approval, not run; False once fenced."""
 
     def write(_row: tuple) -> None:
-        ToolInvocation.objects.update_or_create(
-            run_id=lease.run_id,
-            seq=seq,
-            defaults={
-                "tool": tool,
-                "idempotency": idempotency,
-                "status": ToolStatus.AWAITING_APPROVAL,
-                "arguments": arguments,
-                "result": None,
-                "error": None,
-                "approval": {"timeout": timeout, "on_timeout": on_timeout, "decided": None},
-                "lease_epoch": lease.epoch,
-                "lease_token": lease.token,
-                "finished_at": None,
-            },
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=idempotency,
+            status=ToolStatus.AWAITING_APPROVAL,
+            arguments=arguments,
+            approval={"timeout": timeout, "on_timeout": on_timeout, "decided": None},
         )
         events.append(
             lease.run_id,

@@ -12,14 +12,13 @@ took it, so whoever sent it can see where it went.
 
 from __future__ import annotations
 
-from django.db.models.functions import Now
-
 from runqueue import events
 from runqueue.leases.base import Lease
+from runqueue.leases.calls import write_call
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import cancel_in_transaction
 from runqueue.leases.waits import deliver_locked
-from runqueue.models import Idempotency, Run, RunStatus, ToolInvocation, ToolStatus
+from runqueue.models import Idempotency, Run, RunStatus, ToolStatus
 from runqueue.turns import PAYLOADS, STEER, turn_payloads
 from runqueue.types import JSON
 
@@ -95,20 +94,15 @@ def take_steers(lease: Lease, seq: int) -> list[JSON] | None:
         if not taken:
             return
         result = {"payloads": list(taken), "runs": [str(p.id) for p in steers]}
-        ToolInvocation.objects.update_or_create(
-            run_id=lease.run_id,
-            seq=seq,
-            defaults={
-                "tool": STEERS_TOOL,
-                "idempotency": Idempotency.IDEMPOTENT,
-                "status": ToolStatus.COMPLETED,
-                "arguments": {},
-                "result": result,
-                "error": None,
-                "lease_epoch": lease.epoch,
-                "lease_token": lease.token,
-                "finished_at": Now(),
-            },
+        write_call(
+            lease,
+            seq,
+            tool=STEERS_TOOL,
+            idempotency=Idempotency.IDEMPOTENT,
+            status=ToolStatus.COMPLETED,
+            arguments={},
+            result=result,
+            finished=True,
         )
         events.append(
             lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": STEERS_TOOL}

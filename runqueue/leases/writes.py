@@ -27,6 +27,7 @@ from runqueue.leases.base import (
     check_json,
     notify,
 )
+from runqueue.leases.calls import write_call
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, record_fenced, renew_params
 from runqueue.leases.reservations import refund
@@ -108,20 +109,13 @@ def record_tool_started(
     """Record a tool call as started, committed, before it runs; False once fenced."""
 
     def write(_row: tuple) -> None:
-        ToolInvocation.objects.update_or_create(
-            run_id=lease.run_id,
-            seq=seq,
-            defaults={
-                "tool": tool,
-                "idempotency": idempotency,
-                "status": ToolStatus.STARTED,
-                "arguments": arguments,
-                "result": None,
-                "error": None,
-                "lease_epoch": lease.epoch,
-                "lease_token": lease.token,
-                "finished_at": None,
-            },
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=idempotency,
+            status=ToolStatus.STARTED,
+            arguments=arguments,
         )
         events.append(
             lease.run_id,
@@ -171,20 +165,15 @@ def record_step(lease: Lease, *, seq: int, tool: str, arguments: JSON, result: J
     any completed tool call is."""
 
     def write(_row: tuple) -> None:
-        ToolInvocation.objects.update_or_create(
-            run_id=lease.run_id,
-            seq=seq,
-            defaults={
-                "tool": tool,
-                "idempotency": Idempotency.IDEMPOTENT,
-                "status": ToolStatus.COMPLETED,
-                "arguments": arguments,
-                "result": result,
-                "error": None,
-                "lease_epoch": lease.epoch,
-                "lease_token": lease.token,
-                "finished_at": Now(),
-            },
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=Idempotency.IDEMPOTENT,
+            status=ToolStatus.COMPLETED,
+            arguments=arguments,
+            result=result,
+            finished=True,
         )
         events.append(lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": tool})
 
