@@ -86,6 +86,8 @@ DEPENDANTS = (
     "runqueue_stream_watch",
     "runqueue_usage",
     "runqueue_tree_spend",
+    "runqueue_webhook_target",
+    "runqueue_webhook_delivery",
 )
 _LIVE = ("queued", "running", "waiting_for_user", "waiting", "pending")
 
