@@ -688,6 +688,9 @@ class RunTree(RuleBasedStateMachine):
                 session_id=session,
                 tenant=TENANT,
                 on_busy=on_busy,
+                # A window that has passed by the next step (the claim holds
+                # a debounced turn until it is due).
+                debounce=0.001 if on_busy == "debounce" else None,
             )
         except (ActiveRunConflict, SessionQueueFull):
             pass

@@ -583,6 +583,8 @@ class ChaosRun:
                 idempotency_key=f"chaos-{i}-double",
                 on_busy=policy,
                 start_within=self.rng.uniform(0.5, 3) if self.rng.random() < 1 / 3 else None,
+                # A debounced burst: the turn waits a short window for more.
+                debounce=self.rng.uniform(0.05, 0.3) if policy == "debounce" else None,
             )
         except runqueue.ActiveRunConflict:
             n["session_busy"] = n.get("session_busy", 0) + 1
