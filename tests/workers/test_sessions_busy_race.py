@@ -91,6 +91,7 @@ def test_every_statement_that_ends_a_run_calls_runqueue_promote_and_runqueue_joi
         "cancel",
         "cancel_children",
         "expire_unstarted",
+        "expire_active_turn",
     }
     for name in sorted(terminal):
         assert "runqueue_promote(" in texts[name], name
