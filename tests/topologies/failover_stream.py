@@ -62,9 +62,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
     pair.standby.stop()  # replication cut: nothing below reaches it
     for n in range(LOST_EVENTS):
         assert ctx.emit("progress", {"timeline": "lost", "n": n})
-    lost = list(
-        EventLog.objects.filter(run_id=run.id).order_by("id").values_list("id", "type", "data")
-    )
+    lost = _as_streamed(EventLog.objects.filter(run_id=run.id).order_by("id"))
 
     url = f"/api/runs/{run.id}/stream/"
     client: list[list[Any]] = []  # what the client holds: [id, type, data]
@@ -119,10 +117,7 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
         assert ctx.emit("progress", {"timeline": "new", "n": n})
     assert testing.succeed(lease, {"ok": True})
     server = [
-        list(row)
-        for row in EventLog.objects.filter(run_id=run.id)
-        .order_by("id")
-        .values_list("id", "type", "data")
+        list(row) for row in _as_streamed(EventLog.objects.filter(run_id=run.id).order_by("id"))
     ]
     cursor_id = sse.parse_cursor(cursor)[0]
     read({"Last-Event-ID": cursor}, until=None)
@@ -139,6 +134,14 @@ def main(folder: str, primary_port: int, standby_port: int) -> dict[str, Any]:
         "client": client,
         "server": server,
     }
+
+
+def _as_streamed(log: Any) -> list[tuple[int, str, Any]]:
+    """The events as an API token's client reads them: (id, type, data),
+    the data without what is for operators (a claim's token and owner)."""
+    from runqueue.events import event_body
+
+    return [(e.id, e.type, event_body(e)["data"]) for e in log]
 
 
 if __name__ == "__main__":
