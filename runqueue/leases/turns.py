@@ -12,6 +12,8 @@ took it, so whoever sent it can see where it went.
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
+
 from runqueue import events
 from runqueue.leases.base import Lease
 from runqueue.leases.calls import write_call
@@ -26,7 +28,7 @@ from runqueue.types import JSON
 STEERS_TOOL = "runqueue.steers"
 
 
-def _line(run: Run) -> object:
+def _line(run: Run) -> QuerySet[Run]:
     return Run.objects.filter(
         tenant=run.tenant, session_id=run.session_id, status=RunStatus.PENDING
     ).order_by("place")
@@ -42,7 +44,7 @@ def answer_from_line(lease: Lease) -> bool:
     if run.session_id is None:
         return False
     line = _line(run)
-    pending = line.select_for_update(no_key=True, skip_locked=True).first()  # type: ignore[attr-defined]
+    pending = line.select_for_update(no_key=True, skip_locked=True).first()
     if pending is None:
         return False
     messages = turn_payloads(pending)
@@ -69,7 +71,7 @@ def has_steers(run: Run) -> bool:
     """A cheap look, without a lock: messages to steer the session's turn wait."""
     if run.session_id is None:
         return False
-    return _line(run).filter(turn__contains={STEER: True}).exists()  # type: ignore[attr-defined]
+    return _line(run).filter(turn__contains={STEER: True}).exists()
 
 
 def take_steers(lease: Lease, seq: int) -> list[JSON] | None:
@@ -83,7 +85,7 @@ def take_steers(lease: Lease, seq: int) -> list[JSON] | None:
         taken.clear()  # a transaction run again (a deadlock) starts afresh
         steers = list(
             _line(lease.run)
-            .filter(turn__contains={STEER: True})  # type: ignore[attr-defined]
+            .filter(turn__contains={STEER: True})
             .select_for_update(no_key=True, skip_locked=True)
         )
         for pending in steers:
