@@ -1462,9 +1462,9 @@ WITH original AS (
 ), copied AS (
     INSERT INTO runqueue_tool_invocation (run_id, seq, tool, idempotency, status, arguments,
                                           result, error, lease_epoch, lease_token, resolution,
-                                          created_at, finished_at)
+                                          approval, created_at, finished_at)
     SELECT c.id, t.seq, t.tool, t.idempotency, t.status, t.arguments, t.result, t.error,
-           c.lease_epoch, NULL, t.resolution, t.created_at, t.finished_at
+           c.lease_epoch, NULL, t.resolution, t.approval, t.created_at, t.finished_at
       FROM created c
       JOIN runqueue_tool_invocation t
         ON t.run_id = %(run_id)s::uuid AND t.seq < %(from_step)s::integer
