@@ -1076,7 +1076,8 @@ $fn$;
 -- Before a run's row moves to a status a webhook reports (its trigger's
 -- WHEN: succeeded, failed, cancelled, waiting_for_user; never a delivery's
 -- own run): the deliveries of that event, in the transition's transaction.
--- With no active endpoint it returns after one read of a small table. The
+-- The trigger exists only while an active endpoint does (runqueue_webhook_sync);
+-- one left behind returns after one read of a small table. The
 -- body holds the run as the transition leaves it: a result up to 64 KiB
 -- (else result_omitted), a failure without its traceback.
 CREATE OR REPLACE FUNCTION runqueue_webhook_run() RETURNS trigger
@@ -1103,6 +1104,47 @@ BEGIN
                 THEN '{}'::jsonb
                 ELSE jsonb_build_object('failure', NEW.failure - 'traceback') END);
     RETURN NEW;
+END
+$fn$;
+
+-- function: runqueue_webhook_sync --
+-- After any statement that writes the endpoints table (its trigger): the
+-- row trigger runqueue_run_webhook exists exactly while an active endpoint
+-- does, so a queue with no webhook pays nothing on a run's transition (no
+-- trigger, no plpgsql call, no read). Syncs are serialized by a
+-- transaction-scoped advisory lock taken before the endpoints are read: a
+-- second sync reads after the first committed, so two transactions that
+-- deactivate one endpoint and add another cannot leave the trigger off.
+-- Creating or dropping the trigger waits for the runs table's writers
+-- (SHARE ROW EXCLUSIVE), at most lock_timeout; a trigger left behind (a
+-- TRUNCATE) still finds no active endpoint and returns at once.
+CREATE OR REPLACE FUNCTION runqueue_webhook_sync() RETURNS trigger
+LANGUAGE plpgsql
+SET lock_timeout = '10s'
+AS $fn$
+DECLARE
+    wanted boolean;
+    present boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('runqueue_webhook_sync'));
+    wanted := EXISTS (SELECT 1 FROM runqueue_webhook_endpoint WHERE active);
+    present := EXISTS (SELECT 1 FROM pg_trigger
+                        WHERE tgrelid = 'runqueue_run'::regclass
+                          AND tgname = 'runqueue_run_webhook');
+    IF wanted AND NOT present THEN
+        EXECUTE $ddl$
+            CREATE TRIGGER runqueue_run_webhook
+            BEFORE UPDATE ON runqueue_run
+            FOR EACH ROW
+            WHEN (OLD.status IS DISTINCT FROM NEW.status
+                  AND NEW.status IN ('succeeded', 'failed', 'cancelled', 'waiting_for_user')
+                  AND NEW.kind <> 'runqueue.webhook')
+            EXECUTE FUNCTION runqueue_webhook_run()
+        $ddl$;
+    ELSIF present AND NOT wanted THEN
+        EXECUTE 'DROP TRIGGER runqueue_run_webhook ON runqueue_run';
+    END IF;
+    RETURN NULL;
 END
 $fn$;
 
