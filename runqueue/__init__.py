@@ -22,6 +22,7 @@ from runqueue.errors import (
     PermanentError,
     RunCancelled,
     RunNotFound,
+    RunPaused,
     RunqueueError,
     SessionQueueFull,
     SpendCapReached,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
+    from runqueue.pausing import pause_run as pause_run
+    from runqueue.pausing import resume_run as resume_run
     from runqueue.registry import handler as handler
     from runqueue.registry import on_event as on_event
     from runqueue.runtime import Interrupted as Interrupted
@@ -65,6 +68,8 @@ _LAZY = {
     "deliver_input": "runqueue.leases",
     "fork": "runqueue.forking",
     "pause_budget": "runqueue.budgets",
+    "pause_run": "runqueue.pausing",
+    "resume_run": "runqueue.pausing",
     "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
@@ -94,6 +99,7 @@ __all__ = [
     "PermanentError",
     "RunCancelled",
     "RunNotFound",
+    "RunPaused",
     "RunqueueError",
     "SpendCapReached",
     "SessionQueueFull",

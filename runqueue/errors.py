@@ -141,6 +141,18 @@ class ApprovalPending(BaseException):  # noqa: N818 - control flow, as asyncio's
         super().__init__(f"tool call #{seq} ({tool}) of run {run_id} awaits approval")
 
 
+class RunPaused(BaseException):  # noqa: N818 - control flow, as ApprovalPending
+    """Raised by every ``ctx`` call once the run was paused
+    (``runqueue.pause_run``): the runtime gives the run back (queued, its
+    attempt returned, not claimed until resumed), and the handler replays
+    its recorded steps when it runs again. A BaseException for the reason
+    ApprovalPending is one; let it propagate."""
+
+    def __init__(self, run_id: object) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id} was paused")
+
+
 class InvalidTransition(RunqueueError):
     """The run is not in a status that allows this operation."""
 

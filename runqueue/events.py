@@ -69,6 +69,10 @@ MERGED = "run.merged"
 #: A fork was made (on the fork: forked_from, from_step, ...; on the
 #: original: fork, from_step, ...; the statement fork_run writes both).
 FORKED = "run.forked"
+#: The run was paused, or resumed from a pause (runqueue.pausing.pause_run;
+#: data: actor, reason, tree_from; resumed: paused_seconds).
+PAUSED = "run.paused"
+UNPAUSED = "run.unpaused"
 #: A schedule made this run (data: schedule, tick_at; or run_now and actor).
 SCHEDULE_FIRED = "schedule.fired"
 

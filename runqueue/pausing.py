@@ -1,4 +1,5 @@
-"""Pause and resume a kind, in one priority class or in all.
+"""Pause and resume a kind, in one priority class or in all; and one run,
+or a run tree.
 
 A paused kind is not claimed: the claim's candidate query skips runs with a
 matching ``runqueue_paused_kind`` row. Its queued runs wait, running ones
@@ -9,12 +10,23 @@ finish, and the runs table is not written: pausing is one row here and a
 
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+import logging
+import uuid
+from collections.abc import Callable
 
-from runqueue import events
+from django.db import IntegrityError, OperationalError, connection, transaction
+
+from runqueue import events, wakeups
+from runqueue.db import sqlstate
+from runqueue.errors import InvalidTransition, RunNotFound
 from runqueue.leases import notify
-from runqueue.models import PausedKind, PriorityClass
+from runqueue.leases.base import DEADLOCK_ATTEMPTS, deadlock_pause, retry_moved
+from runqueue.leases.transitions import checked_operation
+from runqueue.models import PausedKind, PriorityClass, Run
+from runqueue.sql import execute
 from runqueue.submission_rules import TEXT_LIMITS
+
+logger = logging.getLogger(__name__)
 
 
 def _check(kind: object, priority_class: object) -> tuple[str, int | None]:
@@ -79,3 +91,97 @@ def is_paused(kind: str, priority: int) -> bool:
 def _data(priority_class: int | None, actor: str, reason: str) -> dict:
     label = PriorityClass(priority_class).slug if priority_class is not None else "all"
     return {"priority_class": label, "actor": actor, "reason": reason}
+
+
+# -- One run, or a run tree ---------------------------------------------------
+
+
+def pause_run(
+    run_id: uuid.UUID | str, *, actor: str, reason: str = "", tree: bool = False
+) -> list[uuid.UUID]:
+    """Pause a live run (with ``tree``, every live run below it too): not
+    claimed until resumed, its start deadline frozen, a running one given
+    back at its handler's next step (queued, its attempt returned, nothing
+    recorded lost; docs/decisions.md, "Pausing one run"). Each run paused
+    gets ``run.paused``. The ids paused: none when all were paused already.
+    Raises InvalidArgument, RunNotFound, InvalidTransition (the run ended
+    and, with ``tree``, nothing below it is live)."""
+    run_id = checked_operation("pause_run", run_id, reason=reason, actor=actor)
+    data = {"actor": actor, "reason": reason}
+    if tree:
+        data["tree_from"] = str(run_id)
+
+    def write() -> list[uuid.UUID]:
+        rows = _statement("pause_runs", run_id, tree)
+        for paused_id, status, epoch in rows:
+            events.append(paused_id, events.PAUSED, epoch, data)
+            if status == "running":
+                wakeups.send(wakeups.Paused(run_id=paused_id))
+        if not rows:
+            _check_pausable(run_id)
+        return [row[0] for row in rows]
+
+    return _retrying(f"pause of run id={run_id}", write)
+
+
+def resume_run(
+    run_id: uuid.UUID | str, *, actor: str, reason: str = "", tree: bool = False
+) -> list[uuid.UUID]:
+    """Resume what ``pause_run`` paused (with ``tree``, below it too): its
+    start deadline moved on by the time paused, the idle workers woken for
+    the queued ones. Each run resumed gets ``run.unpaused``. The ids
+    resumed: none when none was paused. Raises InvalidArgument, RunNotFound."""
+    run_id = checked_operation("resume_run", run_id, reason=reason, actor=actor)
+
+    def write() -> list[uuid.UUID]:
+        rows = _statement("resume_runs", run_id, tree)
+        for resumed_id, status, epoch, priority, seconds in rows:
+            events.append(
+                resumed_id,
+                events.UNPAUSED,
+                epoch,
+                {"actor": actor, "reason": reason, "paused_seconds": round(seconds, 3)},
+            )
+            if status == "queued":
+                notify(priority)
+        if not rows and not Run.objects.filter(id=run_id).exists():
+            raise RunNotFound(run_id)
+        return [row[0] for row in rows]
+
+    return _retrying(f"resume of run id={run_id}", write)
+
+
+def _statement(name: str, run_id: uuid.UUID, tree: bool) -> list[tuple]:
+    with connection.cursor() as cursor:
+        return execute(cursor, name, {"run_id": run_id, "tree": tree}).fetchall()
+
+
+def _check_pausable(run_id: uuid.UUID) -> None:
+    """Nothing was paused: RunNotFound, InvalidTransition for a run that
+    ended, or nothing to say (it was paused already)."""
+    row = Run.objects.filter(id=run_id).values_list("status", "paused_at").first()
+    if row is None:
+        raise RunNotFound(run_id)
+    status, paused_at = row
+    if paused_at is None and status in ("succeeded", "failed", "cancelled"):
+        raise InvalidTransition(run_id, status, "pause")
+
+
+def _retrying[T](what: str, write: Callable[[], T]) -> T:
+    """``write`` in a transaction of its own, run again on a deadlock (a
+    tree's rows are locked in the walk's order, a finishing child locks
+    itself and then its parent) or a row a finish moved meanwhile."""
+
+    def once() -> T:
+        with transaction.atomic(durable=True):
+            return write()
+
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return retry_moved(once)
+        except OperationalError as exc:
+            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
+                raise
+            logger.info("The %s met a deadlock; run again", what)
+            deadlock_pause(attempt)
+    raise AssertionError("unreachable")

@@ -22,6 +22,7 @@ from runqueue.sql import execute
 Setting = Literal["concurrency", "budgets"]
 
 _CANCEL = "cancel:"
+_PAUSE = "pause:"
 _PROBE = "probe:"
 _CHANGED: tuple[Setting, ...] = ("concurrency", "budgets")
 
@@ -52,13 +53,21 @@ class Cancelled:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Paused:
+    """A running run was paused (runqueue.pausing.pause_run): its handler is
+    given back at its next step (``ctx`` call). Its lease stays good."""
+
+    run_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Probe:
     """A listener's probe of its own LISTEN (runqueue.worker.listener)."""
 
     token: str
 
 
-Wakeup = Due | Changed | Cancelled | Probe
+Wakeup = Due | Changed | Cancelled | Paused | Probe
 
 
 def payload(wakeup: Wakeup) -> str:
@@ -70,6 +79,8 @@ def payload(wakeup: Wakeup) -> str:
             return setting
         case Cancelled(run_id=run_id, epoch=epoch):
             return f"{_CANCEL}{run_id}:{epoch}"
+        case Paused(run_id=run_id):
+            return f"{_PAUSE}{run_id}"
         case Probe(token=token):
             return f"{_PROBE}{token}"
 
@@ -87,6 +98,11 @@ def parse(text: str) -> Wakeup | None:
         run_id, _, epoch = text.removeprefix(_CANCEL).partition(":")
         try:
             return Cancelled(run_id=uuid.UUID(run_id), epoch=int(epoch))
+        except ValueError:
+            return None
+    if text.startswith(_PAUSE):
+        try:
+            return Paused(run_id=uuid.UUID(text.removeprefix(_PAUSE)))
         except ValueError:
             return None
     try:

@@ -106,6 +106,23 @@ def block(ctx: RunContext) -> dict:
     return {"finished_by": ctx.lease.owner}
 
 
+@runqueue.handler("test.pausable")
+def pausable(ctx: RunContext) -> dict:
+    """Two recorded steps with a wait for the test's release between them:
+    a pause lands while the handler waits, the second step's ctx call is
+    its next step boundary."""
+
+    def step(run_id: str, idempotency_key: str, n: int) -> int:
+        ledger(run_id, f"step{n}", idempotency_key)
+        return n
+
+    args = {"run_id": str(ctx.run.id)}
+    first = ctx.invoke_tool("first", step, args={**args, "n": 1})
+    wait_for_release(ctx)
+    second = ctx.invoke_tool("second", step, args={**args, "n": 2})
+    return {"steps": [first.value, second.value]}
+
+
 @runqueue.handler("test.freeze_in_fence")
 def freeze_in_fence(ctx: RunContext) -> dict:
     """Checkpoints. The owner ``payload["freeze"]`` names (a worker id) stops

@@ -140,6 +140,11 @@ class Lease:
     cancel_reason: str = ""
     #: When it was set (``time.monotonic()``; 0 until then).
     cancelled_at: float = 0.0
+    #: The run was paused (runqueue.pausing.pause_run): the handler's next
+    #: ``ctx`` call raises RunPaused and the run is given back. Nothing is
+    #: interrupted meanwhile (an async handler's task is not cancelled), so
+    #: a tool call in flight finishes and is recorded.
+    paused: bool = False
     _on_cancel: list[Callable[[], object]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # One worker transaction at a time per lease (handler and heartbeat
@@ -186,6 +191,10 @@ class Lease:
         for callback in callbacks:
             callback()
         return True
+
+    def pause(self) -> None:
+        """Give the run back at the handler's next step (``paused``)."""
+        self.paused = True
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
         """Call ``callback`` (from any thread) when the lease is cancelled; at

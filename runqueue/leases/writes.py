@@ -344,7 +344,12 @@ def heartbeat_many(held: Sequence[Lease]) -> list[Lease]:
             "lease_seconds": live[0].lease_seconds,
         }
         with prepared("fence_renew_many", params) as cursor:
-            renewed = {row[0] for row in cursor.fetchall()}
+            rows = cursor.fetchall()
+        renewed = {run_id for run_id, _paused in rows}
+        paused = {run_id for run_id, is_paused in rows if is_paused}
+        for lease in live:
+            if lease.run_id in paused:
+                lease.pause()  # should its NOTIFY have been missed
         lost = [lease for lease in live if lease.run_id not in renewed]
         for lease in lost:
             record_fenced(lease, "heartbeat")

@@ -213,6 +213,9 @@ class Run(models.Model):
     #: docs/decisions.md, "Versions and rolling deploys"). NULL: never
     #: claimed (a fork that copies steps starts pinned to its original's).
     handler_version = models.IntegerField(null=True, blank=True, editable=False)
+    #: Paused by ``runqueue.pause_run`` (None: not paused): the claim steps
+    #: over it and its start deadline is frozen until ``resume_run``.
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = RunManager()
 

@@ -16,6 +16,7 @@ from runqueue.errors import (
     ChildrenGone,
     PermanentError,
     RunCancelled,
+    RunPaused,
     UncertainOutcome,
 )
 from runqueue.models import (
@@ -124,9 +125,12 @@ class RunContext:
         return self.lease.cancelled
 
     def check(self) -> None:
-        """Raise ``RunCancelled`` if the handler must stop (every ctx call does)."""
+        """Raise ``RunCancelled`` if the handler must stop, ``RunPaused`` if
+        the run was paused (every ctx call does: its steps' boundary)."""
         if self.lease.cancelled.is_set():
             raise RunCancelled(self.lease.run_id, self.lease.cancel_reason)
+        if self.lease.paused:
+            raise RunPaused(self.lease.run_id)
 
     def heartbeat(self) -> bool:
         self.check()

@@ -23,6 +23,7 @@ from runqueue.errors import (
     PERMANENT,
     ApprovalPending,
     RunCancelled,
+    RunPaused,
     UnknownKind,
     classify,
 )
@@ -113,6 +114,9 @@ def decide(lease: leases.Lease) -> Outcome:
     except BaseException as exc:
         if (pending := awaiting_approval(exc)) is None:
             raise
+        ctx.text.flush()
+        if isinstance(pending, Released):
+            return pending
         result = pending
     ctx.text.flush()
     return _returned(lease, ctx, result)
@@ -162,6 +166,9 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
     except BaseException as exc:
         if (pending := awaiting_approval(exc)) is None:
             raise
+        await aio.db(ctx.sync.text.flush)
+        if isinstance(pending, Released):
+            return pending
         result = pending
     await aio.db(ctx.sync.text.flush)
     return _returned(lease, ctx.sync, result)
@@ -234,18 +241,21 @@ def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = N
     return GaveUp(exc)
 
 
-def awaiting_approval(exc: BaseException) -> Wait | None:
+def awaiting_approval(exc: BaseException) -> Wait | Released | None:
     """The wait for a decision when the handler raised ApprovalPending (an
     agent SDK may have gathered it into an exception group): the run waits
     for the decision's signal, and resumes from its last checkpoint, so the
     handler replays up to the call and finds the decision there. No
     checkpoint is written for it (``state`` None): the call is inside a
-    turn. None for any other exception."""
+    turn. RunPaused: the run is given back (Released "paused"), and waits
+    queued, unclaimed, for its resume. None for any other exception."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             if (found := awaiting_approval(inner)) is not None:
                 return found
         return None
+    if isinstance(exc, RunPaused):
+        return Released("paused")
     if not isinstance(exc, ApprovalPending):
         return None
     return Wait(

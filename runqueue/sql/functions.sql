@@ -119,10 +119,13 @@ END
 $fn$;
 
 -- fragment: due --
--- Due: queued, its time come (on the database clock), attempts left.
+-- Due: queued, its time come (on the database clock), attempts left, and
+-- not paused (runqueue.pausing.pause_run: a column on the row already read,
+-- never a read of another table).
 AND q.status = 'queued'
 AND (q.scheduled_for IS NULL OR q.scheduled_for <= now())
 AND q.attempts < q.max_attempts
+AND q.paused_at IS NULL
 
 -- fragment: claimable --
 -- Claimable: due, not past its start deadline (start_within: the deadline

@@ -382,7 +382,9 @@ SELECT o.id, (SELECT count(*) FROM sent) AS sent FROM owned o;
 
 -- name: fence_renew_many --
 -- The heartbeat of every lease a worker holds, in one statement: each row
--- keeps its own fence, and an id missing from the result was fenced.
+-- keeps its own fence, and an id missing from the result was fenced. Each
+-- row says whether its run was paused (runqueue.pausing.pause_run): the
+-- handler is given back at its next step, should the NOTIFY be missed.
 UPDATE runqueue_run r
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
@@ -391,7 +393,7 @@ UPDATE runqueue_run r
  WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
    AND r.status = 'running'
    AND r.id = ANY(%(ids)s::uuid[])
-RETURNING r.id;
+RETURNING r.id, r.paused_at IS NOT NULL;
 
 -- name: fence_finish --
 -- Finish a run the worker still owns: succeeded or failed, and log the
@@ -763,7 +765,8 @@ SELECT extract(epoch FROM least(
            (SELECT min(wait_until) FROM runqueue_run
              WHERE status IN ('waiting', 'waiting_for_user') AND wait_until IS NOT NULL),
            (SELECT min(start_by) FROM runqueue_run
-             WHERE status IN ('queued', 'pending') AND start_by IS NOT NULL)) - now());
+             WHERE status IN ('queued', 'pending') AND start_by IS NOT NULL
+               AND paused_at IS NULL)) - now());
 
 -- name: expire_unstarted --
 -- The deadline service: queued runs whose start deadline (start_within)
@@ -783,6 +786,7 @@ WITH due AS (
     SELECT id
       FROM runqueue_run
      WHERE status IN ('queued', 'pending') AND start_by IS NOT NULL AND start_by <= now()
+       AND paused_at IS NULL
      ORDER BY start_by
      LIMIT %(limit)s
        FOR NO KEY UPDATE SKIP LOCKED
@@ -799,7 +803,7 @@ WITH due AS (
     SELECT id
       FROM runqueue_run
      WHERE id = %(run_id)s AND status IN ('queued', 'pending')
-       AND start_by IS NOT NULL AND start_by <= now()
+       AND start_by IS NOT NULL AND start_by <= now() AND paused_at IS NULL
 ),
 -- include: expire_due --
 
@@ -820,6 +824,7 @@ expired AS (
            lease_expires_at = NULL
       FROM due d
      WHERE r.id = d.id AND r.status IN ('queued', 'pending') AND r.start_by <= now()
+       AND r.paused_at IS NULL
     RETURNING r.id, r.lease_epoch, r.parent_id, r.start_by, r.tenant, r.session_id
 ), joined AS (
     SELECT runqueue_join(array_agg(e.parent_id), %(channel)s) AS resumed
@@ -933,6 +938,54 @@ SELECT c.id, c.lease_epoch,
        CASE WHEN c.session_id IS NOT NULL
             THEN runqueue_promote(ARRAY[c.tenant], ARRAY[c.session_id], %(channel)s) END
   FROM cancelled c;
+
+-- name: pause_runs --
+-- Pause a run, and with %(tree)s every run below it (children, theirs, ...;
+-- a finished run's live children are walked too): each live run not
+-- paused yet gets paused_at. The claim steps over it (fragment due), the
+-- start deadline service too (the deadline is frozen: a resume moves it on
+-- by the time paused), and a running one is given back at its handler's
+-- next step (told by a NOTIFY and by the heartbeat, fence_renew_many).
+-- Nothing else moves: a waiting run keeps waiting and its wake-up queues
+-- it, still paused. The rows paused: id, status, epoch.
+WITH RECURSIVE tree(id) AS (
+    SELECT %(run_id)s::uuid
+    UNION
+    SELECT r.id FROM runqueue_run r JOIN tree t ON r.parent_id = t.id
+     WHERE %(tree)s
+)
+UPDATE runqueue_run r
+   SET paused_at = now()
+  FROM tree t
+ WHERE r.id = t.id AND r.paused_at IS NULL
+   AND r.status IN (
+       -- include: live_statuses --
+       )
+RETURNING r.id, r.status, r.lease_epoch;
+
+-- name: resume_runs --
+-- Resume what pause_runs paused (the run, and with %(tree)s every run below
+-- it): paused_at cleared, a start deadline moved on by the time the run was
+-- paused. A run that ended while paused is resumed too (nothing to claim).
+-- The rows resumed: id, status, epoch, priority, seconds paused.
+WITH RECURSIVE tree(id) AS (
+    SELECT %(run_id)s::uuid
+    UNION
+    SELECT r.id FROM runqueue_run r JOIN tree t ON r.parent_id = t.id
+     WHERE %(tree)s
+), held AS (
+    SELECT r.id, r.paused_at
+      FROM runqueue_run r JOIN tree t ON r.id = t.id
+     WHERE r.paused_at IS NOT NULL
+       FOR NO KEY UPDATE OF r
+)
+UPDATE runqueue_run r
+   SET paused_at = NULL,
+       start_by = r.start_by + (now() - h.paused_at)
+  FROM held h
+ WHERE r.id = h.id AND r.paused_at IS NOT NULL
+RETURNING r.id, r.status, r.lease_epoch, r.priority,
+          extract(epoch FROM now() - h.paused_at)::float8;
 
 -- name: cancel_children --
 -- A cascading cancel's next level: the children of runs it has just walked

@@ -128,6 +128,11 @@ class Pool:
         if isinstance(wakeup, wakeups.Cancelled):
             self.cancel_run(wakeup.run_id, wakeup.epoch)
             return
+        if isinstance(wakeup, wakeups.Paused):
+            for lease in self.held():
+                if lease.run_id == wakeup.run_id:
+                    lease.pause()
+            return
         if isinstance(wakeup, wakeups.Changed):
             if wakeup.setting == "concurrency":
                 concurrency.invalidate()
