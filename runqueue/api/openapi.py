@@ -212,6 +212,17 @@ def _schemas() -> dict[str, JSON]:
                 },
             },
         },
+        "PauseRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "reason": {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"},
+                "tree": {
+                    "type": "boolean",
+                    "description": "the run's descendants too (default false)",
+                },
+            },
+        },
         "EventReceived": {
             "type": "object",
             "required": ["name", "key", "received_at", "started", "started_runs"],
@@ -356,6 +367,12 @@ def _schemas() -> dict[str, JSON]:
                 "attempts": {"type": "integer"},
                 "max_attempts": {"type": "integer"},
                 "scheduled_for": nullable_time,
+                "paused_at": {
+                    "type": ["string", "null"],
+                    "format": "date-time",
+                    "description": "when it was paused (null: not paused): not claimed, its "
+                    "start deadline frozen, until resumed",
+                },
                 "start_by": {
                     **nullable_time,
                     "description": "until when the run may first be claimed (start_within); "
@@ -385,6 +402,8 @@ def _schemas() -> dict[str, JSON]:
                         "events": {"type": "string"},
                         "stream": {"type": "string"},
                         "cancel": {"type": "string"},
+                        "pause": {"type": "string"},
+                        "resume": {"type": "string"},
                         "steps": {"type": "string"},
                         "input": {
                             "type": "string",
@@ -763,6 +782,32 @@ def document() -> dict[str, JSON]:
                     "responses": {
                         "200": {"description": "the cancelled run", "content": _json("Run")},
                         **_problems(401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                    },
+                }
+            },
+            _path("run-pause"): {
+                "post": {
+                    "operationId": "pauseRun",
+                    "description": "Pause a run (tree: and every run below it): not claimed, "
+                    "its start deadline frozen; a running one is given back at its next step. "
+                    "Pausing a paused run again changes nothing.",
+                    "parameters": [_RUN_ID],
+                    "requestBody": {"required": False, "content": _json("PauseRun")},
+                    "responses": {
+                        "200": {"description": "the run", "content": _json("Run")},
+                        **_problems(401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                    },
+                }
+            },
+            _path("run-resume"): {
+                "post": {
+                    "operationId": "resumeRun",
+                    "description": "Resume a paused run (tree: and every run below it).",
+                    "parameters": [_RUN_ID],
+                    "requestBody": {"required": False, "content": _json("PauseRun")},
+                    "responses": {
+                        "200": {"description": "the run", "content": _json("Run")},
+                        **_problems(401, 403, 404, 405, 413, 415, 422, 429, 500, 503),
                     },
                 }
             },

@@ -347,6 +347,25 @@ def cancel_reason(body: object) -> str:
     return reason
 
 
+def pause_request(body: object) -> tuple[str, bool]:
+    """The optional ``{"reason": "...", "tree": false}`` of a pause or a
+    resume: (reason, tree); 422 if malformed."""
+    if body is None:
+        return "", False
+    if not isinstance(body, dict) or set(body) - {"reason", "tree"}:
+        raise validation_failed(
+            [
+                {
+                    "pointer": "",
+                    "detail": 'the body must be {"reason": "<text>", "tree": false} or empty',
+                }
+            ]
+        )
+    if not isinstance(body.get("tree", False), bool):
+        raise validation_failed([{"pointer": "/tree", "detail": "must be true or false"}])
+    return cancel_reason({"reason": body.get("reason", "")}), body.get("tree", False)
+
+
 def _pointer(name: str) -> str:
     """A JSON Pointer to a top-level member (RFC 6901 escaping)."""
     return "/" + name.replace("~", "~0").replace("/", "~1")

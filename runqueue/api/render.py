@@ -54,6 +54,8 @@ class RunLinks(TypedDict):
     events: str
     stream: str
     cancel: str
+    pause: str
+    resume: str
     #: What the run did, step by step: model requests and tool calls.
     steps: str
     #: Where to answer, while the run waits for the user.
@@ -108,6 +110,8 @@ class RunBody(TypedDict):
     priority: int
     priority_class: str
     payload: JSON
+    #: When runqueue.pause_run paused it (null: not paused).
+    paused_at: str | None
     #: The messages of the turn, in order: several when a merge joined them.
     payloads: list[JSON]
     input: JSON
@@ -280,6 +284,8 @@ def run_body(run: Run) -> RunBody:
         "events": events_url(run.id),
         "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
         "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
+        "pause": reverse("runqueue-api:run-pause", kwargs={"run_id": str(run.id)}),
+        "resume": reverse("runqueue-api:run-resume", kwargs={"run_id": str(run.id)}),
         "steps": steps_url(run.id),
     }
     if run.status == RunStatus.WAITING_FOR_USER:
@@ -312,6 +318,7 @@ def run_body(run: Run) -> RunBody:
         "max_attempts": run.max_attempts,
         "scheduled_for": public_time(run.scheduled_for),
         "start_by": public_time(run.start_by),
+        "paused_at": public_time(run.paused_at),
         "max_duration": run.max_duration,
         "created_at": public_time(run.created_at),
         "started_at": public_time(run.started_at),

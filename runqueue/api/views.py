@@ -276,6 +276,34 @@ def cancel_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
 
 
 @api_view("POST")
+def pause_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """Pause a run (``{"tree": true}``: and every run below it); pausing a
+    paused run again answers 200 (a retry). 409 for a run that ended."""
+    return _pause_or_resume(request, caller, run_id, runqueue.pause_run)
+
+
+@api_view("POST")
+def resume_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """Resume a paused run (``{"tree": true}``: and every run below it); a
+    run not paused answers 200 as it is."""
+    return _pause_or_resume(request, caller, run_id, runqueue.resume_run)
+
+
+def _pause_or_resume(
+    request: HttpRequest, caller: Caller, run_id: str, operation: Callable[..., object]
+) -> HttpResponse:
+    run = _writable(caller, run_id)
+    body = parsing.parse_json(request, parsing.read_body(request), optional=True)
+    reason, tree = parsing.pause_request(body)
+    try:
+        operation(run.id, actor=caller.principal, reason=reason, tree=tree)
+    except RunqueueError as exc:
+        raise _mapped(exc) from exc
+    run.refresh_from_db()
+    return JsonResponse(run_body(run))
+
+
+@api_view("POST")
 def signal_run(request: HttpRequest, caller: Caller, run_id: str, name: str) -> HttpResponse:
     """Send signal ``name`` to a run of the caller's tenant, the body (any
     JSON, or empty) its data: 202 with ``delivered`` (the run was waiting

@@ -271,3 +271,30 @@ def test_the_signal_limits_are_settings_with_defaults(settings) -> None:
     settings.RUNQUEUE = {**settings.RUNQUEUE, "SIGNALS_KEPT_MAX": 0}
     with pytest.raises(ImproperlyConfigured, match="SIGNALS_KEPT_MAX"):
         get_settings()
+
+
+def test_pause_and_resume_over_the_api(client, alice) -> None:
+    run = runqueue.submit(kind="test.echo", tenant=alice.tenant, principal=alice.principal).run
+    response = _post(client, alice, f"/api/runs/{run.id}/pause/", {"reason": "hold", "tree": True})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["paused_at"] is not None and body["links"]["resume"].endswith("/resume/")
+    assert leases.claim_one("w", [PriorityClass.INTERACTIVE]) is None
+    again = _post(client, alice, f"/api/runs/{run.id}/pause/")
+    assert again.status_code == 200  # a retry: still paused, nothing more written
+    assert EventLog.objects.filter(run_id=run.id, type="run.paused").count() == 1
+    resumed = _post(client, alice, f"/api/runs/{run.id}/resume/")
+    assert resumed.status_code == 200 and resumed.json()["paused_at"] is None
+    assert leases.claim_one("w", [PriorityClass.INTERACTIVE]).run_id == run.id
+
+
+def test_pause_refusals_over_the_api(client, alice) -> None:
+    run = runqueue.submit(kind="test.echo", tenant=alice.tenant, principal=alice.principal).run
+    for bad in ({"tree": "yes"}, {"why": "x"}, {"reason": 5}):
+        response = _post(client, alice, f"/api/runs/{run.id}/pause/", bad)
+        assert response.status_code == 422, response.content
+    mallory = make_caller("mallory", "other")
+    assert _post(client, mallory, f"/api/runs/{run.id}/pause/").status_code == 404
+    assert Run.objects.get(id=run.id).paused_at is None
+    runqueue.cancel(run.id, reason="done", actor="t")
+    assert _post(client, alice, f"/api/runs/{run.id}/pause/").status_code == 409
