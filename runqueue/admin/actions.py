@@ -34,7 +34,7 @@ from runqueue.errors import (
 from runqueue.models import Run, RunStatus
 
 #: Past tense of each action's verb, for messages and the audit.
-PAST = {"requeue": "requeued", "cancel": "cancelled"}
+PAST = {"requeue": "requeued", "cancel": "cancelled", "pause": "paused", "resume": "resumed"}
 
 #: Runs one action may change: a support action, not a bulk migration tool.
 MAX_ACTION_RUNS = 100
@@ -223,3 +223,42 @@ def cancel_runs(
         call=lambda run_id, reason: runqueue.cancel(run_id, reason=reason, actor=actor(request)),
         reason_required=True,
     )
+
+
+@admin.action(description="Pause selected runs", permissions=["pause"])
+def pause_runs(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> HttpResponse | None:
+    """Pause (runqueue.pause_run): not claimed until resumed; a running
+    one is given back at its handler's next step."""
+    return _apply(
+        modeladmin,
+        request,
+        queryset,
+        verb="pause",
+        call=lambda run_id, reason: _then_row(
+            run_id, runqueue.pause_run(run_id, actor=actor(request), reason=reason)
+        ),
+        reason_required=False,
+    )
+
+
+@admin.action(description="Resume selected paused runs", permissions=["pause"])
+def resume_runs(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+) -> HttpResponse | None:
+    """Resume what a pause paused (runqueue.resume_run)."""
+    return _apply(
+        modeladmin,
+        request,
+        queryset,
+        verb="resume",
+        call=lambda run_id, reason: _then_row(
+            run_id, runqueue.resume_run(run_id, actor=actor(request), reason=reason)
+        ),
+        reason_required=False,
+    )
+
+
+def _then_row(run_id: uuid.UUID, _changed: object) -> Run:
+    return Run.objects.get(id=run_id)

@@ -64,7 +64,8 @@ def may_decide(request: HttpRequest) -> bool:
 
 
 def may_pause(request: HttpRequest) -> bool:
-    """Pause and resume kinds (from a run list or the paused kinds page)."""
+    """Pause and resume kinds (from a run list or the paused kinds page), and
+    runs one by one (runqueue.pause_run)."""
     return request.user.has_perm(PAUSE)
 
 

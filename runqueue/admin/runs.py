@@ -22,12 +22,13 @@ from django.utils.safestring import SafeString
 
 from runqueue import usage
 from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions, tree
-from runqueue.admin.actions import cancel_runs, requeue_runs
+from runqueue.admin.actions import cancel_runs, pause_runs, requeue_runs, resume_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import (
     FailureFilter,
     ForkFilter,
     KindFilter,
+    PausedFilter,
     PriorityClassFilter,
     TenantFilter,
     UsageFilter,
@@ -135,6 +136,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         TenantFilter,
         UsageFilter,
         ForkFilter,
+        PausedFilter,
         "created_at",
     ]
     search_fields = ["=id", "=session_id", "=tenant", "=principal"]
@@ -145,7 +147,7 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     list_per_page = 50
     paginator = CappedCountPaginator
     show_full_result_count = False
-    actions = [requeue_runs, cancel_runs, pause_kinds]
+    actions = [requeue_runs, cancel_runs, pause_runs, resume_runs, pause_kinds]
     readonly_fields = [
         "lineage_display",
         "usage_display",

@@ -499,3 +499,27 @@ def test_the_token_created_page_has_the_admins_breadcrumbs(admin_client, admin_u
         },
     )
     assert '<ol class="breadcrumbs">' in response.content.decode()
+
+
+# -- pause one run ---------------------------------------------------------------
+
+
+def test_pause_and_resume_runs_from_the_list() -> None:
+    runs = [runqueue.submit(kind="test.echo").run for _ in range(2)]
+    client = login("pat", "view_run", "pause_kind")
+    done = action(client, RUNS, "pause_runs", runs, confirm="yes", reason="vendor outage")
+    assert messages_of(done) == ["Paused 2 run(s)."]
+    assert Run.objects.filter(paused_at__isnull=False).count() == 2
+    assert leases.claim_one("w") is None
+    listed = client.get(RUNS, {"paused": "yes"}).content.decode()
+    assert all(str(run.id)[:8] in listed for run in runs)
+    done = action(client, RUNS, "resume_runs", runs[:1], confirm="yes")
+    assert messages_of(done) == ["Resumed 1 run(s)."]
+    assert leases.claim_one("w").run_id == runs[0].id
+    assert LogEntry.objects.filter(change_message__startswith="Paused by staff:pat").count() == 2
+
+
+def test_pause_needs_its_permission() -> None:
+    runqueue.submit(kind="test.echo")
+    client = login("vic", "view_run", "cancel_run")
+    assert "pause_runs" not in client.get(RUNS).content.decode()

@@ -116,4 +116,4 @@ def test_the_statuses_are_where_runs_count_as_active_or_live() -> None:
         "runqueue_recount",
         "runqueue_promote",
     }
-    assert _including("live_statuses") == {"cancel", "cancel_children"}
+    assert _including("live_statuses") == {"cancel", "cancel_children", "pause_runs"}
