@@ -188,14 +188,14 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def idempotency_key(request: HttpRequest) -> str:
+def idempotency_key(request: HttpRequest, what: str = "run") -> str:
     """The Idempotency-Key: required, one header, bare or as an sf-string."""
     raw = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if raw is None:
         raise ApiError(
             "idempotency-key-missing",
-            "POST /api/runs/ needs an Idempotency-Key header (a UUID is a good key), "
-            "so a retry cannot create a second run.",
+            f"POST {request.path} needs an Idempotency-Key header (a UUID is a good key), "
+            f"so a retry cannot create a second {what}.",
             headers={"Link": f'<{reverse("runqueue-api:openapi")}>; rel="describedby"'},
         )
     return key_value(raw)
@@ -235,7 +235,7 @@ def submit_args(body: object) -> SubmitArgs:
     if not isinstance(body, dict):
         raise validation_failed([{"pointer": "", "detail": "the body must be a JSON object"}])
     errors: list[FieldError] = [
-        {"pointer": _pointer(name), "detail": "unknown field"}
+        {"pointer": pointer(name), "detail": "unknown field"}
         for name in sorted(set(body) - SUBMIT_FIELDS)
     ]
     checked, problems = check_submission(
@@ -309,7 +309,7 @@ def event_key(request: HttpRequest, name: str, body: dict[str, JSON]) -> str:
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(text, str) or not is_idempotency_key(text):
         raise validation_failed(
-            [{"pointer": _pointer(member), "detail": f"the event's key must be {BARE_KEY_RULE}"}]
+            [{"pointer": pointer(member), "detail": f"the event's key must be {BARE_KEY_RULE}"}]
         )
     return text
 
@@ -347,7 +347,7 @@ def cancel_reason(body: object) -> str:
     return reason
 
 
-def _pointer(name: str) -> str:
+def pointer(name: str) -> str:
     """A JSON Pointer to a top-level member (RFC 6901 escaping)."""
     return "/" + name.replace("~", "~0").replace("/", "~1")
 
@@ -367,7 +367,7 @@ def tool_decision(body: object) -> dict[str, Any]:
         )
     if extra := sorted(set(body) - _DECISION_MEMBERS):
         raise validation_failed(
-            [{"pointer": _pointer(name), "detail": "is not a member"} for name in extra]
+            [{"pointer": pointer(name), "detail": "is not a member"} for name in extra]
         )
     if not isinstance(body.get("reason", ""), str):
         raise validation_failed([{"pointer": "/reason", "detail": "must be a string"}])
