@@ -50,6 +50,10 @@ SUBMIT_FIELDS = frozenset(
     }
 )
 MAX_REASON = REASON_MAX_LENGTH
+#: A schedule's pause reason (its column's length), and a page of schedules.
+MAX_PAUSE_REASON = 500
+SCHEDULE_PAGE = 50
+MAX_SCHEDULE_PAGE = 200
 #: The longest integer a body may hold (Python's own bound on converting one).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 

@@ -56,10 +56,6 @@ FIELDS = frozenset(
     }
 )
 SOURCES = (ScheduleSource.API, ScheduleSource.HANDLER)
-#: A pause's reason: its column's length.
-MAX_REASON = 500
-DEFAULT_PAGE = 50
-MAX_PAGE = 200
 
 
 class ScheduleBody(TypedDict):
@@ -233,7 +229,7 @@ def _checked(caller: Caller, body: JSON) -> ScheduleRequest:
 def _list(request: HttpRequest, caller: Caller) -> HttpResponse:
     """Sorted by id; ``session_id`` and ``kind`` filter, ``after`` (an id)
     continues from the page that ended there."""
-    limit = _int_param(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+    limit = _int_param(request, "limit", parsing.SCHEDULE_PAGE, 1, parsing.MAX_SCHEDULE_PAGE)
     rows = _rows(caller)
     for name in ("session_id", "kind"):
         value = request.GET.get(name)
@@ -315,13 +311,17 @@ def _reason(body: JSON) -> str:
     if body is None:
         return ""
     reason = body.get("reason", "") if isinstance(body, dict) and set(body) <= {"reason"} else None
-    if not isinstance(reason, str) or len(reason) > MAX_REASON or text_problem(reason):
+    if (
+        not isinstance(reason, str)
+        or len(reason) > parsing.MAX_PAUSE_REASON
+        or text_problem(reason)
+    ):
         raise validation_failed(
             [
                 {
                     "pointer": "/reason",
                     "detail": f'the body is {{"reason": "<text of at most '
-                    f'{MAX_REASON}>"}} or empty',
+                    f'{parsing.MAX_PAUSE_REASON}>"}} or empty',
                 }
             ]
         )
