@@ -179,6 +179,13 @@ class PermanentError(RunqueueError):
     """Raised by a handler: fail the run now, never retry."""
 
 
+class ScheduleRefused(PermanentError):
+    """``ctx.schedule`` refused: a run a schedule started may not make
+    schedules unless that schedule allows it, and a tenant's handlers own
+    at most ``HANDLER_SCHEDULES_PER_TENANT``. Permanent: trying again
+    changes neither."""
+
+
 class TransientError(RunqueueError):
     """Raised by a handler: give the lease up so the run is retried with backoff.
 

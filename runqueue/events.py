@@ -82,6 +82,9 @@ KIND_RESUMED = "kind.resumed"
 SCHEDULE_PAUSED = "schedule.paused"
 SCHEDULE_RESUMED = "schedule.resumed"
 SCHEDULE_RUN_NOW = "schedule.run_now"
+#: A schedule made over the API or by a handler, and one deleted over the API.
+SCHEDULE_CREATED = "schedule.created"
+SCHEDULE_DELETED = "schedule.deleted"
 
 #: Events that move a run's status, and the status each moves it to.
 #: ``run.requeued`` and ``run.operator_requeued`` move it back to queued.

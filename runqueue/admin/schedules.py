@@ -169,8 +169,8 @@ class ScheduleAdmin(GuardedAdmin):
         ]
 
     def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
-        if obj is not None and obj.source == ScheduleSource.SETTINGS:
-            return False  # defined in settings: change it there
+        if obj is not None and obj.source != ScheduleSource.ADMIN:
+            return False  # defined in settings, or by its tenant (API, handler)
         return super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
@@ -228,6 +228,8 @@ class ScheduleAdmin(GuardedAdmin):
 
     @admin.display(description="in words")
     def in_words(self, schedule: Schedule) -> str:
+        if schedule.run_at is not None:
+            return f"Once, at {local(schedule.run_at, 'UTC')}"
         return f"{cron.explain(schedule.cron)} ({schedule.timezone})"
 
     @admin.display(description="next fire", ordering="next_fire_at")
@@ -250,7 +252,10 @@ class ScheduleAdmin(GuardedAdmin):
     @admin.display(description="next three fire times")
     def next_three(self, schedule: Schedule) -> SafeString:
         start = max(schedule.handled_until, db_now())
-        times = itertools.islice(cron.upcoming(schedule.cron, schedule.timezone, start), 3)
+        if schedule.run_at is not None:
+            times = iter([schedule.next_fire_at] if schedule.next_fire_at else [])
+        else:
+            times = itertools.islice(cron.upcoming(schedule.cron, schedule.timezone, start), 3)
         return format_html(
             '<ol class="rq-next-fires">{}</ol>',
             format_html_join("", "<li>{}</li>", ((local(t, schedule.timezone),) for t in times)),

@@ -35,25 +35,35 @@ def admit(caller: Caller, body: dict[str, JSON], args: SubmitArgs) -> SubmitArgs
     """The checked submit arguments, or 422 ``kind-not-allowed`` /
     ``priority-not-allowed``. A body without a priority gets the caller's
     ceiling: the most urgent class it may use."""
+    admit_kind(args["kind"])
+    if "priority" not in body:
+        return args | {"priority": int(ceiling(caller))}
+    admit_priority(caller, args["priority"])
+    return args
+
+
+def admit_kind(kind: str) -> None:
+    """422 ``kind-not-allowed`` unless the API may submit ``kind``."""
     allowed = get_settings().API_KINDS
-    if args["kind"] not in allowed:
+    if kind not in allowed:
         raise ApiError(
             "kind-not-allowed",
-            f"Kind {args['kind']!r} cannot be submitted over the API.",
+            f"Kind {kind!r} cannot be submitted over the API.",
             extensions={"allowed_kinds": list(allowed)},
         )
+
+
+def admit_priority(caller: Caller, priority: int) -> None:
+    """422 ``priority-not-allowed`` above the caller's ceiling."""
     top = ceiling(caller)
-    if "priority" not in body:
-        return args | {"priority": int(top)}
-    if PriorityClass.of(args["priority"]) < top:
+    if PriorityClass.of(priority) < top:
         name = top.slug
         raise ApiError(
             "priority-not-allowed",
             f"This caller may submit to the {name} class or lower "
-            f"(priority {int(top)} or more), not priority {args['priority']}.",
+            f"(priority {int(top)} or more), not priority {priority}.",
             extensions={"max_priority_class": name, "min_priority": int(top)},
         )
-    return args
 
 
 def may_write(run: Run) -> None:

@@ -52,6 +52,7 @@ PROBLEMS: dict[str, tuple[int, str]] = {
     "run-not-waiting-for-user": (409, "Run does not wait for the user"),
     "tool-not-awaiting-approval": (409, "Tool call does not await approval"),
     "run-finished": (409, "Run is finished"),
+    "schedule-limit-reached": (409, "This token owns as many schedules as it may"),
     "length-required": (411, "Content-Length required"),
     "payload-too-large": (413, "Request body is too large"),
     "signal-too-large": (413, "Signal data is too large"),
@@ -133,9 +134,10 @@ def request_id(request: HttpRequest) -> str:
     return rid
 
 
-def not_found() -> ApiError:
-    """The one answer for a run that is missing or in another tenant (no oracle)."""
-    return ApiError("not-found", "No run with this id.")
+def not_found(what: str = "run") -> ApiError:
+    """The one answer for a run (or schedule) that is missing or in another
+    tenant (no oracle)."""
+    return ApiError("not-found", f"No {what} with this id.")
 
 
 def validation_failed(errors: list[FieldError]) -> ApiError:

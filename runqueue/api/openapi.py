@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.urls import reverse
 
 from runqueue import registry
+from runqueue.api import openapi_schedules
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, ON_BUSY, RESERVED_KIND_PREFIXES, get_settings
@@ -93,13 +94,19 @@ _REPLAYED = {
 }
 
 
-def _schemas() -> dict[str, JSON]:
-    nullable_time = {"type": ["string", "null"], "format": "date-time"}
+def _kinds() -> list[str]:
+    """The kinds the API may submit (and schedule) in this deployment."""
     allowed = set(get_settings().API_KINDS)
-    kinds = [
+    return [
         k for k in registry.kinds() if k in allowed and not k.startswith(RESERVED_KIND_PREFIXES)
     ]
+
+
+def _schemas() -> dict[str, JSON]:
+    nullable_time = {"type": ["string", "null"], "format": "date-time"}
+    kinds = _kinds()
     return {
+        **openapi_schedules.schemas(kinds),
         "SubmitRun": {
             "type": "object",
             "additionalProperties": False,
@@ -974,6 +981,7 @@ def document() -> dict[str, JSON]:
                     },
                 }
             },
+            **openapi_schedules.paths(_problems),
         },
         "components": {
             "schemas": _schemas(),

@@ -50,6 +50,10 @@ SUBMIT_FIELDS = frozenset(
     }
 )
 MAX_REASON = REASON_MAX_LENGTH
+#: A schedule's pause reason (its column's length), and a page of schedules.
+MAX_PAUSE_REASON = 500
+SCHEDULE_PAGE = 50
+MAX_SCHEDULE_PAGE = 200
 #: The longest integer a body may hold (Python's own bound on converting one).
 MAX_DIGITS = sys.get_int_max_str_digits() or 4300
 
@@ -188,14 +192,14 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def idempotency_key(request: HttpRequest) -> str:
+def idempotency_key(request: HttpRequest, what: str = "run") -> str:
     """The Idempotency-Key: required, one header, bare or as an sf-string."""
     raw = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if raw is None:
         raise ApiError(
             "idempotency-key-missing",
-            "POST /api/runs/ needs an Idempotency-Key header (a UUID is a good key), "
-            "so a retry cannot create a second run.",
+            f"POST {request.path} needs an Idempotency-Key header (a UUID is a good key), "
+            f"so a retry cannot create a second {what}.",
             headers={"Link": f'<{reverse("runqueue-api:openapi")}>; rel="describedby"'},
         )
     return key_value(raw)
@@ -235,7 +239,7 @@ def submit_args(body: object) -> SubmitArgs:
     if not isinstance(body, dict):
         raise validation_failed([{"pointer": "", "detail": "the body must be a JSON object"}])
     errors: list[FieldError] = [
-        {"pointer": _pointer(name), "detail": "unknown field"}
+        {"pointer": pointer(name), "detail": "unknown field"}
         for name in sorted(set(body) - SUBMIT_FIELDS)
     ]
     checked, problems = check_submission(
@@ -309,7 +313,7 @@ def event_key(request: HttpRequest, name: str, body: dict[str, JSON]) -> str:
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(text, str) or not is_idempotency_key(text):
         raise validation_failed(
-            [{"pointer": _pointer(member), "detail": f"the event's key must be {BARE_KEY_RULE}"}]
+            [{"pointer": pointer(member), "detail": f"the event's key must be {BARE_KEY_RULE}"}]
         )
     return text
 
@@ -366,7 +370,7 @@ def pause_request(body: object) -> tuple[str, bool]:
     return cancel_reason({"reason": body.get("reason", "")}), body.get("tree", False)
 
 
-def _pointer(name: str) -> str:
+def pointer(name: str) -> str:
     """A JSON Pointer to a top-level member (RFC 6901 escaping)."""
     return "/" + name.replace("~", "~0").replace("/", "~1")
 
@@ -386,7 +390,7 @@ def tool_decision(body: object) -> dict[str, Any]:
         )
     if extra := sorted(set(body) - _DECISION_MEMBERS):
         raise validation_failed(
-            [{"pointer": _pointer(name), "detail": "is not a member"} for name in extra]
+            [{"pointer": pointer(name), "detail": "is not a member"} for name in extra]
         )
     if not isinstance(body.get("reason", ""), str):
         raise validation_failed([{"pointer": "/reason", "detail": "must be a string"}])

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runqueue.api import views
+from runqueue.api import schedules, views
 
 app_name = "runqueue-api"
 
@@ -25,5 +25,9 @@ urlpatterns = [
     path("events/<str:name>/", views.receive_event, name="event"),
     path("sessions/<str:session_id>/", views.get_session, name="session"),
     path("sessions/<str:session_id>/stream/", views.session_stream, name="session-stream"),
+    path("schedules/", schedules.schedules, name="schedules"),
+    path("schedules/<str:schedule_id>/", schedules.schedule, name="schedule"),
+    path("schedules/<str:schedule_id>/pause/", schedules.pause_schedule, name="schedule-pause"),
+    path("schedules/<str:schedule_id>/resume/", schedules.resume_schedule, name="schedule-resume"),
     path("openapi.json", views.openapi_json, name="openapi"),
 ]

@@ -98,6 +98,8 @@ class Settings:
     #: ``runqueue.schedules.spec.ScheduleSpec``s; that module's
     #: ``configured()`` reads them typed (this layer does not name it).
     SCHEDULES: tuple[Any, ...]
+    API_SCHEDULES_PER_TOKEN: int | None
+    HANDLER_SCHEDULES_PER_TENANT: int | None
     API_EVENTS: tuple[str, ...]
     EVENT_MAX_BYTES: int
     EVENT_RETENTION_SECONDS: float

@@ -422,6 +422,22 @@ SETTINGS: tuple[Setting, ...] = (
         checks=("runqueue.W020",),
     ),
     Setting(
+        name="API_SCHEDULES_PER_TOKEN",
+        kind=v.number(integer=True, positive=True, none=True),
+        default=100,
+        doc="schedules one API token may own that can still fire (a fired one-shot no longer "
+        "counts); the next create gets 409 `schedule-limit-reached` (`None`: no bound)",
+        section=SCHEDULES,
+    ),
+    Setting(
+        name="HANDLER_SCHEDULES_PER_TENANT",
+        kind=v.number(integer=True, positive=True, none=True),
+        default=1000,
+        doc="schedules handlers (`ctx.schedule`) may own in one tenant that can still fire; "
+        "past it `ctx.schedule` raises `ScheduleRefused` (`None`: no bound)",
+        section=SCHEDULES,
+    ),
+    Setting(
         name="API_EVENTS",
         kind=v.EVENT_NAMES,
         default=(),

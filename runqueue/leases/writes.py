@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -179,6 +179,36 @@ def record_step(lease: Lease, *, seq: int, tool: str, arguments: JSON, result: J
 
     check_json(arguments, "step arguments")
     return fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is not None
+
+
+def record_effect(
+    lease: Lease, *, seq: int, tool: str, arguments: JSON, effect: Callable[[], JSON]
+) -> JSON | None:
+    """Record a step whose effect is a row of runqueue's own (the schedule
+    ``ctx.schedule`` makes): ``effect()`` writes it in the same fenced
+    transaction, its value the step's result; None once fenced (nothing
+    written). An attempt run again replays the recorded result."""
+    made: list[JSON] = []
+
+    def write(_row: tuple) -> None:
+        result = effect()
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=Idempotency.IDEMPOTENT,
+            status=ToolStatus.COMPLETED,
+            arguments=arguments,
+            result=result,
+            finished=True,
+        )
+        events.append(lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": tool})
+        made.append(result)
+
+    check_json(arguments, "step arguments")
+    if fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is None:
+        return None
+    return made[0]
 
 
 #: The tool name a spawn is recorded under, in the parent's tool-call order.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
+from runqueue.models.api_tokens import ApiToken
 from runqueue.models.choices import PriorityClass
 from runqueue.models.runs import Run
 
@@ -24,6 +25,10 @@ class CatchUp(models.TextChoices):
 class ScheduleSource(models.TextChoices):
     SETTINGS = "settings", "RUNQUEUE['SCHEDULES']"
     ADMIN = "admin", "Admin"
+    #: Made over the HTTP API (``POST /api/schedules/``), owned by its token.
+    API = "api", "HTTP API"
+    #: Made by a handler (``ctx.schedule``).
+    HANDLER = "handler", "Handler (ctx.schedule)"
 
 
 class Overlap(models.TextChoices):
@@ -41,6 +46,9 @@ class TickOutcome(models.TextChoices):
     OVERLAPPED = "overlapped", "Skipped: the last run was still active"
     #: Not a tick of the cron: staff's Run now, listed with the schedule's runs.
     RUN_NOW = "run_now", "Run now"
+    #: Not fired: its session was busy and its on_busy refused the turn
+    #: (``reject``, or the session's line full).
+    BUSY = "busy", "Skipped: the session was busy"
 
 
 class ScheduleQuerySet(models.QuerySet):
@@ -50,9 +58,15 @@ class ScheduleQuerySet(models.QuerySet):
     def due(self, now: dt.datetime) -> ScheduleQuerySet:
         return self.active().filter(next_fire_at__lte=now)
 
+    def live(self) -> ScheduleQuerySet:
+        """Schedules that may still fire: all but one-shots already handled
+        (what the API's and handlers' limits count)."""
+        return self.exclude(run_at__isnull=False, handled_until__gte=F("run_at"))
+
 
 class Schedule(models.Model):
-    """A recurring run: a cron expression in a time zone, and what to submit.
+    """A recurring run: a cron expression in a time zone, and what to submit;
+    or a one-shot (``run_at``, no cron), which fires once.
 
     ``handled_until`` is the cursor: every tick at or before it was fired or
     skipped. ``next_fire_at`` is the first tick after it, indexed, so each
@@ -64,8 +78,12 @@ class Schedule(models.Model):
         max_length=10, choices=ScheduleSource, default=ScheduleSource.ADMIN, editable=False
     )
     cron = models.CharField(
-        max_length=255, help_text="Five fields: minute hour day month weekday."
+        max_length=255,
+        blank=True,
+        help_text="Five fields: minute hour day month weekday (empty for a one-shot).",
     )
+    #: A one-shot's time (then ``cron`` is empty).
+    run_at = models.DateTimeField(null=True, blank=True, editable=False)
     timezone = models.CharField(max_length=64, default="UTC")
     kind = models.CharField(max_length=KIND_MAX_LENGTH)
     payload = models.JSONField(default=dict, blank=True)
@@ -84,6 +102,26 @@ class Schedule(models.Model):
         help_text="When a tick comes while a run of an earlier tick is still queued, running "
         "or waiting: skip the tick, fire anyway, or fire and cancel the earlier run.",
     )
+    #: Aimed at a session: each run is a turn of it, submitted with on_busy.
+    session_id = models.CharField(  # noqa: DJ001 - NULL: no session, as on runs
+        max_length=255, null=True, blank=True, editable=False
+    )
+    on_busy = models.CharField(  # noqa: DJ001 - NULL: submit's default
+        max_length=16, null=True, blank=True, editable=False
+    )
+    #: Its runs (and their children) may call ``ctx.schedule``.
+    runs_may_schedule = models.BooleanField(default=False, db_default=False, editable=False)
+    #: The API token that made it (its limit counts it); the principal or
+    #: run that made it, for the record.
+    token = models.ForeignKey(
+        ApiToken,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="schedules",
+        editable=False,
+    )
+    created_by = models.CharField(max_length=255, blank=True, default="", editable=False)
     handled_until = models.DateTimeField(editable=False)
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     paused_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -112,6 +150,11 @@ class Schedule(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(priority__gte=0), name="runqueue_schedule_priority_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=(Q(run_at__isnull=True) & ~Q(cron=""))
+                | (Q(run_at__isnull=False) & Q(cron="")),
+                name="runqueue_schedule_cron_or_run_at",
             ),
         ]
         indexes = [

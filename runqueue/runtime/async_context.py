@@ -128,6 +128,43 @@ class AsyncRunContext:
         self.check()
         return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)
 
+    def schedule(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        session_id: str | None = None,
+        on_busy: str | None = None,
+        priority: int | None = None,
+        overlap: str | None = None,
+        runs_may_schedule: bool = False,
+    ) -> Coroutine[Any, Any, uuid.UUID]:
+        """``RunContext.schedule``, awaited; numbered when called."""
+        seq, recorded = self.sync._number()
+        return self._schedule(
+            seq,
+            recorded,
+            kind=kind,
+            payload=payload,
+            cron_expr=cron,
+            timezone=timezone,
+            run_at=run_at,
+            session_id=session_id,
+            on_busy=on_busy,
+            priority=priority,
+            overlap=overlap,
+            runs_may_schedule=runs_may_schedule,
+        )
+
+    async def _schedule(
+        self, seq: int, recorded: ToolInvocation | None, **options: Any
+    ) -> uuid.UUID:
+        self.check()
+        return await aio.db(self.sync._schedule_numbered, seq, recorded, **options)
+
     async def steers(self) -> list[JSON]:
         """``RunContext.steers``, awaited. Await it alone, never gathered
         with other calls: whether it takes a step is known only once it has

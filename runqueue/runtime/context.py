@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 from runqueue import budgets, leases, spawning, usage
 from runqueue.clock import db_now
@@ -49,6 +50,7 @@ from runqueue.runtime.tools import (
     respawned,
     same_tool_call,
 )
+from runqueue.schedules import owned
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
 from runqueue.turns import turn_payloads
@@ -234,6 +236,55 @@ class RunContext:
         if child is None:
             raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
         return child
+
+    def schedule(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        run_at: dt.datetime | dt.timedelta | None = None,
+        session_id: str | None = None,
+        on_busy: str | None = None,
+        priority: int | None = None,
+        overlap: str | None = None,
+        runs_may_schedule: bool = False,
+    ) -> uuid.UUID:
+        """Make a schedule in this run's tenant: ``cron`` (in ``timezone``)
+        or once at ``run_at`` (a datetime, or a timedelta from now), its
+        runs ``kind`` with ``payload``, turns of ``session_id`` if given;
+        its id (the one ``/api/schedules/<id>/`` shows). Recorded in order
+        like a tool call: a handler run again gets the same schedule back.
+        ScheduleRefused in a run a schedule started, unless that schedule
+        allows it (docs/handlers.md, "Schedules from a handler")."""
+        self.check()
+        seq, recorded = self._number()
+        return self._schedule_numbered(
+            seq,
+            recorded,
+            kind=kind,
+            payload=payload,
+            cron_expr=cron,
+            timezone=timezone,
+            run_at=run_at,
+            session_id=session_id,
+            on_busy=on_busy,
+            priority=priority,
+            overlap=overlap,
+            runs_may_schedule=runs_may_schedule,
+        )
+
+    def _schedule_numbered(
+        self, seq: int, recorded: ToolInvocation | None, **options: Any
+    ) -> uuid.UUID:
+        """``schedule`` as call ``seq``: the recorded schedule, or a new one."""
+        if recorded is not None:
+            return owned.replayed(recorded, options["kind"])
+        made = owned.create_for_run(self.lease, seq, **options)
+        if made is None:
+            raise RunCancelled(self.lease.run_id, self.lease.cancel_reason or "fenced")
+        return made
 
     def patched(self, name: str) -> bool:
         """Branch in place for a change of code: True when this run reaches

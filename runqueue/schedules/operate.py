@@ -113,6 +113,11 @@ def save_definition(schedule: Schedule) -> Schedule:
     and its next fire time follows its cron from the cursor."""
     if schedule.source == ScheduleSource.SETTINGS:
         raise ScheduleError(f"schedule {schedule.name!r} is defined in settings: edit it there")
+    if schedule.source in (ScheduleSource.API, ScheduleSource.HANDLER):
+        raise ScheduleError(
+            f"schedule {schedule.name!r} was made by its tenant: pause or delete it, "
+            "its owner makes a new one"
+        )
     if any(spec.name == schedule.name for spec in configured()):
         raise ScheduleError(f"schedule {schedule.name!r} is defined in settings, which win")
     schedule.cron = cron.validate(schedule.cron)
@@ -132,6 +137,14 @@ def define(name: str, **fields: object) -> Schedule:
     for field, value in fields.items():
         setattr(schedule, field, value)
     return save_definition(schedule)
+
+
+def next_fire(schedule: Schedule) -> dt.datetime | None:
+    """The first fire time after the schedule's cursor (None: never again):
+    a one-shot's time until it is handled, else its cron's next tick."""
+    if schedule.run_at is not None:
+        return schedule.run_at if schedule.run_at > schedule.handled_until else None
+    return cron.next_after(schedule.cron, schedule.timezone, schedule.handled_until)
 
 
 def pause(schedule_id: int, *, actor: str, reason: str) -> Schedule:
@@ -158,10 +171,10 @@ def resume(schedule_id: int, *, actor: str, reason: str = "") -> Schedule:
         now = db_now()
         schedule.paused_at = None
         schedule.paused_by = schedule.pause_reason = ""
-        schedule.handled_until = max(schedule.handled_until, now)
-        schedule.next_fire_at = cron.next_after(
-            schedule.cron, schedule.timezone, schedule.handled_until
-        )
+        if schedule.run_at is None:
+            # A one-shot keeps its cursor: its time, if it passed, fires now.
+            schedule.handled_until = max(schedule.handled_until, now)
+        schedule.next_fire_at = next_fire(schedule)
         schedule.save()
         events.record(
             events.SCHEDULE_RESUMED,
@@ -184,6 +197,8 @@ def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Submission
         principal=schedule.principal,
         priority=schedule.priority,
         max_attempts=schedule.max_attempts,
+        session_id=schedule.session_id,
+        on_busy=schedule.on_busy,
         idempotency_key=idempotency_key,
     )
     if sub.outcome == "created":

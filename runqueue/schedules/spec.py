@@ -32,6 +32,8 @@ from runqueue.schedules import cron
 from runqueue.submission_rules import check_submission
 from runqueue.types import JSON
 
+#: The names of API and handler schedules start with it (``requests.NAME_PREFIX``).
+RESERVED_PREFIX = "api:"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 MAX_CATCH_UP_LIMIT = 1000
 _KEYS = {
@@ -89,6 +91,11 @@ def check_name(name: object) -> str:
         raise ValueError(
             f"schedule name {name!r} must be 1-100 letters, digits, '.', '_', ':' or '-', "
             "starting with a letter or digit"
+        )
+    if name.startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"schedule name {name!r} starts with {RESERVED_PREFIX!r}, which names the schedules "
+            "made over the API and by handlers"
         )
     return name
 

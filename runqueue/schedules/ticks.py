@@ -21,7 +21,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from runqueue import events
 from runqueue.clock import db_now
 from runqueue.db import constraint_name
-from runqueue.errors import RunqueueError
+from runqueue.errors import ActiveRunConflict, RunqueueError, SessionQueueFull
 from runqueue.models import (
     ACTIVE_STATUSES,
     CatchUp,
@@ -32,7 +32,7 @@ from runqueue.models import (
     TickOutcome,
 )
 from runqueue.schedules import cron
-from runqueue.schedules.operate import sync_settings
+from runqueue.schedules.operate import next_fire, sync_settings
 
 logger = logging.getLogger("runqueue.schedules")
 
@@ -128,27 +128,34 @@ def fire_due(pk: int, now: dt.datetime) -> list[ScheduleTick]:
         )
         if schedule is None:
             return []  # another worker holds it, or it is no longer due
-        todo = plan(
-            expr=schedule.cron,
-            tz=schedule.timezone,
-            policy=schedule.catch_up,
-            limit=schedule.catch_up_limit,
-            after=schedule.handled_until,
-            now=now,
-        )
+        todo = _plan(schedule, now)
         ticks = [t for t in (_fire(schedule, at) for at in todo.fire) if t is not None]
         if todo.skipped_from is not None:
             _skip(schedule, todo)
         schedule.handled_until = max(schedule.handled_until, now)
-        schedule.next_fire_at = cron.next_after(
-            schedule.cron, schedule.timezone, schedule.handled_until
-        )
+        schedule.next_fire_at = next_fire(schedule)
         schedule.save(update_fields=["handled_until", "next_fire_at", "updated_at"])
         if hooks.inside_tick is not None:
             hooks.inside_tick(schedule, ticks)
     for t in ticks:
         logger.info("Schedule %s fired tick %s: run id=%s", schedule.name, t.tick_at, t.run_id)
     return ticks
+
+
+def _plan(schedule: Schedule, now: dt.datetime) -> Plan:
+    """A cron's plan; a one-shot's time fires once it is due, however late
+    (the catch-up policy is for missed ticks of a cron)."""
+    at = schedule.run_at
+    if at is not None:
+        return Plan(fire=(at,) if schedule.handled_until < at <= now else ())
+    return plan(
+        expr=schedule.cron,
+        tz=schedule.timezone,
+        policy=schedule.catch_up,
+        limit=schedule.catch_up_limit,
+        after=schedule.handled_until,
+        now=now,
+    )
 
 
 def still_active(schedule: Schedule) -> list[uuid.UUID]:
@@ -195,14 +202,25 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
         return None
     if active:  # cancel_previous: once this tick's run is committed
         transaction.on_commit(lambda: _cancel_previous(schedule.name, at, active))
-    sub = submit_in_transaction(
-        kind=schedule.kind,
-        payload=schedule.payload,
-        tenant=schedule.tenant,
-        principal=schedule.principal,
-        priority=schedule.priority,
-        max_attempts=schedule.max_attempts,
-    )
+    try:
+        with transaction.atomic():
+            sub = submit_in_transaction(
+                kind=schedule.kind,
+                payload=schedule.payload,
+                tenant=schedule.tenant,
+                principal=schedule.principal,
+                priority=schedule.priority,
+                max_attempts=schedule.max_attempts,
+                session_id=schedule.session_id,
+                on_busy=schedule.on_busy,
+            )
+    except (ActiveRunConflict, SessionQueueFull) as exc:
+        # Its session is busy and its on_busy refuses the turn: recorded,
+        # not retried at every tick (the next tick is another turn).
+        logger.info("Schedule %s skipped tick %s: %s", schedule.name, at, exc)
+        tick.outcome = TickOutcome.BUSY
+        tick.save(update_fields=["outcome"])
+        return None
     events.append(
         sub.run.id,
         events.SCHEDULE_FIRED,
