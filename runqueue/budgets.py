@@ -24,7 +24,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from runqueue import wakeups
+from runqueue import reads, wakeups
 from runqueue.cached import Cached
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
@@ -172,7 +172,7 @@ COUNT_CAP = 10_000
 
 def windows(limit: int = 200) -> list[Window]:
     """Every budget's window now, by key (at most ``limit`` budgets)."""
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         rows = execute(cursor, "budget_windows", {"cap": COUNT_CAP, "limit": limit}).fetchall()
     return [
         Window(

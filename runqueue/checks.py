@@ -233,3 +233,57 @@ def _read_committed() -> IsolationLevel:
     from psycopg import IsolationLevel
 
     return IsolationLevel.READ_COMMITTED
+
+
+ROUTER = "runqueue.routing.ReadReplicaRouter"
+
+
+@register(Tags.database)
+def check_read_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+) -> list[CheckMessage]:
+    """RUNQUEUE["READ_DATABASE"] must name a database Django knows, and its
+    router must be installed: without it the console's ORM reads would stay
+    on the primary while its raw ones went to the replica."""
+    from django.db import router
+
+    from runqueue.routing import ReadReplicaRouter
+
+    if (conf := _parsed()) is None:
+        return []  # reported as runqueue.E002
+    alias = conf.READ_DATABASE
+    if alias is None:
+        return []
+    known = list(connections)
+    if alias not in known:
+        return [
+            Error(
+                f"RUNQUEUE['READ_DATABASE'] is {alias!r}, which is not a DATABASES alias.",
+                hint="Name the DATABASES entry of a streaming replica of the default "
+                f"database; known: {', '.join(known)}.",
+                id="runqueue.E016",
+            )
+        ]
+    routers = router.routers
+    ours = [i for i, r in enumerate(routers) if isinstance(r, ReadReplicaRouter)]
+    if not ours:
+        return [
+            Error(
+                f"RUNQUEUE['READ_DATABASE'] is {alias!r}, but {ROUTER} is not in "
+                "DATABASE_ROUTERS.",
+                hint=f'Add DATABASE_ROUTERS = ["{ROUTER}", ...]: it sends the console\'s, '
+                "/metrics' and the API's reads to the replica, and nothing else.",
+                id="runqueue.E017",
+            )
+        ]
+    if ours[0] != 0:
+        return [
+            CheckWarning(
+                f"{ROUTER} is not the first of DATABASE_ROUTERS: a router before it "
+                "may send the reads of workers, the fence and submissions to a replica, "
+                "where their own writes may not be yet.",
+                hint=f"List {ROUTER} first (it routes runqueue's models only).",
+                id="runqueue.W007",
+            )
+        ]
+    return []

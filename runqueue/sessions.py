@@ -17,10 +17,10 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from runqueue import events, usage
+from runqueue import events, reads, usage
 from runqueue.errors import InvalidArgument
 from runqueue.models import Run, RunEvent, RunStatus
 from runqueue.turns import turn_payloads
@@ -109,8 +109,9 @@ def session(
     position = parse_position(before) if before is not None else None
     if session_unstorable(session_id):
         return None  # no run could have it
+    connection = reads.read_connection()  # the primary outside a read scope
     outermost = not connection.in_atomic_block
-    with transaction.atomic():
+    with transaction.atomic(using=connection.alias):
         if outermost:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

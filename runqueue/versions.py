@@ -16,10 +16,10 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from django.db import connection
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Now
 
+from runqueue import reads
 from runqueue.conf import get_settings
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -181,7 +181,7 @@ def held(cap: int) -> list[Held]:
     workers = live_handlers()
     if not workers:
         return []  # no live worker at all: the classes' cause says so
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         rows = execute(cursor, "due_by_handler", {"cap": cap}).fetchall()
     found = []
     for idx, kind, version, n, between_turns, sampled in rows:

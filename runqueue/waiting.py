@@ -17,12 +17,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runqueue import db, versions
+from runqueue import db, reads, versions
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -142,7 +141,7 @@ def budgets_held() -> list[Cause]:
     call of due runs of theirs, per class: paused, no request left, or the
     runs' tokens do not fit (one statement; ``budget_held``)."""
     params = {"cap": CAP + 1, "most": MOST}
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         rows = execute(cursor, "budget_held", params).fetchall()
     causes = []
     for (
@@ -221,7 +220,7 @@ class BudgetWindow:
 def budget_window(key: str) -> BudgetWindow | None:
     """One budget's window now; None without such a budget (its runs are
     claimed without accounting)."""
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         row = execute(cursor, "budget_window", {"key": key}).fetchone()
     if row is None:
         return None
@@ -318,7 +317,7 @@ def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
     each counted up to ``cap + 1`` through the waiting index. They hold no
     slot and no lease."""
     params = {"reasons": list(WaitReason.values), "cap": cap + 1}
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         return dict(execute(cursor, "waiting_by_reason", params).fetchall())
 
 

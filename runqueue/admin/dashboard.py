@@ -19,7 +19,6 @@ from typing import Any
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
-from django.db import connection
 from django.db.models import (
     Aggregate,
     CharField,
@@ -38,7 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import budgets, versions, waiting
+from runqueue import budgets, reads, versions, waiting
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.conf import get_settings
@@ -126,7 +125,7 @@ def class_stats() -> list[ClassStats]:
     )
     for oldest in due:
         stats[oldest["ci"]].oldest_due = display.duration(oldest["oldest"])
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:
         window = {"window_seconds": WINDOW.total_seconds()}
         latency = execute(cursor, "claim_latency", window).fetchall()
     for ci, n, p50, p99 in latency:

@@ -73,6 +73,7 @@ class InboundEventAdmin(NoBulkDelete, GuardedAdmin):
     """Read-only: an event is what another system sent."""
 
     list_display = ("name", "key", "tenant", "received_at", "runs_started")
+    replica_pages = ("changelist",)
     list_filter = ("name", "tenant")
     search_fields = ("=name", "=key")
     ordering = ("-id",)

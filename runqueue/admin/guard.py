@@ -38,6 +38,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, get_resolver
 
+from runqueue import reads
 from runqueue.sql import without_jit
 from runqueue.validation import json_problem
 
@@ -60,8 +61,12 @@ def problems(request: HttpRequest) -> list[tuple[str, str]]:
     return found
 
 
-def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """The view, behind the query-string and path-value checks."""
+def guarded(
+    view: Callable[..., HttpResponse], *, replica: bool = False
+) -> Callable[..., HttpResponse]:
+    """The view, behind the query-string and path-value checks; with
+    ``replica``, a page whose reads may go to RUNQUEUE["READ_DATABASE"]
+    (``runqueue.reads``)."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -72,7 +77,11 @@ def guarded(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         if not refused:
             try:
                 if request.method not in ("GET", "HEAD"):
-                    return view(request, *args, **kwargs)
+                    response = view(request, *args, **kwargs)
+                    reads.remember_write(request)
+                    return response
+                if replica:
+                    return replica_read(view, request, *args, **kwargs)
                 return read(view, request, *args, **kwargs)
             except PermissionDenied as exc:
                 return refusal(request, exc)
@@ -94,11 +103,23 @@ def read(
     compiled first) and rendered inside that transaction, where a template
     response runs its queries. Forms posted and actions keep their own
     transactions."""
-    with without_jit():
+    with without_jit(reads.read_alias()):
         response = view(request, *args, **kwargs)
         if isinstance(response, TemplateResponse) and not response.is_rendered:
             response.render()
     return response
+
+
+def replica_read(
+    view: Callable[..., HttpResponse], request: HttpRequest, *args: Any, **kwargs: Any
+) -> HttpResponse:
+    """``read`` from the replica, when one is set and fresh enough (and has
+    replayed this staff member's last write); a page past
+    READ_LAG_WARNING_SECONDS behind says how far."""
+    with reads.for_request(request) as source:
+        if (notice := source.notice()) is not None:
+            messages.warning(request, notice, fail_silently=True)
+        return read(view, request, *args, **kwargs)
 
 
 def refusal(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
@@ -179,10 +200,19 @@ class GuardedAdmin(admin.ModelAdmin):
     """A ModelAdmin whose every URL (its own and those subclasses add) is
     guarded, and whose forms refuse unstorable values with a form error."""
 
+    #: Pages (URL name suffixes: "changelist") that only list, whose reads
+    #: may go to a replica; the rest (a run's page, its actions) read the
+    #: primary.
+    replica_pages: tuple[str, ...] = ()
+
     @property
     def urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}_"
+        replica = {prefix + page for page in self.replica_pages}
         return [
-            URLPattern(p.pattern, guarded(p.callback), p.default_args, p.name)
+            URLPattern(
+                p.pattern, guarded(p.callback, replica=p.name in replica), p.default_args, p.name
+            )
             for p in self.get_urls()
         ]
 

@@ -128,6 +128,9 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         "tenant_display",
     ]
     list_display_links = ["short_id"]
+    # Lists read the replica when one is set; a run's page, whose actions
+    # need the run as it is now, reads the primary.
+    replica_pages = ("changelist", "dashboard", "session")
     change_form_template = "admin/runqueue/run/change_form.html"
     list_filter = [
         "status",

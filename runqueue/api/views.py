@@ -27,7 +27,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, events_in, leases, sessions, submission
+from runqueue import events, events_in, leases, reads, sessions, submission
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -69,11 +69,14 @@ logger = logging.getLogger("runqueue.api")
 View = Callable[..., HttpResponseBase]
 
 
-def api_view(*methods: str) -> Callable[[View], View]:
+def api_view(*methods: str, replica: bool = False) -> Callable[[View], View]:
     """Method check, authentication and problem+json for every error.
 
     CSRF is checked in ``authenticate`` for session callers only, so the view
     itself is exempt from the middleware (bearer callers carry no cookie).
+    With ``replica`` the view's reads may go to RUNQUEUE["READ_DATABASE"]
+    (``from_replica``); the token is verified on the primary either way, so
+    a revoked token is refused at once.
     """
 
     def decorate(view: View) -> View:
@@ -87,7 +90,10 @@ def api_view(*methods: str) -> Callable[[View], View]:
                         f"Use {' or '.join(methods)}.",
                         headers={"Allow": ", ".join(methods)},
                     )
-                return view(request, authenticate(request), **kwargs)
+                caller = authenticate(request)
+                if replica:
+                    return from_replica(view, request, caller, kwargs)
+                return view(request, caller, **kwargs)
             except ApiError as exc:
                 return exc.render(request)
             except OperationalError:
@@ -106,6 +112,27 @@ def api_view(*methods: str) -> Callable[[View], View]:
         return wrapper
 
     return decorate
+
+
+def from_replica(
+    view: View, request: HttpRequest, caller: Caller, kwargs: dict[str, str]
+) -> HttpResponseBase:
+    """The view read from the replica (``runqueue.reads``), its answer
+    saying how far behind past READ_LAG_WARNING_SECONDS; read again from
+    the primary when the replica has no such run or session yet: a client
+    reading what it has just submitted. A replica lost mid-read: the
+    primary too."""
+    with reads.replica_reads() as source:
+        try:
+            return reads.mark(view(request, caller, **kwargs), source)
+        except ApiError as exc:
+            if not source.replica or exc.slug != "not-found":
+                raise
+        except OperationalError:
+            if not source.replica:
+                raise
+            logger.warning("Replica read failed request=%s", request_id(request), exc_info=True)
+    return view(request, caller, **kwargs)
 
 
 def _run_or_404(caller: Caller, run_id: str) -> Run:
@@ -161,10 +188,12 @@ def _body_at_one_moment(run: Run) -> RunBody:
 
 @api_view("GET")
 def get_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """GET /runs/{id}/: on the primary always. It is where ``Location``
+    points after a submit, an answer or a cancel: a client reads its own write."""
     return JsonResponse(run_body(_run_or_404(caller, run_id)))
 
 
-@api_view("GET")
+@api_view("GET", replica=True)
 def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
     """A page of the run's events, oldest first; ``next`` continues after the last."""
     run = _run_or_404(caller, run_id)
@@ -374,7 +403,7 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     return response
 
 
-@api_view("GET")
+@api_view("GET", replica=True)
 def run_steps(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
     """A page of the run's recorded steps in order (model requests, tool
     calls with their approvals, spawns); ``next`` continues after the last."""
@@ -491,7 +520,7 @@ def receive_event(request: HttpRequest, caller: Caller, name: str) -> HttpRespon
     return response
 
 
-@api_view("GET")
+@api_view("GET", replica=True)
 def get_session(request: HttpRequest, caller: Caller, session_id: str) -> HttpResponse:
     """A session of the caller's tenant (``runqueue.session``): its newest
     turns (``limit``) or those before ``before`` (the cursor in the previous

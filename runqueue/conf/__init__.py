@@ -63,6 +63,9 @@ class Settings:
     MAX_PAYLOAD_BYTES: int
     NOTIFY_CHANNEL: str
     LISTEN_DATABASE: str | None
+    READ_DATABASE: str | None
+    READ_LAG_WARNING_SECONDS: float
+    READ_MAX_LAG_SECONDS: float | None
     PREPARED_STATEMENTS: bool | None
     POOLER: str | None
     POOLER_TRACKS_PREPARED: bool

@@ -157,6 +157,32 @@ SETTINGS: tuple[Setting, ...] = (
         checks=("runqueue.E004", "runqueue.W005"),
     ),
     Setting(
+        name="READ_DATABASE",
+        kind=v.DATABASE_ALIAS,
+        default=None,
+        doc="the `DATABASES` alias of a replica the console's lists and dashboard, `/metrics` "
+        "and the API's event, step and session reads read from (with "
+        "`runqueue.routing.ReadReplicaRouter` in `DATABASE_ROUTERS`); `None`: the primary",
+        section=DATABASE,
+        checks=("runqueue.E016", "runqueue.E017", "runqueue.W007"),
+    ),
+    Setting(
+        name="READ_LAG_WARNING_SECONDS",
+        kind=v.number(),
+        default=5.0,
+        doc="a read from the replica this far behind (or more) says so: a notice on the "
+        "console's page, a `Runqueue-Read-Lag` header on the API's and `/metrics`' answers",
+        section=DATABASE,
+    ),
+    Setting(
+        name="READ_MAX_LAG_SECONDS",
+        kind=v.number(none=True),
+        default=60.0,
+        doc="past this lag (or an unknown one) reads go to the primary instead of the "
+        "replica (`None`: never, however far behind)",
+        section=DATABASE,
+    ),
+    Setting(
         name="PREPARED_STATEMENTS",
         kind=v.MAYBE_BOOLEAN,
         default=None,

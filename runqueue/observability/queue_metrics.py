@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runqueue import budgets, waiting
+from runqueue import budgets, reads, waiting
 from runqueue.conf import get_settings
 from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
 from runqueue.sql import execute, without_jit
@@ -66,7 +66,8 @@ def bounded_reads() -> Iterator[CursorWrapper]:
     parameters, stale statistics) it would otherwise build a bitmap of every
     matching run, or read every queued run of a class and sort them to find
     the first ``HEAD``: reads that grow with the table."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    connection = reads.read_connection()  # the replica's in a read scope
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         for name in ("enable_sort", "enable_bitmapscan"):
             execute(cursor, "set_config", {"name": name, "value": "off"})
         yield cursor
@@ -156,6 +157,13 @@ class QueueCollector(Collector):
         yield from why_waiting()
         yield from budget_gauges()
         yield waiting_runs()
+        if (source := reads.current()) is not None and source.replica:
+            yield GaugeMetricFamily(
+                "runqueue_read_lag_seconds",
+                "How far behind the primary the replica these figures were read from "
+                "was (RUNQUEUE['READ_DATABASE']; NaN: unknown). Absent: read from the primary.",
+                value=float("nan") if source.lag is None else source.lag,
+            )
 
 
 def budget_gauges() -> Iterator[Metric]:
@@ -260,8 +268,9 @@ def view(request: HttpRequest) -> HttpResponse:
             response["WWW-Authenticate"] = 'Bearer realm="runqueue-metrics"'
             return response
     try:
-        with without_jit():
+        with reads.replica_reads() as source, without_jit(source.alias):
             body = generate_latest(registry)
     except DatabaseError:
         return HttpResponse("the database is unavailable\n", status=503)
-    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    return reads.mark(response, source)

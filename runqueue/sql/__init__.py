@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 import psycopg
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -218,7 +218,7 @@ def json_rows(rows: Iterable[tuple[list[object], tuple[str, ...]]]) -> str:
 
 
 @contextmanager
-def without_jit() -> Iterator[None]:
+def without_jit(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     """A transaction whose statements are planned without JIT compilation.
 
     Over months of partitioned history a read that touches every partition
@@ -227,10 +227,11 @@ def without_jit() -> Iterator[None]:
     it first: hundreds of milliseconds for a read that runs in a few. The
     console and ``/metrics`` read in one of these; the setting is the
     transaction's (``SET LOCAL``), so it leaves the project's other
-    queries, and a pooler's server connection, as they were.
+    queries, and a pooler's server connection, as they were. ``using``: the
+    database the reads go to (a replica's, ``runqueue.reads``).
     """
-    with transaction.atomic():
-        set_config(connection, "jit", "off")
+    with transaction.atomic(using=using):
+        set_config(connections[using], "jit", "off")
         yield
 
 
