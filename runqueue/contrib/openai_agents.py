@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import inspect
 import json
 import threading
 import uuid
@@ -42,7 +43,7 @@ try:
     from agents.items import ItemHelpers, ModelResponse, TResponseInputItem
     from agents.memory.session import SessionABC
     from agents.models.interface import Model, ModelTracing
-    from agents.run_config import ToolExecutionConfig
+    from agents.run_config import CallModelData, ModelInputData, ToolExecutionConfig
     from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, FunctionTool
     from agents.usage import Usage
     from openai.types.responses import (
@@ -101,6 +102,13 @@ class _Durable:
     idempotent: frozenset[str]
     #: Text deltas go to the run's stream (``run_streamed``, outermost agent only).
     stream: bool = False
+    #: How a steering message reads as the user's words (None: not read).
+    steer: Callable[[JSON], str] | None = steps.steer_text
+    #: The server keeps the conversation (``previous_response_id``,
+    #: ``conversation_id``): a steer is sent once, not with every request.
+    server_managed: bool = False
+    #: The steers this run took: (where in the SDK's input, the items).
+    steered: list[tuple[int, list[TResponseInputItem]]] = dataclasses.field(default_factory=list)
 
 
 _ACTIVE: ContextVar[_Durable | None] = ContextVar("runqueue_openai_agents", default=None)
@@ -124,9 +132,12 @@ def idempotency_key() -> str | None:
 class Runner:
     """``agents.Runner`` for a runqueue handler: the same arguments, plus
     ``ctx`` (the handler's context), ``idempotent`` (names of the tools safe
-    to run again after a crash; the rest are non-idempotent) and ``session``
+    to run again after a crash; the rest are non-idempotent), ``session``
     (default: the run's ``session_id`` as the conversation, a
-    ``RunqueueSession``; None for none)."""
+    ``RunqueueSession``; None for none) and ``steer`` (how a message sent
+    to steer the turn, ``on_busy="steer"``, reads as the user's words, given
+    to the agent before its next model request; ``steps.steer_text`` by
+    default, None to leave such messages for the session's next turn)."""
 
     @classmethod
     async def run(
@@ -138,17 +149,18 @@ class Runner:
         idempotent: Collection[str] = (),
         session: Any = "run",
         run_config: RunConfig | None = None,
+        steer: Callable[[JSON], str] | None = steps.steer_text,
         **kwargs: Any,
     ) -> RunResult:
         """Run the agent as steps of the run (an async handler, or any code on
         runqueue's loop)."""
-        durable = _begin(ctx, idempotent, stream=False)
+        durable = _begin(ctx, idempotent, stream=False, steer=steer, kwargs=kwargs)
         with _active(durable):
             return await agents.Runner.run(
                 starting_agent,
                 input,
                 session=_session(durable.ctx, session),
-                run_config=_config(run_config),
+                run_config=_config(run_config, durable),
                 **kwargs,
             )
 
@@ -181,19 +193,20 @@ class Runner:
         idempotent: Collection[str] = (),
         session: Any = "run",
         run_config: RunConfig | None = None,
+        steer: Callable[[JSON], str] | None = steps.steer_text,
         **kwargs: Any,
     ) -> RunResultStreaming:
         """``agents.Runner.run_streamed`` as steps of the run: the text deltas
         of the outermost agent's responses go to ``ctx.stream`` as they
         arrive, the final response to the step's record. Iterate
         ``stream_events()`` (on runqueue's loop) to drive it."""
-        durable = _begin(ctx, idempotent, stream=True)
+        durable = _begin(ctx, idempotent, stream=True, steer=steer, kwargs=kwargs)
         with _active(durable):  # the SDK's task copies the context here
             return agents.Runner.run_streamed(
                 starting_agent,
                 input,
                 session=_session(durable.ctx, session),
-                run_config=_config(run_config),
+                run_config=_config(run_config, durable),
                 **kwargs,
             )
 
@@ -208,12 +221,26 @@ async def _drained(
 
 
 def _begin(
-    ctx: RunContext | AsyncRunContext, idempotent: Collection[str], stream: bool
+    ctx: RunContext | AsyncRunContext,
+    idempotent: Collection[str],
+    stream: bool,
+    steer: Callable[[JSON], str] | None,
+    kwargs: dict[str, Any],
 ) -> _Durable:
     install()
     if isinstance(idempotent, str):
         raise TypeError("idempotent takes a collection of tool names, not one string")
-    return _Durable(ctx=steps.as_async(ctx), idempotent=frozenset(idempotent), stream=stream)
+    server_managed = any(
+        kwargs.get(name)
+        for name in ("previous_response_id", "conversation_id", "auto_previous_response_id")
+    )
+    return _Durable(
+        ctx=steps.as_async(ctx),
+        idempotent=frozenset(idempotent),
+        stream=stream,
+        steer=steer,
+        server_managed=server_managed,
+    )
 
 
 @contextlib.contextmanager
@@ -225,12 +252,15 @@ def _active(durable: _Durable) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def _config(given: RunConfig | dict[str, Any] | None) -> RunConfig:
+def _config(given: RunConfig | dict[str, Any] | None, durable: _Durable) -> RunConfig:
     """The caller's RunConfig with function tools run one at a time, in the
     order the model asked for them: each call's step number then follows
     from the model's response alone, so a replay numbers them the same
     (calls run together would be numbered in the order they happen to start,
-    and an agent used as a tool interleave its steps with its siblings')."""
+    and an agent used as a tool interleave its steps with its siblings');
+    and, when the run reads steers, its ``call_model_input_filter`` (the
+    SDK's hook right before each model call) with the steers put in first
+    (``_steered_input``)."""
     run_config: RunConfig
     if given is None:
         run_config = RunConfig()
@@ -239,10 +269,53 @@ def _config(given: RunConfig | dict[str, Any] | None) -> RunConfig:
     else:
         run_config = given
     execution = run_config.tool_execution or ToolExecutionConfig()
-    return dataclasses.replace(
+    run_config = dataclasses.replace(
         run_config,
         tool_execution=dataclasses.replace(execution, max_function_tool_concurrency=1),
     )
+    if durable.steer is None:
+        return run_config
+    given_filter = run_config.call_model_input_filter
+
+    async def steered(data: CallModelData[Any]) -> ModelInputData:
+        data.model_data = await _steered_input(durable, data.model_data)
+        if given_filter is None:
+            return data.model_data
+        filtered = given_filter(data)
+        return await filtered if inspect.isawaitable(filtered) else filtered
+
+    return dataclasses.replace(run_config, call_model_input_filter=steered)
+
+
+async def _steered_input(durable: _Durable, model_data: ModelInputData) -> ModelInputData:
+    """The input of the next model request with the steers in it: those
+    read now (``ctx.steers()``, a step, so a replay reads the same ones at
+    the same point) as user messages at its end, and those read before
+    where they were read (the SDK builds each request's input from the run's
+    items, which hold no steer: they are put back each time, so the
+    conversation keeps them, each once). An agent running as another's tool
+    reads none: its caller's requests do."""
+    if _ACTIVE.get() is not durable or durable.steer is None:
+        return model_data
+    given = list(model_data.input)
+    taken = await durable.ctx.steers()
+    if taken:
+        to_text = durable.steer
+        items: list[TResponseInputItem] = [
+            {"role": "user", "content": to_text(payload)} for payload in taken
+        ]
+        durable.steered.append((len(given), items))
+    groups = durable.steered
+    if durable.server_managed:  # the server holds those sent with earlier requests
+        groups = groups[-1:] if taken else []
+    out: list[TResponseInputItem] = []
+    at = 0
+    for anchor, items in groups:
+        anchor = min(max(anchor, at), len(given))  # a handoff's filter may shorten it
+        out += [*given[at:anchor], *items]
+        at = anchor
+    out += given[at:]
+    return ModelInputData(input=out, instructions=model_data.instructions)
 
 
 def _session(ctx: AsyncRunContext, session: Any) -> Any:

@@ -54,7 +54,7 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     ToolsetCallToolId,
 )
-from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import RunContext as AgentRunContext
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
@@ -305,16 +305,37 @@ class RunqueueDurability(BaseDurabilityCapability[Any]):
         *,
         idempotent: Iterable[str] = (),
         approval: Mapping[str, bool | Callable[[dict[str, JSON]], bool]] | None = None,
+        steer: Callable[[JSON], str] | None = steps.steer_text,
         event_stream_handler: Any = None,
         name: str | None = None,
     ) -> None:
         super().__init__(event_stream_handler=event_stream_handler, name=name)
         self._idempotent = frozenset(idempotent)
         self._approval = dict(approval or {})
+        self._steer = steer
 
     @property
     def in_durable_context(self) -> bool:
         return _current.get() is not None
+
+    async def before_model_request(
+        self, ctx: AgentRunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Before each model request, the messages sent to steer the turn
+        (``ctx.steers()``, itself a step, so a replay gets the same ones at
+        the same point) as a user request enqueued into it: pydantic-ai's
+        way to add a message the model sees now and that stays in the
+        conversation. The request's hash then covers them."""
+        request_context = await super().before_model_request(ctx, request_context)
+        durable = _current.get()
+        if durable is None or self._steer is None:
+            return request_context
+        taken = await durable.steers()
+        if taken:
+            to_text = self._steer
+            parts = [messages.UserPromptPart(to_text(payload)) for payload in taken]
+            ctx.enqueue(messages.ModelRequest(parts=parts))
+        return request_context
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[Any]:
         return _Backend(
@@ -384,7 +405,11 @@ class RunqueueAgent:
     ``approval``: tool name to ``True`` or a function of the call's
     arguments, for tools a person approves first (``ctx.invoke_tool``'s
     ``approval``). Both can also be declared on a tool
-    (``metadata=tool_metadata(...)``).
+    (``metadata=tool_metadata(...)``). ``steer``: how a message sent to
+    steer the turn (``on_busy="steer"``) reads as the user's words, which
+    the agent is given before its next model request
+    (``steps.steer_text`` by default); None to leave such messages for the
+    session's next turn.
     """
 
     def __init__(
@@ -393,11 +418,13 @@ class RunqueueAgent:
         *,
         idempotent: Iterable[str] = (),
         approval: Mapping[str, bool | Callable[[dict[str, JSON]], bool]] | None = None,
+        steer: Callable[[JSON], str] | None = steps.steer_text,
         name: str | None = None,
     ) -> None:
         self.agent = agent
         self.idempotent = frozenset(idempotent)
         self.approval = dict(approval or {})
+        self.steer = steer
         self.name = name or agent.name or "agent"
         for toolset in agent.toolsets:
             toolset.apply(_send_idempotency_keys)
@@ -406,6 +433,7 @@ class RunqueueAgent:
         return RunqueueDurability(
             idempotent=self.idempotent,
             approval=self.approval,
+            steer=self.steer,
             event_stream_handler=_stream_text if stream else None,
             name=self.name,
         )

@@ -15,6 +15,7 @@ and pays for it; a replay pays nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,8 @@ from runqueue.types import JSON
 #: The ``kind`` of a model step's result.
 MODEL_RESPONSE = "model_response"
 _NAME_MAX = 255
+#: The members a steering message's text may be in (``steer_text``).
+_TEXT_KEYS = ("text", "prompt", "message", "content")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +59,20 @@ class ModelResponse:
             "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
             "raw": self.raw,
         }
+
+
+def steer_text(payload: JSON) -> str:
+    """A message sent to steer a turn (``on_busy="steer"``) as the user's
+    words to the model: text as it is, the text of an object with one
+    text member of the usual names (``text``, ``prompt``, ``message``,
+    ``content``), else its JSON."""
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, dict):
+        texts = [payload[k] for k in _TEXT_KEYS if isinstance(payload.get(k), str)]
+        if len(texts) == 1:
+            return str(texts[0])
+    return json.dumps(payload)
 
 
 def step_name(model: str) -> str:

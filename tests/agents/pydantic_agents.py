@@ -20,6 +20,7 @@ from pydantic_ai.messages import (  # noqa: E402
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel  # noqa: E402
 from pydantic_ai.usage import RequestUsage  # noqa: E402
@@ -28,10 +29,17 @@ import runqueue  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent  # noqa: E402
 
 MODEL = "m-agent"
+#: The session the steering tests' turns run in.
+SESSION = "pai-chat"
 #: Each model request the scripted model answered: how many tool results it had seen.
 MODEL_CALLS: list[int] = []
 #: Each tool run: (tool, argument).
 TOOL_CALLS: list[tuple[str, int]] = []
+#: Each model request's user prompts, in the order the request holds them.
+PROMPTS: list[list[str]] = []
+#: Tool name to messages a tool submits to steer its run's session (each
+#: ``on_busy="steer"``) as it runs: a person writing while the agent works.
+STEER_IN: dict[str, list[str]] = {}
 #: Tools that die (a BaseException standing in for the worker's death) right
 #: after their side effect, before it is recorded.
 DIE_IN: set[str] = set()
@@ -43,6 +51,8 @@ class Died(BaseException):  # noqa: N818 - not an error: a process death
 
 def _effect(tool: str, order: int) -> None:
     TOOL_CALLS.append((tool, order))
+    for text in STEER_IN.pop(tool, []):
+        steer(text)
     if tool in DIE_IN:
         DIE_IN.discard(tool)
         raise Died
@@ -68,8 +78,32 @@ def _step(messages: list[ModelMessage]) -> tuple[str, Any]:
     return "say", f"refund of order 7: {seen[1].content}"
 
 
+def steer(text: str) -> None:
+    """Send ``text`` to steer the session's running turn (from a tool's thread)."""
+    from django.db import connection
+
+    try:
+        sent = runqueue.submit(
+            kind="pai.steered", session_id=SESSION, payload={"text": text}, on_busy="steer"
+        )
+        assert sent.outcome == "steered", sent.outcome
+    finally:
+        connection.close()  # the thread's own connection, not left open
+
+
+def prompts(messages: list[ModelMessage]) -> list[str]:
+    return [
+        str(part.content)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
+
+
 def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     MODEL_CALLS.append(len(_returns(messages)))
+    PROMPTS.append(prompts(messages))
     what, detail = _step(messages)
     usage = RequestUsage(input_tokens=100 * (1 + MODEL_CALLS[-1]), output_tokens=10)
     if what == "call":
@@ -124,6 +158,12 @@ async def async_turn(ctx: Any) -> str:
     return result.output
 
 
+@runqueue.handler("pai.steered")
+async def steered_turn(ctx: Any) -> str:
+    result = await durable.run(ctx.payload["text"], ctx=ctx)
+    return result.output
+
+
 @runqueue.handler("pai.stream")
 async def stream_turn(ctx: Any) -> str:
     result = await durable.run(ctx.payload["prompt"], ctx=ctx, stream=True)
@@ -134,3 +174,5 @@ def reset() -> None:
     MODEL_CALLS.clear()
     TOOL_CALLS.clear()
     DIE_IN.clear()
+    PROMPTS.clear()
+    STEER_IN.clear()

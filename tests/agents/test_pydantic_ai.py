@@ -310,3 +310,107 @@ def test_the_docs_conversion_runs_as_written() -> None:
     assert testing.execute(_claim()) == "succeeded"
     assert Run.objects.get(id=run.id).result == "refund of order 7: refunded"
     assert refunds == [7]
+
+
+# --- Steering a running agent (on_busy="steer") ----------------------------------
+
+PROMPT = "refund order 7"
+#: A steered run's steps: the steer is read before the request after the lookup.
+STEERED = [*STEPS[:2], (leases.STEERS_TOOL, "completed"), *STEPS[2:]]
+
+
+def _steered_turn() -> Run:
+    return runqueue.submit(
+        kind="pai.steered", session_id=agents.SESSION, payload={"text": PROMPT}
+    ).run
+
+
+def _steers_of(run_id: Any) -> list[Any]:
+    records = ToolInvocation.objects.filter(run_id=run_id, tool=leases.STEERS_TOOL)
+    return [r.result["payloads"] for r in records.order_by("seq")]
+
+
+def _session_idle() -> None:
+    """Every steer was taken: nothing of the session is left to run."""
+    left = Run.objects.filter(session_id=agents.SESSION).exclude(
+        status__in=[RunStatus.SUCCEEDED, RunStatus.CANCELLED]
+    )
+    assert list(left.values_list("payload", "status")) == []
+
+
+def test_a_steer_sent_while_a_tool_runs_reaches_the_next_model_request_once() -> None:
+    run = _steered_turn()
+    agents.STEER_IN["lookup_order"] = ["make it quick"]
+    assert testing.execute(_claim()) == "succeeded"
+    assert agents.PROMPTS == [
+        [PROMPT],
+        [PROMPT, "make it quick"],  # the request after the tool that ran while it came
+        [PROMPT, "make it quick"],  # it stays in the conversation, once
+    ]
+    assert _steps(run.id) == STEERED
+    assert _steers_of(run.id) == [[{"text": "make it quick"}]]
+    steer = Run.objects.get(session_id=agents.SESSION, payload={"text": "make it quick"})
+    assert steer.status == RunStatus.CANCELLED
+    assert EventLog.objects.get(run_id=steer.id, type="run.cancelled").data["reason"] == "steered"
+    _session_idle()
+
+
+def test_without_steering_the_message_is_the_session_s_next_turn() -> None:
+    run = _steered_turn()
+    agents.STEER_IN["lookup_order"] = ["make it quick"]
+    quiet = RunqueueAgent(agents.agent, idempotent={"lookup_order"}, steer=None)
+
+    @runqueue.handler("pai.unsteered")
+    async def unsteered(ctx: Any) -> str:
+        return (await quiet.run(ctx.payload["text"], ctx=ctx)).output
+
+    Run.objects.filter(id=run.id).update(kind="pai.unsteered")
+    assert testing.execute(_claim()) == "succeeded"
+    assert agents.PROMPTS == [[PROMPT]] * 3
+    assert _steps(run.id) == STEPS
+    nxt = Run.objects.get(session_id=agents.SESSION, payload={"text": "make it quick"})
+    assert nxt.status == RunStatus.QUEUED  # never lost: it runs next
+
+
+@pytest.mark.parametrize("crash", ["after-the-steer-was-read", "after-the-request-it-went-in"])
+def test_a_worker_lost_after_a_steer_was_read_replays_it_once_and_loses_none(
+    crash: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay gives the model the same messages at the same point (the
+    replayed request's hash matches its record); a message sent meanwhile
+    and one sent during the retry each arrive once, after it, in order."""
+    run = _steered_turn()
+    agents.STEER_IN["lookup_order"] = ["A"]
+    with monkeypatch.context() as patch:
+        if crash == "after-the-steer-was-read":
+            taken = leases.take_steers
+
+            def take_then_die(*args: Any, **kwargs: Any) -> Any:
+                taken(*args, **kwargs)
+                raise _Crash
+
+            patch.setattr(leases, "take_steers", take_then_die)
+            sent_first = [[PROMPT]]
+        else:
+            _crash_after_outcomes(patch, 3)  # model, lookup, model (the steer with it)
+            sent_first = [[PROMPT], [PROMPT, "A"]]
+        _run_crashing(run.id)
+    assert agents.PROMPTS == sent_first
+    assert _steers_of(run.id) == [[{"text": "A"}]]
+    agents.PROMPTS.clear()
+    recorded = list(
+        ToolInvocation.objects.filter(run_id=run.id, tool="model:m-agent").values_list(
+            "arguments", flat=True
+        )
+    )
+    agents.steer("B")  # while the run waits for its retry
+    agents.STEER_IN["refund"] = ["C"]  # while the retry runs
+    assert testing.execute(_claim()) == "succeeded"
+    resent = [[PROMPT, "A"]] if crash == "after-the-steer-was-read" else []
+    assert agents.PROMPTS == [*resent, [PROMPT, "A", "B", "C"]]
+    assert _steps(run.id) == [*STEERED[:5], (leases.STEERS_TOOL, "completed"), STEERED[5]]
+    assert _steers_of(run.id) == [[{"text": "A"}], [{"text": "B"}, {"text": "C"}]]
+    again = ToolInvocation.objects.filter(run_id=run.id, tool="model:m-agent").order_by("seq")
+    assert list(again.values_list("arguments", flat=True))[: len(recorded)] == recorded
+    assert agents.TOOL_CALLS == [("lookup_order", 7), ("refund", 7)]
+    _session_idle()

@@ -6,7 +6,10 @@ of a dead letter, retention passes with the clock moved past every day, forks
 of finished runs from any recorded step, model calls' usage under a spend cap,
 a rolling deploy: workers of an old and a new handler version, and agent
 steps: tool calls that wait for a person's approval, decided (approve, edit,
-reject, respond) early, late, twice or by their deadline) against
+reject, respond) early, late, twice or by their deadline; and conversations:
+messages written to a session under every ``on_busy``, steers a running turn
+reads at a ``steers`` step, debounced and latest ones, with each message
+seen by one handler once and in order, or ended with its reason) against
 real PostgreSQL, with the run tree's invariants checked against the database
 after every step (docs/decisions.md, "Rules a run-tree feature keeps").
 
@@ -41,7 +44,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.db import connection
-from django.db.models import Count, F
+from django.db.models import Count, F, Min
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -68,6 +71,7 @@ from runqueue.errors import (
 )
 from runqueue.models import EventLog, Idempotency, Run, RunStatus, ToolInvocation
 from runqueue.registry import Served
+from runqueue.turns import turn_payloads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -95,6 +99,9 @@ VERSION_BREAKS: list[tuple[str, str]] = []
 #: Calls of a tool that needed approval, by its idempotency key ("run:seq"):
 #: the arguments each call ran with.
 APPROVED_CALLS: dict[str, list[dict[str, Any]]] = {}
+#: What a program's ``steers`` step read, by (run, pc): a replay must read
+#: the same messages there as the attempt that took them.
+STEER_READS: dict[tuple[str, int], list[int]] = {}
 #: What the rules reached, over every example: forks made, runs moved to a
 #: new version between turns, trees ended by their spend cap, retention
 #: passes that kept a finished run for its tree.
@@ -173,6 +180,21 @@ def _check_approved(run_id: str, outcome: runtime.ToolOutcome, pc: int) -> None:
     got = {"status": outcome.status, "value": outcome.value}
     if got != want:
         MISMATCHES.append((run_id, pc, 0, f"approval {decision} gave {got}"))
+
+
+def _saw_steers(ctx: Any, pc: int, got: list[Any]) -> None:
+    """A ``steers`` step's messages: the same at the same point on every
+    attempt once an attempt took some (one that found none records nothing,
+    so a retry may find some there)."""
+    msgs = [p.get("msg") for p in got if isinstance(p, dict)]
+    key = (str(ctx.run.id), pc)
+    first = STEER_READS.setdefault(key, msgs)
+    if first and first != msgs:
+        MISMATCHES.append((key[0], pc, 0, f"steers read {msgs}, first {first}"))
+    elif not first:
+        STEER_READS[key] = msgs
+    if msgs:
+        REACHED["steers read"] += 1
 
 
 def _child_payload(run_id: str, pc: int, j: int, child: dict[str, Any]) -> dict[str, Any]:
@@ -280,6 +302,8 @@ def model_sync(ctx: runtime.RunContext) -> Any:
         elif op["op"] == "approve":
             out = ctx.invoke_tool(f"a{pc}", _approved_tool, **_approval(op, who, pc))
             _check_approved(who, out, pc)
+        elif op["op"] == "steers":
+            _saw_steers(ctx, pc, ctx.steers())
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
@@ -335,6 +359,8 @@ async def model_async(ctx: runtime.AsyncRunContext) -> Any:
         elif op["op"] == "approve":
             out = await ctx.invoke_tool(f"a{pc}", _approved_tool, **_approval(op, who, pc))
             _check_approved(who, out, pc)
+        elif op["op"] == "steers":
+            _saw_steers(ctx, pc, await ctx.steers())
         elif (end := _turn_end(ctx, op, pc)) is not None:
             return end
         _raise_once(ctx.run.id, op, pc)
@@ -360,6 +386,7 @@ _LEAF_STEPS = st.one_of(
     st.builds(lambda n: {"op": "usage", "n": n}, st.integers(1, 2)),
     st.just({"op": "fail"}),
     st.just({"op": "transient"}),
+    st.just({"op": "steers"}),
     st.builds(
         lambda i, t, o: {"op": "approve", "idempotent": i, "timeout": t, "on_timeout": o},
         st.booleans(),
@@ -437,6 +464,16 @@ class RunTree(RuleBasedStateMachine):
         CAP_LEAKS.clear()
         VERSION_BREAKS.clear()
         APPROVED_CALLS.clear()
+        STEER_READS.clear()
+        #: Every message written to a session, by number (submission
+        #: order): its session, policy and outcome ("refused" if refused).
+        self.messages: dict[int, dict[str, Any]] = {}
+        #: Where each message went, as found in the database after each
+        #: step (retention drops finished runs later): delivery -> position
+        #: (the event id it was seen at) and channel; and the reasons the
+        #: messages that went nowhere ended with.
+        self.delivered: dict[int, dict[tuple[Any, ...], tuple[int, int]]] = {}
+        self.ended: dict[int, str] = {}
         #: How many runs are in each status after the last step: rules that
         #: need a run of some status are enabled only when there is one.
         self.statuses: dict[str, int] = {}
@@ -471,17 +508,34 @@ class RunTree(RuleBasedStateMachine):
         capped: bool = False,
     ) -> None:
         kind = "model.sync" if sync else "model.async"
+        payload = {"program": program, "lineage": str(uuid.uuid4())}
+        msg = self._message(session, None, payload)
         try:
-            runqueue.submit(
+            sent = runqueue.submit(
                 kind=kind,
-                payload={"program": program, "lineage": str(uuid.uuid4())},
+                payload=payload,
                 session_id=session,
                 tenant=TENANT,
                 start_within=start_within,
                 spend_cap=SPEND_CAP if capped else None,
             )
         except ActiveRunConflict:
-            pass  # the session's run is busy: refused, nothing written
+            self._sent(msg, "refused")  # the session's run is busy: nothing written
+        else:
+            self._sent(msg, sent.outcome)
+
+    def _message(self, session: str | None, on_busy: str | None, payload: dict) -> int | None:
+        """Number a message to a session (its payload carries it)."""
+        if session is None:
+            return None
+        msg = len(self.messages)
+        payload["msg"] = msg
+        self.messages[msg] = {"session": session, "on_busy": on_busy}
+        return msg
+
+    def _sent(self, msg: int | None, outcome: str) -> None:
+        if msg is not None:
+            self.messages[msg]["outcome"] = outcome
 
     @rule(
         runs=st.integers(1, 4),
@@ -681,10 +735,27 @@ class RunTree(RuleBasedStateMachine):
         """The user writes to a session: an answer if its run asks, a new
         turn if it has none; while its run is busy, what ``on_busy`` says
         (refused, in line, interrupting it, merged)."""
+        self._write(session, on_busy, [])
+
+    @rule(
+        session=st.sampled_from(SESSIONS),
+        on_busy=st.sampled_from(["steer", "steer", "debounce", "latest"]),
+        reads=st.booleans(),
+    )
+    def write_while_busy(self, session: str, on_busy: str, reads: bool = False) -> None:
+        """The user writes to a session's running turn (``steer``: read at
+        its next ``steers`` step, else its next turn), or while typing
+        (``debounce``, ``latest``: the turn not started yet takes it); the
+        message's own turn, if it gets one, may read steers first."""
+        self._write(session, on_busy, [{"op": "steers"}] if reads else [])
+
+    def _write(self, session: str, on_busy: str, program: list[dict[str, Any]]) -> None:
+        payload: dict[str, Any] = {"program": program}
+        msg = self._message(session, on_busy, payload)
         try:
-            runqueue.submit(
+            sent = runqueue.submit(
                 kind="model.sync",
-                payload={"program": []},
+                payload=payload,
                 session_id=session,
                 tenant=TENANT,
                 on_busy=on_busy,
@@ -693,7 +764,9 @@ class RunTree(RuleBasedStateMachine):
                 debounce=0.001 if on_busy == "debounce" else None,
             )
         except (ActiveRunConflict, SessionQueueFull):
-            pass
+            self._sent(msg, "refused")
+        else:
+            self._sent(msg, sent.outcome)
 
     @rule(index=st.integers(0, 50), cascade=st.booleans(), now=st.integers(0, 2))
     def cancel(self, index: int, cascade: bool, now: int) -> None:
@@ -810,6 +883,90 @@ class RunTree(RuleBasedStateMachine):
         assert not (stuck := testing.unpromoted_sessions()), stuck
         assert not (twice := testing.double_promotions()), twice
 
+    @invariant()
+    def every_message_is_seen_once_and_in_order(self) -> None:
+        """Each message to a session goes to one handler once (as a turn's
+        payload, joined to one, read as a steer, or delivered as an
+        answer), or ends with its reason (refused, superseded, cancelled,
+        expired), never both and never twice; and a session's handlers see
+        its messages in the order sent, but for a message that jumps the
+        line by what it asked for (a steer read by the running turn, an
+        interrupt, an answer to a run asking)."""
+        self._find_messages()
+        for msg, where in self.delivered.items():
+            assert len(where) <= 1, f"message {msg} seen {len(where)} times: {where}"
+            assert msg not in self.ended, (msg, where, self.ended[msg])
+        for session in SESSIONS:
+            seen = sorted(
+                (pos, n, msg)
+                for msg, where in self.delivered.items()
+                if self.messages[msg]["session"] == session and not self._jumped(msg, where)
+                for pos, n in where.values()
+            )
+            order = [msg for _, _, msg in seen]
+            assert order == sorted(order), f"{session} seen out of order: {seen}"
+
+    def _jumped(self, msg: int, where: dict[tuple[Any, ...], tuple[int, int]]) -> bool:
+        """The message went ahead of those sent before it, as it asked: a
+        steer the running turn read, an interrupt, an answer to a run asking."""
+        outcome = self.messages[msg].get("outcome")
+        steered = any(key[0] == "steers" for key in where)
+        return steered or outcome in ("input_delivered", "interrupted", "rolled_back")
+
+    def _find_messages(self) -> None:
+        """Where the messages are now, added to what was found before."""
+        runs = Run.objects.filter(tenant=TENANT, session_id__in=SESSIONS)
+        ids = runs.values("id")
+        events = EventLog.objects.filter(run_id__in=ids)
+        claimed = dict(
+            events.filter(type="run.claimed")
+            .values("run_id")
+            .annotate(first=Min("id"))
+            .values_list("run_id", "first")
+        )
+        for run in runs.filter(id__in=list(claimed)).only("id", "payload", "turn"):
+            self._seen(("turn", str(run.id)), claimed[run.id], turn_payloads(run))
+        read_at = {
+            (run_id, data["seq"]): event_id
+            for run_id, event_id, data in events.filter(
+                type="tool.completed", data__tool=leases.STEERS_TOOL
+            ).values_list("run_id", "id", "data")
+        }
+        for run_id, seq, result in ToolInvocation.objects.filter(
+            run__in=runs, tool=leases.STEERS_TOOL
+        ).values_list("run_id", "seq", "result"):
+            self._seen(("steers", str(run_id), seq), read_at[(run_id, seq)], result["payloads"])
+        for event_id, data in events.filter(type="run.input_delivered").values_list("id", "data"):
+            self._seen(("answer", event_id), event_id, [data.get("input")])
+        unstarted = runs.filter(status=RunStatus.CANCELLED, started_at=None)
+        reasons = dict(
+            events.filter(run_id__in=unstarted.values("id"), type="run.cancelled").values_list(
+                "run_id", "data__reason"
+            )
+        )
+        for run in unstarted.only("id", "payload", "turn"):
+            reason = reasons.get(run.id) or "cancelled"
+            if reason not in ("steered", "answered"):  # those went where they were taken
+                for payload in turn_payloads(run):
+                    self._end(payload, reason)
+        for data in events.filter(type="run.superseded").values_list("data", flat=True):
+            for payload in data["replaced"]:
+                self._end(payload, "superseded")
+        for msg, message in self.messages.items():
+            if message.get("outcome") == "refused":
+                self.ended[msg] = "refused"
+
+    def _seen(self, key: tuple[Any, ...], pos: int, payloads: list[Any]) -> None:
+        for n, payload in enumerate(payloads):
+            msg = payload.get("msg") if isinstance(payload, dict) else None
+            if msg is not None:
+                self.delivered.setdefault(msg, {})[key] = (pos, n)
+
+    def _end(self, payload: Any, reason: str) -> None:
+        msg = payload.get("msg") if isinstance(payload, dict) else None
+        if msg is not None:
+            self.ended.setdefault(msg, reason)
+
     # -- the end: every wake-up given, every run must end --------------------------
 
     def teardown(self) -> None:
@@ -852,6 +1009,9 @@ class RunTree(RuleBasedStateMachine):
                       <> count(*) FILTER (WHERE e.type = 'run.suspended')"""
         )
         assert not unresumed, f"a finished run's wait did not resume exactly once: {unresumed}"
+        self.every_message_is_seen_once_and_in_order()
+        lost = [m for m in self.messages if m not in self.delivered and m not in self.ended]
+        assert not lost, f"messages neither seen nor ended with a reason: {lost}"
 
 
 def test_the_run_tree_keeps_its_promises() -> None:
@@ -874,6 +1034,36 @@ def test_the_run_tree_keeps_its_promises() -> None:
 _APPROVE = {"op": "approve", "idempotent": False, "timeout": None, "on_timeout": "reject"}
 
 REGRESSIONS = {
+    # Issue 46: steers written while a turn waits, read by it as one step,
+    # its worker dead right after; the retry reads the same two at the same
+    # point, not the one written meanwhile, which runs in its place in line
+    # after the turn enqueued before it: each message seen once.
+    "a_steer_read_survives_a_crash_once_and_in_order": [
+        (
+            "submit",
+            {
+                "program": [
+                    {"op": "signal", "timeout": None},
+                    {"op": "steers"},
+                    {"op": "tools", "n": 1, "idempotent": False},
+                ],
+                "session": "s0",
+                "sync": True,
+            },
+        ),
+        ("step", {"runs": 1, "crash": None}),
+        ("write_while_busy", {"session": "s0", "on_busy": "steer", "reads": False}),
+        ("answer", {"session": "s0", "on_busy": "enqueue"}),
+        ("write_while_busy", {"session": "s0", "on_busy": "steer", "reads": True}),
+        ("signal", {"index": 0}),
+        ("step", {"runs": 1, "crash": 1}),
+        ("write_while_busy", {"session": "s0", "on_busy": "steer", "reads": False}),
+        ("leases_expire", {}),
+        ("step", {"runs": 1, "crash": None}),
+        ("write_while_busy", {"session": "s0", "on_busy": "debounce", "reads": False}),
+        ("leases_expire", {}),
+        ("step", {"runs": 4, "crash": None}),
+    ],
     # Agent steps: a call that needs approval, edited (a second decider
     # refused), its worker dead after the call ran (replayed, never run
     # twice), then a second call decided before its turn ended waiting.
@@ -1022,6 +1212,10 @@ def test_a_sequence_the_machine_once_failed_on_keeps_the_promises(name: str) -> 
                 check()
     finally:
         machine.teardown()
+    if name == "a_steer_read_survives_a_crash_once_and_in_order":
+        steered = [k for w in machine.delivered.values() for k in w if k[0] == "steers"]
+        assert steered and all(len(w) == 1 for w in machine.delivered.values())
+        assert sorted(machine.delivered) == [0, 1, 2, 3, 4, 5]
 
 
 _TURNS = [
