@@ -10,23 +10,19 @@ finish, and the runs table is not written: pausing is one row here and a
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from runqueue import events, wakeups
-from runqueue.db import sqlstate
 from runqueue.errors import InvalidTransition, RunNotFound
 from runqueue.leases import notify
-from runqueue.leases.base import DEADLOCK_ATTEMPTS, deadlock_pause, retry_moved
+from runqueue.leases.base import retry_deadlocks
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import PausedKind, PriorityClass, Run
 from runqueue.sql import execute
 from runqueue.submission_rules import TEXT_LIMITS
-
-logger = logging.getLogger(__name__)
 
 
 def _check(kind: object, priority_class: object) -> tuple[str, int | None]:
@@ -176,12 +172,4 @@ def _retrying[T](what: str, write: Callable[[], T]) -> T:
         with transaction.atomic(durable=True):
             return write()
 
-    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
-        try:
-            return retry_moved(once)
-        except OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
-                raise
-            logger.info("The %s met a deadlock; run again", what)
-            deadlock_pause(attempt)
-    raise AssertionError("unreachable")
+    return retry_deadlocks(what, once)

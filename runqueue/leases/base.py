@@ -44,6 +44,21 @@ def deadlock_pause(attempt: int) -> None:
     time.sleep(random.uniform(0, DEADLOCK_PAUSE_SECONDS * attempt))  # noqa: S311
 
 
+def retry_deadlocks[T](what: str, transaction_: Callable[[], T]) -> T:
+    """Run ``transaction_`` (a transaction of its own) again when it met a
+    deadlock (at most DEADLOCK_ATTEMPTS times, after ``deadlock_pause``) or
+    a row moved by another (``retry_moved``); ``what`` names it in the log."""
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return retry_moved(transaction_)
+        except OperationalError as exc:
+            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
+                raise
+            logger.info("The %s met a deadlock; run again", what)
+            deadlock_pause(attempt)
+    raise AssertionError("unreachable")
+
+
 def moved_by_another(exc: BaseException) -> bool:
     """A run row this statement waited for was moved to another partition
     by the transaction it waited for (it finished, or a dead letter was

@@ -8,13 +8,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
 from runqueue import events
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
-from runqueue.db import sqlstate
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidArgument,
@@ -24,13 +23,12 @@ from runqueue.errors import (
 )
 from runqueue.failures import Failure, lease_expired_failure
 from runqueue.leases.base import (
-    DEADLOCK_ATTEMPTS,
     backoff,
-    deadlock_pause,
     hooks,
     logger,
     notify,
     notify_cancel,
+    retry_deadlocks,
     retry_moved,
 )
 from runqueue.limits import REASON_MAX_LENGTH
@@ -117,17 +115,10 @@ def cancel(run_id: uuid.UUID | str, *, reason: str, actor: str, cascade: bool = 
     terminal transition does (a parent waiting for it resumes).
     Raises InvalidArgument (a malformed id or reason), RunNotFound, InvalidTransition."""
     run_id = checked_operation("cancel", run_id, reason=reason, actor=actor)
-    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
-        try:
-            return retry_moved(
-                lambda: _cancel(run_id, reason=reason, actor=actor, cascade=cascade)
-            )
-        except OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
-                raise
-            logger.info("Cancel of run id=%s met a deadlock; run again", run_id)
-            deadlock_pause(attempt)
-    raise AssertionError("unreachable")
+    return retry_deadlocks(
+        f"cancel of run id={run_id}",
+        lambda: _cancel(run_id, reason=reason, actor=actor, cascade=cascade),
+    )
 
 
 def _cancel(run_id: uuid.UUID, *, reason: str, actor: str, cascade: bool) -> Run:
@@ -145,15 +136,10 @@ def cancel_tree(
     ``run.cancelled`` (``reason``, ``actor``) and its worker told to stop.
     With ``failure``, each run cancelled keeps it as its failure record.
     The ids cancelled (none if the whole tree had ended)."""
-    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
-        try:
-            return retry_moved(lambda: _cancel_tree(root_id, reason, actor, failure))
-        except OperationalError as exc:
-            if attempt == DEADLOCK_ATTEMPTS or sqlstate(exc) != "40P01":
-                raise
-            logger.info("Cancel of the tree of run id=%s met a deadlock; run again", root_id)
-            deadlock_pause(attempt)
-    raise AssertionError("unreachable")
+    return retry_deadlocks(
+        f"cancel of the tree of run id={root_id}",
+        lambda: _cancel_tree(root_id, reason, actor, failure),
+    )
 
 
 def _cancel_tree(
