@@ -467,6 +467,8 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
                 " ADD COLUMN claimed_at timestamptz, ADD COLUMN claim_wait_ms integer,"
                 " ADD COLUMN success_event_id bigint"
             )
+            # And steps over a run paused one by one (0033).
+            cursor.execute("ALTER TABLE runqueue_run ADD COLUMN paused_at timestamptz")
             cursor.execute(
                 "INSERT INTO runqueue_run (id, tenant, principal, kind, payload, status, priority,"
                 " attempts, max_attempts, lease_epoch, lease_owner, created_at, finished_at)"
@@ -496,6 +498,7 @@ def test_the_plain_claims_plan_is_the_one_it_had_before_the_migration() -> None:
                 " DROP COLUMN IF EXISTS claimed_at, DROP COLUMN IF EXISTS claim_wait_ms,"
                 " DROP COLUMN IF EXISTS success_event_id"
             )
+            cursor.execute("ALTER TABLE runqueue_run DROP COLUMN IF EXISTS paused_at")
             cursor.execute("ALTER TABLE runqueue_checkpoint DROP COLUMN IF EXISTS turn_end")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_join(uuid[], text)")
             cursor.execute("DROP FUNCTION IF EXISTS runqueue_promote(text[], text[], text)")
