@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -334,3 +335,43 @@ def test_a_second_signal_exits_at_once(start_worker) -> None:
     # Well inside the 600 s grace period: it did not wait for the run.
     assert a.wait(30) == 1, a.output()
     assert status_of(run_id) == "running"  # its lease expires; the sweeper requeues it
+
+
+def test_processes_share_the_slots_and_stop_together(start_worker) -> None:
+    """``--processes 2``: two workers of their own, one slot each of
+    ``interactive=2``, both running at once; one SIGTERM stops both."""
+    w = start_worker("--processes", "2", "--slots", "interactive=2", "--worker-id", "M")
+    runs = [runqueue.submit(kind="test.block").run.id for _ in range(2)]
+    wait_until(
+        lambda: all(ledger_rows(run_id, "started") for run_id in runs), what="both runs to start"
+    )
+    owners = {ledger_rows(run_id, "started")[0] for run_id in runs}
+    assert {owner.split("/")[0] for owner in owners} == {"M-0", "M-1"}, owners
+    for run_id in runs:
+        ledger(run_id, "release")
+    wait_until(
+        lambda: all(status_of(run_id) == "succeeded" for run_id in runs), what="both to finish"
+    )
+    w.send(signal.SIGTERM)
+    assert w.wait() == 0, w.output()
+    stopped = Worker.objects.filter(id__in=["M-0", "M-1"], stopped_at__isnull=False)
+    assert stopped.count() == 2
+
+
+def test_a_process_exiting_unasked_stops_the_others(start_worker) -> None:
+    w = start_worker("--processes", "2", "--slots", "interactive=2", "--worker-id", "K")
+    rows = Worker.objects.filter(id__in=["K-0", "K-1"])
+    wait_until(lambda: rows.count() == 2, what="both processes to register")
+    first, second = (row.pid for row in rows.order_by("id"))
+    os.kill(first, signal.SIGKILL)
+    assert w.wait() == 1, w.output()
+    assert "exited with -9: stopping the others" in w.output()
+
+    def gone() -> bool:
+        try:
+            os.kill(second, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, what="the other process to stop")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,7 @@ from runqueue.worker.config import (
     default_worker_id,
 )
 from runqueue.worker.pool import Pool
+from runqueue.worker.processes import CHILD_ENV, PROCESSES_MAX, Supervisor, child_args, split
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
 
@@ -42,6 +44,7 @@ def seconds(text: str) -> float:
 
 
 ahead = whole_number(0, 256)
+processes = whole_number(1, PROCESSES_MAX)
 lanes = whole_number(1, CLAIM_LANES_MAX)
 
 
@@ -146,6 +149,16 @@ class Command(BaseCommand):
             "overlaps the others' work; 1 for one lane (default: %(default)s)",
         )
         parser.add_argument(
+            "--processes",
+            type=processes,
+            default=1,
+            help="run the slots in this many worker processes, each --slots value shared out "
+            "among them (async=8 with 2: async=4 in each); the command supervises them, "
+            "forwards its signals and exits with them, 1 if one exits unasked. Each process "
+            "is a worker of its own (id <worker-id>-<n>, metrics port <port>+<n>) "
+            "(default: %(default)s)",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="drain the runs that are due, then exit 0"
         )
         parser.add_argument(
@@ -188,7 +201,9 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        if not any(PriorityClass.MAINTENANCE in spec.classes for spec in config.slots):
+        if not any(PriorityClass.MAINTENANCE in spec.classes for spec in config.slots) and not (
+            os.environ.get(CHILD_ENV)  # its supervisor warned for all its processes
+        ):
             # Housekeeping (retention's pruning) runs as maintenance runs: a
             # fleet of such workers never runs it, and history grows.
             # A log record, not a line of its own: the project's log format
@@ -199,6 +214,13 @@ class Command(BaseCommand):
                 "runs as maintenance runs, so unless another worker has such a slot "
                 "they stay queued and finished runs are never pruned."
             )
+        if options["processes"] > 1:
+            shares = split(config.slots, options["processes"])
+            children = [child_args(options, share, i) for i, share in enumerate(shares)]
+            code = Supervisor(children).run()
+            if code:
+                sys.exit(code)
+            return
         pool = Pool(config)
         try:
             pool.serve()  # before the worker registers: a bad port claims nothing
