@@ -479,7 +479,7 @@ class RunContext:
         it counts even once the run is lost or cancelled, and never twice
         for one call. ValueError for bad input; SpendCapReached (a
         PermanentError) once the run's tree reached its spend cap, whose
-        live runs are then cancelled (docs/decisions.md, "Usage and cost")."""
+        live runs are then cancelled (docs/decisions/run-trees.md, "Usage and cost")."""
         checked = usage.checked(model, input_tokens, output_tokens, cost)
         return self._record_usage_numbered(self._usage.number(), *checked)
 
