@@ -257,7 +257,7 @@ class RunContext:
         its id (the one ``/api/schedules/<id>/`` shows). Recorded in order
         like a tool call: a handler run again gets the same schedule back.
         ScheduleRefused in a run a schedule started, unless that schedule
-        allows it (docs/handlers.md, "Schedules from a handler")."""
+        allows it (docs/handlers-runs.md, "Schedules from a handler")."""
         self.check()
         seq, recorded = self._number()
         return self._schedule_numbered(
