@@ -8,7 +8,7 @@ threads. Nothing on the loop touches the database itself: every write an
 async handler makes (``await ctx.checkpoint(...)``, tool records, events,
 heartbeats) runs the same synchronous, fenced code the sync handlers run,
 on a small bounded pool of threads (``DB_THREADS``), each with its own
-Django connection. ``docs/decisions.md`` says why (Worker and runtime).
+Django connection. ``docs/decisions/sessions.md`` says why (Worker and runtime).
 """
 
 from __future__ import annotations

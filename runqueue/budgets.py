@@ -5,7 +5,7 @@ and what the dashboard and metrics show of each window.
 A run that declares a budget (``submit(..., budget=(key, tokens))``) is
 claimed only once one request and its tokens are reserved on the key's
 window, in the claim statement (``runqueue_budget_take``, called by the
-walk of ``runqueue_claim_capped``; docs/decisions.md, "Budgets"). The plain
+walk of ``runqueue_claim_capped``; docs/decisions/queue.md, "Budgets"). The plain
 claim never takes such a run, so a worker that does not know of budgets yet
 cannot claim past one; a claim takes the walk while budgets may apply (a
 Budget row, a ``RUNQUEUE["BUDGETS"]`` entry, or a queued run with a budget),

@@ -269,13 +269,13 @@ class RunCancelled(RunqueueError):
 PERMANENT = "permanent"
 TRANSIENT = "transient"
 LEASE_EXPIRED = "lease_expired"
-#: Run deadlines (docs/decisions.md, "Run deadlines"): a run not claimed
+#: Run deadlines (docs/decisions/sessions.md, "Run deadlines"): a run not claimed
 #: within its ``start_within`` (cancelled), an attempt past its
 #: ``max_duration`` (failed, never retried).
 EXPIRED = "expired"
 MAX_DURATION = "max_duration"
 #: A run tree whose recorded cost reached its ``spend_cap``: its live runs
-#: are cancelled with this reason (docs/decisions.md, "Usage and cost").
+#: are cancelled with this reason (docs/decisions/run-trees.md, "Usage and cost").
 SPEND_CAP = "spend_cap"
 
 

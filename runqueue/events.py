@@ -3,7 +3,7 @@
 Every state change appends its event in the same transaction as the change,
 so the log alone can rebuild a run's history; a plain creation, a claim and
 a success are held by the run's row instead, and ``EventLog`` (what readers
-read) shows them (docs/decisions.md, "Claim and success on the run's row").
+read) shows them (docs/decisions/queue.md, "Claim and success on the run's row").
 ``append`` never opens a transaction of its own: it runs inside the caller's.
 """
 

@@ -1,6 +1,6 @@
 """Inbound events: what other systems send (``POST /api/events/<name>/``,
 ``runqueue.send_event``), recorded once per (tenant, name, key), the runs
-their triggers start and the waits they end (docs/decisions.md, "Inbound
+their triggers start and the waits they end (docs/decisions/schedules-webhooks.md, "Inbound
 events").
 
 One transaction per event: the (tenant, name) lock taken shared, the

@@ -1,6 +1,6 @@
 """``runqueue.fork``: a finished run forked from one of its steps, with
 the caller's trace (the work is in ``runqueue.leases.forks``; docs/
-decisions.md, "Forking a run")."""
+decisions/run-trees.md, "Forking a run")."""
 
 from __future__ import annotations
 

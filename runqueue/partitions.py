@@ -1,6 +1,6 @@
 """Day partitions of finished runs and of events: made ahead, dropped whole.
 
-The layout (migration 0009, decisions.md "History and retention"):
+The layout (migration 0009, decisions/history.md "History and retention"):
 ``runqueue_run`` is partitioned by status into ``runqueue_run_live``
 (queued, running, waiting for the user) and ``runqueue_run_finished``, which
 is partitioned by day of ``finished_at``; ``runqueue_run_event`` is

@@ -98,7 +98,7 @@ def pause_run(
     """Pause a live run (with ``tree``, every live run below it too): not
     claimed until resumed, its start deadline frozen, a running one given
     back at its handler's next step (queued, its attempt returned, nothing
-    recorded lost; docs/decisions.md, "Pausing one run"). Each run paused
+    recorded lost; docs/decisions/run-trees.md, "Pausing one run"). Each run paused
     gets ``run.paused``. The ids paused: none when all were paused already.
     Raises InvalidArgument, RunNotFound, InvalidTransition (the run ended
     and, with ``tree``, nothing below it is live)."""

@@ -9,7 +9,7 @@ submissions, actions, a run's own page, the run the API's ``Location``
 names) reads the primary, where its own writes are. Inside the scope
 ``runqueue.routing.ReadReplicaRouter`` sends runqueue's ORM reads to
 ``read_alias()``; raw statements take ``read_connection()``.
-docs/decisions.md, "Reads from a replica".
+docs/decisions/schedules-webhooks.md, "Reads from a replica".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The worker dispatches only through this registry, never through a dotted
 path stored in the database. A kind may have several versions registered
 at once (the code a run was pinned to and its successor, during a rolling
 deploy); ``served()`` is what this process's claims ask for
-(docs/decisions.md, "Versions and rolling deploys").
+(docs/decisions/run-trees.md, "Versions and rolling deploys").
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ VERSION_MAX = 2**31 - 1
 @dataclass(frozen=True, slots=True)
 class KindOptions:
     """A kind's defaults for its runs, in seconds (None: the project's
-    ``RUNQUEUE`` setting): docs/decisions.md, "Run deadlines"."""
+    ``RUNQUEUE`` setting): docs/decisions/sessions.md, "Run deadlines"."""
 
     start_within: float | None = None
     max_duration: float | None = None
     #: ``on_busy="debounce"``'s window and longest wait, when a submit
-    #: gives none (docs/decisions.md, "Busy sessions: on_busy").
+    #: gives none (docs/decisions/sessions.md, "Busy sessions: on_busy").
     debounce: float | None = None
     debounce_max: float | None = None
 
@@ -153,7 +153,7 @@ def handler(
     this kind, with the kind's default ``start_within`` and ``max_duration``
     (a submit's own win). A run is pinned to the version that first claimed
     it; ``migrate_from`` names older versions whose runs this version takes
-    over when they are between turns (docs/decisions.md, "Versions and
+    over when they are between turns (docs/decisions/run-trees.md, "Versions and
     rolling deploys")."""
     if not isinstance(kind, str) or not kind or len(kind) > KIND_MAX_LENGTH:
         raise ValueError(f"a handler kind is a 1-{KIND_MAX_LENGTH} character string, got {kind!r}")

@@ -1,5 +1,5 @@
 """Replay finished runs against the code as it is now, writing nothing
-(``manage.py runqueue_replay``; docs/decisions.md, "Versions and rolling
+(``manage.py runqueue_replay``; docs/decisions/run-trees.md, "Versions and rolling
 deploys").
 
 A run's handler runs again with a context whose steps (tool calls, spawns,

@@ -7,7 +7,7 @@ It routes runqueue's models only. Their reads go to the replica inside
 ``/metrics``, the API's event, step and session reads) and to the primary
 everywhere else, even under a project's router that sends every read to a
 replica: a worker, the fence and a submission read what they just wrote.
-Their writes always go to the primary. docs/decisions.md, "Reads from a
+Their writes always go to the primary. docs/decisions/schedules-webhooks.md, "Reads from a
 replica".
 """
 

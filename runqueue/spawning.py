@@ -1,7 +1,7 @@
 """``ctx.spawn``'s child: what it may be (``submit``'s rules, its parent's
 tenant and principal), its default priority, and its creation with the
 caller's trace (the fenced write and its tool record are in
-``runqueue.leases``; docs/decisions.md, "Spawn: through the fence, in
+``runqueue.leases``; docs/decisions/run-trees.md, "Spawn: through the fence, in
 the tool-call order")."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def child_priority(parent_priority: int) -> int:
     its turn: on the async slots, under the async cap of the parent's key,
     they neither run one by one under the interactive cap their waiting
     parent gave up nor hold the tenant's next turn behind them
-    (docs/decisions.md, "Children run as async work")."""
+    (docs/decisions/run-trees.md, "Children run as async work")."""
     return max(parent_priority, PriorityClass.ASYNC.value)
 
 

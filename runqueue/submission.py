@@ -7,7 +7,7 @@ waiting for the user receives this request as input; a busy one (queued,
 running, waiting) is what ``on_busy`` says: a conflict (``reject``), a
 pending turn in line behind it (``enqueue``), a new run that cancels it
 (``interrupt``, ``rollback``), or the payload joined to a turn not started
-yet (``merge``); otherwise a new run is created (docs/decisions.md, "Busy
+yet (``merge``); otherwise a new run is created (docs/decisions/sessions.md, "Busy
 sessions: on_busy"). Concurrent submits are resolved by the database's
 unique constraints and the active run's row lock, never by a Python check.
 What a submission may hold is ``runqueue.submission_rules``'s to say; the
@@ -202,11 +202,11 @@ def submit(
     (``runqueue.budgets``; ignored by an input delivery). ``start_within``
     (seconds or a timedelta): a run not claimed that long after it is due
     is cancelled as expired; ``max_duration``: an attempt running that long
-    is cancelled and the run fails (docs/decisions.md, "Run deadlines";
+    is cancelled and the run fails (docs/decisions/sessions.md, "Run deadlines";
     defaults: the kind's ``@handler`` options, then ``RUNQUEUE``'s).
     ``spend_cap``: once the cost the run and its descendants record
     (``ctx.record_usage``) reaches it, the tree's live runs are cancelled,
-    reason ``spend_cap`` (docs/decisions.md, "Usage and cost").
+    reason ``spend_cap`` (docs/decisions/run-trees.md, "Usage and cost").
     ``on_busy`` (default ``RUNQUEUE["SESSION_ON_BUSY"]``, ``"reject"``):
     what a submit to a session whose active run is busy does: ``reject``
     (ActiveRunConflict), ``enqueue`` (a pending turn, queued when the
@@ -214,7 +214,7 @@ def submit(
     run starts now, ``ctx.interrupted`` telling it what the old run did),
     ``rollback`` (the same without ``ctx.interrupted``) or ``merge`` (the
     payload joins the session's turn not started yet, else ``enqueue``);
-    docs/decisions.md, "Busy sessions: on_busy".
+    docs/decisions/sessions.md, "Busy sessions: on_busy".
 
     Raises InvalidSubmission or UnknownKind (nothing written),
     ActiveRunConflict, SessionQueueFull, IdempotencyConflict or
@@ -413,7 +413,7 @@ def _route_session(request: CheckedSubmission, request_hash: str) -> Submission 
     The active run's row lock is held from here to the commit: every write
     that adds a pending turn, joins one or interrupts holds it, and so does
     the statement that ends the run (and queues the next turn,
-    runqueue_promote), so they take turns (docs/decisions.md, "Busy
+    runqueue_promote), so they take turns (docs/decisions/sessions.md, "Busy
     sessions: on_busy")."""
     active = (
         Run.objects.select_for_update(no_key=True)

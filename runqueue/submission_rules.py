@@ -99,15 +99,15 @@ class CheckedSubmission:
     payload_text: str = ""
     #: Seconds after it is due the run must be claimed by, and the longest
     #: an attempt may run (None: no limit): the submit's, else the kind's
-    #: (``@handler``), else the project's (docs/decisions.md, "Run deadlines").
+    #: (``@handler``), else the project's (docs/decisions/sessions.md, "Run deadlines").
     start_within: float | None = None
     max_duration: float | None = None
     #: The run tree's spend cap: once the cost its runs record reaches it,
-    #: its live runs end (docs/decisions.md, "Usage and cost"). None: none.
+    #: its live runs end (docs/decisions/run-trees.md, "Usage and cost"). None: none.
     spend_cap: Decimal | None = None
     #: What a submit to a busy session does (``ON_BUSY``): the submit's, or
     #: None when it says nothing (then an answer to a run waiting for the
-    #: user, else ``RUNQUEUE["SESSION_ON_BUSY"]``: docs/decisions.md, "Busy
+    #: user, else ``RUNQUEUE["SESSION_ON_BUSY"]``: docs/decisions/sessions.md, "Busy
     #: sessions: on_busy").
     on_busy: str | None = None
     #: ``on_busy="debounce"``'s window and longest wait in seconds: the

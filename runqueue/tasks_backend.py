@@ -7,12 +7,12 @@ caller's transaction, like django-tasks-db), ``runworker`` runs it like any
 handler, and ``get_result`` rebuilds the TaskResult from the run and its
 events.
 
-Mapping (docs/decisions.md): ``queue_name`` picks the priority class
-(reserved capacity stays meaningful); the task's priority (-100..100, higher
-first) picks a place among the class's first ten values (lower first):
-``low + ((100 - priority) * 9 + 100) // 200``, with ``low`` the class's
-lowest priority, so 100 -> +0, 0 -> +5, -100 -> +9. ``run_after`` is
-``scheduled_for``.
+Mapping (docs/decisions/sessions.md, "Django Tasks backend"): ``queue_name``
+picks the priority class (reserved capacity stays meaningful); the task's
+priority (-100..100, higher first) picks a place among the class's first
+ten values (lower first): ``low + ((100 - priority) * 9 + 100) // 200``,
+with ``low`` the class's lowest priority, so 100 -> +0, 0 -> +5, -100 -> +9.
+``run_after`` is ``scheduled_for``.
 
 This module is imported when a ``@task`` is defined, maybe before the app
 registry is ready: models are imported inside functions only.

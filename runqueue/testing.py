@@ -67,7 +67,7 @@ def ready(group: Group) -> list[leases.Lease]:
         return list(group._ready)
 
 
-# --- the run tree's invariants (docs/decisions.md, "Rules a run-tree feature keeps")
+# --- the run tree's invariants (docs/decisions/run-trees.md, "Rules a run-tree feature keeps")
 # The model-checked state machine (tests/database/test_run_tree_model.py) checks them
 # after every step and the chaos soak after its drain; a project's own tests
 # may check them too. Each returns what breaks the rule (empty: it holds).
@@ -214,7 +214,7 @@ def missing_descendants() -> list[uuid.UUID]:
     return missing
 
 
-# --- a session's line (docs/decisions.md, "Busy sessions: on_busy") ---------
+# --- a session's line (docs/decisions/sessions.md, "Busy sessions: on_busy") ---------
 
 
 def double_actives() -> list[tuple[str, str | None, int]]:

@@ -1,7 +1,7 @@
 """A turn's messages, as the queue records them: the payloads
 ``on_busy="merge"`` (or ``"debounce"``) joined into one run, whether a
 pending turn is a steer for the running one, and what ``"latest"``
-replaced (docs/decisions.md, "Busy sessions: on_busy").
+replaced (docs/decisions/sessions.md, "Busy sessions: on_busy").
 
 The run's ``turn`` column holds it (NULL for a run that is one message, as
 most are); the payload stays the first message's, so a client payload

@@ -1,5 +1,5 @@
 """What each run cost: model calls' tokens and money, per run and summed
-up its tree, its session and its tenant (docs/decisions.md, "Usage and
+up its tree, its session and its tenant (docs/decisions/run-trees.md, "Usage and
 cost").
 
 A handler records each model call with ``ctx.record_usage(model=,

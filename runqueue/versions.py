@@ -2,7 +2,7 @@
 kind and version, how many runs of each are queued, running and waiting,
 and the due runs no live worker claims (a kind no worker has, or a version
 no worker has that its runs are pinned to). An operator stops a worker of
-an old version once no run is pinned to that version (docs/decisions.md,
+an old version once no run is pinned to that version (docs/decisions/run-trees.md,
 "Versions and rolling deploys").
 
 The counts are one grouped read of the active runs (the live partition,

@@ -76,7 +76,8 @@ def explain(exc: RunqueueError, verb: str, run_id: uuid.UUID) -> str:
     return f"Run {run_id} was not {PAST[verb]}: {exc}"
 
 
-#: What a requeue will do, by how the run failed (docs/decisions.md).
+#: What a requeue will do, by how the run failed (docs/decisions/admin-api.md, "Pages,
+#: lists and confirmations").
 REQUEUE_NOTES = {
     PERMANENT: (
         "Failed permanently: a requeue runs the same handler code on the same input "

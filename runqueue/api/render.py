@@ -81,7 +81,7 @@ class SessionTurn(TypedDict):
 
 class SessionLine(TypedDict):
     """A session's line now: its active run, then its pending turns in the
-    order they will be queued (docs/decisions.md, "Busy sessions")."""
+    order they will be queued (docs/decisions/sessions.md, "Busy sessions")."""
 
     active: SessionTurn | None
     pending: list[SessionTurn]

@@ -215,7 +215,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=False,
         doc="a statement that only claims waits for its commit to reach the disk (and a "
         "synchronous standby); `False`: it does not, and the lease token fences a claim a "
-        "crash lost (`docs/decisions.md`)",
+        "crash lost (`docs/decisions/queue.md`)",
         section=DATABASE,
     ),
     Setting(
@@ -314,8 +314,8 @@ SETTINGS: tuple[Setting, ...] = (
         name="SESSION_ON_BUSY",
         kind=v.SESSION_ON_BUSY,
         default="reject",
-        doc="what a submit to a busy session does when it does not say (docs/decisions.md, "
-        '"Busy sessions: on_busy")',
+        doc="what a submit to a busy session does when it does not say "
+        '(docs/decisions/sessions.md, "Busy sessions: on_busy")',
         section=SESSIONS,
     ),
     Setting(

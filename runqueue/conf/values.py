@@ -53,7 +53,7 @@ class Price:
 MAX_PRICE = 10**9
 #: What RUNQUEUE["POOLER"] may say.
 POOLERS = (None, "session", "transaction")
-#: What a submit to a busy session may do (``on_busy``; docs/decisions.md,
+#: What a submit to a busy session may do (``on_busy``; docs/decisions/sessions.md,
 #: "Busy sessions: on_busy"): refuse (ActiveRunConflict), wait in line
 #: behind the active run, cancel it and start now with what it did
 #: (interrupt) or without (rollback), or join a turn not started yet.

@@ -1,5 +1,5 @@
 """Start deadlines (``start_within``): the one place a run not claimed in
-time ends, cancelled with reason ``expired`` (docs/decisions.md, "Run
+time ends, cancelled with reason ``expired`` (docs/decisions/sessions.md, "Run
 deadlines"). The worker's deadline service calls ``expire_unstarted``;
 what should follow an expiry (a session's next turn, say) belongs here,
 after the statement, with the ids it returns.

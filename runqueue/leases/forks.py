@@ -1,4 +1,4 @@
-"""Forking a finished run from one of its steps (docs/decisions.md,
+"""Forking a finished run from one of its steps (docs/decisions/run-trees.md,
 "Forking a run").
 
 A fork is a new run of the same kind, tenant, principal, priority and

@@ -1,6 +1,6 @@
 """A handler's model calls on budgets, each behind the fence: reserve a
 further call, settle one to what it used, and refund what a run given
-back unstarted had reserved (docs/decisions.md, "Budgets"). Giving the run
+back unstarted had reserved (docs/decisions/queue.md, "Budgets"). Giving the run
 back until a call fits is an outcome
 (``runqueue.leases.writes.wait_for_budget``)."""
 

@@ -270,7 +270,7 @@ def requeue(run_id: uuid.UUID | str, *, actor: str, reason: str = "") -> Run:
                     current = Run.objects.values_list("status", flat=True).get(id=run_id)
                     raise InvalidTransition(run_id, current, "requeue")
                 # A later statement than the requeue's: it counts with the
-                # run's row lock held (docs/decisions.md, "Fan-in").
+                # run's row lock held (docs/decisions/run-trees.md, "Fan-in").
                 execute(
                     cursor,
                     "requeue_recount",

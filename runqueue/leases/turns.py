@@ -1,7 +1,7 @@
 """A session's line as its running turn reads it: when the turn asks the
 user and messages are waiting, the first one is the answer; and the
 messages sent to steer it (``on_busy="steer"``) are taken by
-``ctx.steers()`` (docs/decisions.md, "Busy sessions: on_busy").
+``ctx.steers()`` (docs/decisions/sessions.md, "Busy sessions: on_busy").
 
 Both run inside the running turn's fenced transaction, under its row lock,
 which every writer of the session's line takes first: so the line is read

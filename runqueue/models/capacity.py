@@ -45,7 +45,7 @@ class ConcurrencyLimit(models.Model):
 
 
 class Budget(models.Model):
-    """A model provider's rate limit on one key (docs/decisions.md,
+    """A model provider's rate limit on one key (docs/decisions/queue.md,
     "Budgets"): requests and/or tokens allowed per ``per_seconds``, shared
     by every run that declares the key, with optional per-tenant shares.
 

@@ -15,7 +15,7 @@ class RunStatus(models.TextChoices):
     #: A turn submitted with ``on_busy="enqueue"`` (or ``"merge"``) while its
     #: session had an active run: it waits in line (``Run.place``) and the
     #: statement that ends the session's active run queues the first one
-    #: (docs/decisions.md, "Busy sessions: on_busy"). Not active: it holds no
+    #: (docs/decisions/sessions.md, "Busy sessions: on_busy"). Not active: it holds no
     #: session slot, no lease, and no claim takes it.
     PENDING = "pending", "Pending (behind its session's active run)"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -175,7 +175,7 @@ class ToolDecision(models.TextChoices):
 class SubmitOutcome(models.TextChoices):
     CREATED = "created", "Run created"
     INPUT_DELIVERED = "input_delivered", "Input delivered"
-    #: ``on_busy`` outcomes (docs/decisions.md, "Busy sessions: on_busy").
+    #: ``on_busy`` outcomes (docs/decisions/sessions.md, "Busy sessions: on_busy").
     ENQUEUED = "enqueued", "Run created, pending behind the session's active run"
     MERGED = "merged", "Payload merged into a turn not started yet"
     INTERRUPTED = "interrupted", "Run created, the session's active run interrupted"

@@ -1,4 +1,4 @@
-"""Inbound events (docs/decisions.md, "Inbound events"): what other systems
+"""Inbound events (docs/decisions/schedules-webhooks.md, "Inbound events"): what other systems
 sent (``POST /api/events/<name>/``, ``runqueue.send_event``), which runs
 took which event, and the triggers staff declare in the admin.
 

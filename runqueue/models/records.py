@@ -218,7 +218,7 @@ class Checkpoint(models.Model):
     #: Saved by the end of a turn (``ask_user``, a wait for children, a
     #: signal or a time), not by ``ctx.checkpoint`` or a budget wait inside
     #: one: a newer handler version may take a run over only from a turn's
-    #: end (docs/decisions.md, "Versions and rolling deploys").
+    #: end (docs/decisions/run-trees.md, "Versions and rolling deploys").
     turn_end = models.BooleanField(default=False, db_default=False)
     lease_epoch = models.BigIntegerField()
     created_at = models.DateTimeField(db_default=Now())

@@ -36,7 +36,7 @@ class RunQuerySet(models.QuerySet):
 
     def session_line(self, tenant: str, session_id: str) -> RunQuerySet:
         """A session's live runs in turn order: its active run (if any), then
-        its pending turns by place (docs/decisions.md, "Busy sessions")."""
+        its pending turns by place (docs/decisions/sessions.md, "Busy sessions")."""
         return self.filter(
             tenant=tenant, session_id=session_id, status__in=LIVE_STATUSES
         ).order_by(
@@ -100,7 +100,7 @@ class Run(models.Model):
     #: events' sequence by the claim, and when the claim was made: the event
     #: is read from the row (``EventLog``) while the run runs and after it
     #: succeeds, and written as an event row when the attempt ends any other
-    #: way (migration 0024; docs/decisions.md, "Claim and success on the
+    #: way (migration 0024; docs/decisions/queue.md, "Claim and success on the
     #: run's row"). NULL: no such claim on the row.
     claim_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
     claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -131,7 +131,7 @@ class Run(models.Model):
     traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
     #: The budget (``Budget.key``) of the run's next model call and the
     #: tokens it declares: the claim takes the run only once one request and
-    #: these tokens are reserved on it (docs/decisions.md, "Budgets"). NULL:
+    #: these tokens are reserved on it (docs/decisions/queue.md, "Budgets"). NULL:
     #: no budget, the plain claim takes it.
     budget_key = models.CharField(  # noqa: DJ001 - NULL: no budget, never ""
         max_length=BUDGET_KEY_MAX_LENGTH, null=True, blank=True
@@ -170,7 +170,7 @@ class Run(models.Model):
     timed_out = models.BooleanField(default=False, db_default=False)
     #: Until when the run may first be claimed (``start_within``); past it
     #: the deadline service cancels it as expired. The first claim clears
-    #: it: the deadline is for the first start (docs/decisions.md, "Run
+    #: it: the deadline is for the first start (docs/decisions/sessions.md, "Run
     #: deadlines"). NULL: no start deadline.
     start_by = models.DateTimeField(null=True, blank=True, editable=False)
     #: The longest an attempt may run, in seconds (``max_duration``); past
@@ -210,7 +210,7 @@ class Run(models.Model):
     #: first claim (the claiming worker's newest version of the kind), and
     #: only a worker with that version claims it again, unless a newer
     #: version takes it over between turns (``migrate_from``;
-    #: docs/decisions.md, "Versions and rolling deploys"). NULL: never
+    #: docs/decisions/run-trees.md, "Versions and rolling deploys"). NULL: never
     #: claimed (a fork that copies steps starts pinned to its original's).
     handler_version = models.IntegerField(null=True, blank=True, editable=False)
     #: Paused by ``runqueue.pause_run`` (None: not paused): the claim steps

@@ -22,7 +22,7 @@ class Usage(models.Model):
     and the root's session copied in, so a tree, a session and a tenant sum
     through an index. Written without the lease's fence (the money was
     spent), once per (run, lease epoch, call): a write retried, or made
-    again by a fenced worker's same call, counts once (docs/decisions.md,
+    again by a fenced worker's same call, counts once (docs/decisions/run-trees.md,
     "Usage and cost")."""
 
     run = models.ForeignKey(
@@ -77,7 +77,7 @@ class TreeSpend(models.Model):
     """A run tree's totals and spend cap, keyed by its root run: every
     usage recorded in the tree adds here in the same statement, under this
     row's lock, so the one call that takes the cost to the cap is known
-    (docs/decisions.md, "Usage and cost")."""
+    (docs/decisions/run-trees.md, "Usage and cost")."""
 
     run = models.OneToOneField(
         Run,

@@ -5,7 +5,7 @@ A delivery row and the maintenance run that sends it are written by a
 trigger in the transaction of the transition they report
 (``runqueue_webhook_run``, ``runqueue_webhook_event``; migration 0028), so
 an event that commits has its deliveries and one that rolls back has none
-(docs/decisions.md, "Webhooks").
+(docs/decisions/schedules-webhooks.md, "Webhooks").
 """
 
 from __future__ import annotations

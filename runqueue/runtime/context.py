@@ -257,7 +257,7 @@ class RunContext:
         its id (the one ``/api/schedules/<id>/`` shows). Recorded in order
         like a tool call: a handler run again gets the same schedule back.
         ScheduleRefused in a run a schedule started, unless that schedule
-        allows it (docs/handlers.md, "Schedules from a handler")."""
+        allows it (docs/handlers-runs.md, "Schedules from a handler")."""
         self.check()
         seq, recorded = self._number()
         return self._schedule_numbered(
@@ -479,7 +479,7 @@ class RunContext:
         it counts even once the run is lost or cancelled, and never twice
         for one call. ValueError for bad input; SpendCapReached (a
         PermanentError) once the run's tree reached its spend cap, whose
-        live runs are then cancelled (docs/decisions.md, "Usage and cost")."""
+        live runs are then cancelled (docs/decisions/run-trees.md, "Usage and cost")."""
         checked = usage.checked(model, input_tokens, output_tokens, cost)
         return self._record_usage_numbered(self._usage.number(), *checked)
 

@@ -39,7 +39,7 @@ class Interrupted:
     payload, its last checkpoint's state, the tool calls it finished, and
     the text it streamed in its last attempt (as far as it was made
     durable). Nothing the old turn finished runs again unless the handler
-    does it again (docs/decisions.md, "Busy sessions: on_busy")."""
+    does it again (docs/decisions/sessions.md, "Busy sessions: on_busy")."""
 
     run_id: uuid.UUID
     payload: JSON

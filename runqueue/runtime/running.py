@@ -182,7 +182,7 @@ def max_duration(lease: leases.Lease) -> Iterator[None]:
     set, an async handler's task cancelled; the attempt then fails for good
     (``_over_time``) and the heartbeat stops renewing its lease, so a
     handler that ignores the cancel is fenced by the lease's expiry
-    (docs/decisions.md, "Run deadlines")."""
+    (docs/decisions/sessions.md, "Run deadlines")."""
     seconds = lease.run.max_duration
     if seconds is None:
         yield

@@ -3,7 +3,7 @@
 Defined in ``RUNQUEUE["SCHEDULES"]`` or in the admin (``Schedule`` rows);
 every worker calls ``tick()`` from its periodic sweep. Runs made by a
 schedule have the principal ``schedule:<name>`` and a ``schedule.fired``
-event. See docs/decisions.md, "Scheduled work".
+event. See docs/decisions/schedules-webhooks.md, "Scheduled work".
 """
 
 from runqueue.schedules.operate import (

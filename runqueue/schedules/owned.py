@@ -7,7 +7,7 @@ under the token's row lock, so concurrent creates cannot pass it) and
 ``HANDLER_SCHEDULES_PER_TENANT`` for handlers. A run a schedule started (or
 a child of one: it has the schedule's principal) may make schedules only
 if that schedule allows it, so a reminder cannot multiply itself by
-accident. See docs/decisions.md, "Schedules over the API".
+accident. See docs/decisions/schedules-webhooks.md, "Schedules over the API".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Outbound webhooks (docs/operations.md, "Webhooks"; docs/decisions.md,
+"""Outbound webhooks (docs/operations.md, "Webhooks"; docs/decisions/schedules-webhooks.md,
 "Webhooks"): endpoints and their secrets, a submit's own URL, the SSRF
 rule, and the maintenance kind that sends each delivery.
 

@@ -45,7 +45,7 @@ class SlotSpec:
         """The spec's slots split into at most ``most`` claim lanes, each a
         slot group with its own thread and connection, so one lane's claim
         statement runs on the server while the other's runs are started and
-        handed back in Python (docs/decisions.md, "Claim lanes"). A group
+        handed back in Python (docs/decisions/queue.md, "Claim lanes"). A group
         that takes the interactive class is one lane: it never claims ahead,
         and its pickup is one claim for the idle slots."""
         if PriorityClass.INTERACTIVE in self.classes:

@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md and docs/*.md, as the tests that run
+"""The fenced code blocks of README.md and docs/**/*.md, as the tests that run
 them read them: each with its file, line, fence language and, when a
 ``<!-- name -->`` comment stands right above it, its name."""
 
@@ -31,7 +31,7 @@ class Block:
 
 
 def doc_files() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def blocks(path: Path) -> list[Block]:

@@ -1,9 +1,9 @@
 """The docs say what is true: every ```python block of README.md and
-docs/*.md runs against the test database (its runs then run too, as a
+docs/**/*.md runs against the test database (its runs then run too, as a
 worker would run them), every shell block names commands that exist, every
 link and admin or API path leads somewhere, and the package map in
 docs/decisions.md names every module of runqueue/ and only modules that
-exist.
+exist. No page is longer than a maintainer reads (800 lines).
 
 A python block a test of its own runs is marked ``<!-- name -->`` (that test
 names it); one that cannot run says so with ```python no-run, and there are
@@ -345,6 +345,20 @@ def _resolves(path: str, where: str) -> None:
         resolve(path)
     except Resolver404:
         pytest.fail(f"{where}: {path} is no URL of the project")
+
+
+#: A page a maintainer reads whole: past this, split it by topic (the dated
+#: measurements and the decisions' history live in docs/log/).
+MAX_DOC_LINES = 800
+
+
+def test_no_doc_is_longer_than_a_maintainer_reads() -> None:
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in doc_files()
+        if (lines := len(path.read_text().splitlines())) > MAX_DOC_LINES
+    }
+    assert long == {}, f"split these by topic: {long}"
 
 
 def test_admin_and_api_paths_resolve() -> None:

@@ -1,4 +1,4 @@
-"""The chat example of ``on_busy`` (docs/handlers.md), run as written: a second message
+"""The chat example of ``on_busy`` (docs/handlers-sessions.md), run as written: a second message
 waits its turn (enqueue), a third interrupts the turn in progress and starts
 now, told what the old turn finished, so its search is not made again; the
 waiting message follows, in order."""
@@ -46,7 +46,7 @@ def _blocks() -> tuple[str, str]:
 
 HANDLER, SUBMITS = _blocks()
 NAMESPACE: dict[str, Any] = {"search": search, "model": model}
-exec(compile(HANDLER, "docs/handlers.md", "exec"), NAMESPACE)  # noqa: S102 - our own docs
+exec(compile(HANDLER, "docs/handlers-sessions.md", "exec"), NAMESPACE)  # noqa: S102 - our own docs
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ def _fresh() -> None:
 
 def test_the_example_as_written() -> None:
     namespace = dict(NAMESPACE)
-    exec(compile(SUBMITS, "docs/handlers.md", "exec"), namespace)  # noqa: S102 - our own docs
+    exec(compile(SUBMITS, "docs/handlers-sessions.md", "exec"), namespace)  # noqa: S102 - our own docs
     first, second, third = namespace["first"], namespace["second"], namespace["third"]
     assert Run.objects.get(id=first.run.id).status == RunStatus.CANCELLED
     # The interrupting turn runs first, then the one that waited in line.

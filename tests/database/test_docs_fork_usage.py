@@ -1,4 +1,4 @@
-"""The fork and usage examples of docs/handlers.md, run as written: the fork of a
+"""The fork and usage examples of docs/handlers-runs.md, run as written: the fork of a
 dead-lettered run from its third step with an edited payload; the usage
 handler (with a fake model client), priced from the example's PRICES, and
 the totals."""
@@ -34,7 +34,7 @@ class _Responses:
 
 #: The handler block, registered once (its RUNQUEUE is read by the tests).
 HANDLER: dict[str, Any] = {"runqueue": runqueue, "client": SimpleNamespace(responses=_Responses())}
-exec(compile(_block("usage-handler"), "docs/handlers.md", "exec"), HANDLER)  # noqa: S102 - our docs
+exec(compile(_block("usage-handler"), "docs/handlers-runs.md", "exec"), HANDLER)  # noqa: S102 - our docs
 
 
 def test_the_fork_example(transactional_db) -> None:
@@ -42,7 +42,7 @@ def test_the_fork_example(transactional_db) -> None:
     lease = leases.claim_one("w-test")
     assert lease is not None and testing.execute(lease) == "failed"
     namespace = {"runqueue": runqueue, "Run": Run, "run_id": sub.run.id}
-    exec(compile(_block("fork-example"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("fork-example"), "docs/handlers-runs.md", "exec"), namespace)  # noqa: S102
     fork = namespace["fork"]
     assert list(fork.tool_invocations.values_list("seq", flat=True)) == [0, 1]
     assert fork.payload == {"steps": 4, "fail_after": 2, "model": "gpt-5-mini"}
@@ -51,7 +51,7 @@ def test_the_fork_example(transactional_db) -> None:
 def test_the_usage_example(settings, transactional_db) -> None:
     settings.RUNQUEUE = {**settings.RUNQUEUE, **HANDLER["RUNQUEUE"]}
     namespace = {"runqueue": runqueue, "month_start": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)}
-    exec(compile(_block("usage-totals"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("usage-totals"), "docs/handlers-runs.md", "exec"), namespace)  # noqa: S102
     run = namespace["run"]
     assert usage.spend_cap_of(run.id) == 5
     lease = leases.claim_one("w-test")
@@ -65,5 +65,5 @@ def test_the_usage_example(settings, transactional_db) -> None:
         Decimal("2"),
     )
     assert usage.tree_totals(run.id) == totals
-    exec(compile(_block("usage-totals"), "docs/handlers.md", "exec"), namespace)  # noqa: S102
+    exec(compile(_block("usage-totals"), "docs/handlers-runs.md", "exec"), namespace)  # noqa: S102
     assert usage.tenant_totals("default", since=namespace["month_start"]) == totals

@@ -75,7 +75,7 @@ class Profile:
     #: Every so many turns a double text: a second message to the turn's
     #: session while it is busy, with an on_busy policy drawn from all five
     #: (a third of them with a short start_within, so some expire in line
-    #: or unclaimed), docs/decisions.md "Busy sessions: on_busy".
+    #: or unclaimed), docs/decisions/sessions.md "Busy sessions: on_busy".
     double_text_every: int = 3
     #: Failovers in the chaos window (in place of the database restart):
     #: the primary of a cluster pair crashed, its synchronous standby

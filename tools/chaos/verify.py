@@ -359,7 +359,7 @@ def run_tree_figures() -> dict[str, Any]:
 
 
 def session_figures(double_actives_seen: int) -> dict[str, Any]:
-    """A session's line after the drain (runqueue.testing, docs/decisions.md
+    """A session's line after the drain (runqueue.testing, docs/decisions/sessions.md
     "Busy sessions: on_busy"): never two active runs in a session (sampled
     through the soak, and now), no pending turn left with no active run
     ahead of it (or left at all: every turn's session freed in the drain),
