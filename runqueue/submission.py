@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
-from functools import cache
 from typing import Literal
 
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -42,7 +41,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from runqueue import events, leases
+from runqueue import events, leases, submission_fields
 from runqueue.clock import db_now
 from runqueue.conf import get_settings
 from runqueue.db import constraint_name, sqlstate
@@ -150,26 +149,14 @@ SUBMIT_MANY_CHUNK = 1000
 
 
 def _hash(request: CheckedSubmission) -> str:
-    """SHA-256 of the canonical request: sorted keys, no whitespace, UTC times."""
-    canonical = {
-        "kind": request.kind,
-        "payload": request.payload,
-        "session_id": request.session_id,
-        "priority": request.priority,
-        "scheduled_for": request.scheduled_for.astimezone(dt.UTC).isoformat()
-        if request.scheduled_for
-        else None,
-    }
-    if request.concurrency_key != request.tenant:
-        # Only when it is not the default, so keys stored before it existed still match.
-        canonical["concurrency_key"] = request.concurrency_key
-    if request.budget is not None:
-        canonical["budget"] = list(request.budget)
-    if request.spend_cap is not None:
-        canonical["spend_cap"] = str(request.spend_cap)
-    if request.webhook is not None:
-        canonical["webhook"] = request.webhook[1]
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """SHA-256 of the canonical request (``submission_fields.canonical``):
+    sorted keys, no whitespace, UTC times."""
+    text = json.dumps(
+        submission_fields.canonical(request),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -220,8 +207,26 @@ def submit(
     ActiveRunConflict, SessionQueueFull, IdempotencyConflict or
     IdempotencyInProgress.
     """
-    # locals(): the keyword arguments exactly as given, nothing else yet.
-    return _submit(require(check_submission(**locals())), durable=True)
+    checked = check_submission(
+        kind=kind,
+        payload=payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        concurrency_key=concurrency_key,
+        budget=budget,
+        start_within=start_within,
+        max_duration=max_duration,
+        spend_cap=spend_cap,
+        on_busy=on_busy,
+        debounce=debounce,
+        webhook=webhook,
+    )
+    return _submit(require(checked), durable=True)
 
 
 def submit_in_transaction(
@@ -250,8 +255,25 @@ def submit_in_transaction(
     block, as django-tasks-db does). A keyed submit needs a transaction of its
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
-    # locals(): the keyword arguments exactly as given, nothing else yet.
-    return _submit(require(check_submission(**locals())), durable=False)
+    checked = check_submission(
+        kind=kind,
+        payload=payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        concurrency_key=concurrency_key,
+        budget=budget,
+        start_within=start_within,
+        max_duration=max_duration,
+        spend_cap=spend_cap,
+        on_busy=on_busy,
+        debounce=debounce,
+        webhook=webhook,
+    )
+    return _submit(require(checked), durable=False)
 
 
 def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
@@ -710,7 +732,7 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     written. Idle workers are woken once, on commit.
     """
     checked: list[CheckedSubmission] = []
-    names = _request_fields()
+    names = submission_fields.NAMES
     checks = BatchChecks()
     try:
         for item in requests:
@@ -760,12 +782,6 @@ def _at(index: int) -> Iterator[None]:
 def _tag(exc: RunqueueError, index: int) -> None:
     exc.index = index  # type: ignore[attr-defined]
     exc.add_note(f"submit_many: request #{index}")
-
-
-@cache
-def _request_fields() -> tuple[str, ...]:
-    """SubmitRequest's field names, read once (not per request)."""
-    return tuple(f.name for f in dataclasses.fields(SubmitRequest))
 
 
 def _submit_routed(request: CheckedSubmission, request_hash: str) -> Submission:

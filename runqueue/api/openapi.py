@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from runqueue import registry
+from runqueue import registry, submission_fields
 from runqueue.api import openapi_schedules
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
-from runqueue.conf import MAX_EVENTS_PAGE_SIZE, ON_BUSY, RESERVED_KIND_PREFIXES, get_settings
-from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
-from runqueue.models import PRIORITY_MAX, PriorityClass, RunStatus, ToolDecision, ToolStatus
-from runqueue.models.webhooks import URL_MAX_LENGTH
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
+from runqueue.models import PriorityClass, RunStatus, ToolDecision, ToolStatus
 from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
 
@@ -111,102 +109,7 @@ def _schemas() -> dict[str, JSON]:
             "type": "object",
             "additionalProperties": False,
             "required": ["kind"],
-            "properties": {
-                "kind": {"type": "string", "enum": kinds, "description": "the handler's name"},
-                "payload": {
-                    "description": "any JSON; its strings must be valid Unicode (no unpaired "
-                    "surrogate escapes) without NUL characters"
-                },
-                "session_id": {
-                    "type": ["string", "null"],
-                    "minLength": 1,
-                    "maxLength": TEXT_LIMITS["session_id"],
-                    "pattern": _NO_NUL,
-                },
-                "priority": {
-                    "oneOf": [
-                        {"type": "integer", "minimum": 0, "maximum": PRIORITY_MAX},
-                        {"type": "string", "enum": list(PriorityClass.slugs())},
-                    ],
-                    "description": f"{PriorityClass.describe()}; at most "
-                    "the caller's ceiling (a token's highest priority class), which is also "
-                    "the default",
-                },
-                "scheduled_for": {
-                    **nullable_time,
-                    "description": "an RFC 3339 time with an offset, between 0001-01-01 and "
-                    "9999-12-31 once in UTC",
-                },
-                "budget": {
-                    "type": ["object", "null"],
-                    "additionalProperties": False,
-                    "required": ["key", "tokens"],
-                    "properties": {
-                        "key": {
-                            "type": "string",
-                            "minLength": 1,
-                            "maxLength": BUDGET_KEY_MAX_LENGTH,
-                            "pattern": _NO_NUL,
-                        },
-                        "tokens": {"type": "integer", "minimum": 0, "maximum": BUDGET_TOKENS_MAX},
-                    },
-                    "description": "the run's first model call: it is claimed only once one "
-                    "request and these tokens are reserved on this budget (an existing "
-                    "budget; at most its tokens per window)",
-                },
-                "webhook": {
-                    "type": ["string", "null"],
-                    "maxLength": URL_MAX_LENGTH,
-                    "description": "an http(s) URL that receives this run's events (succeeded, "
-                    "failed, cancelled, waiting for the user, uncertain), signed as Standard "
-                    "Webhooks signs, with the secret of the tenant's active webhook endpoint "
-                    "whose URL it starts with; a host resolving to a non-public address is "
-                    "refused (422) unless the operator allows it",
-                },
-                "spend_cap": {
-                    "type": ["number", "null"],
-                    "exclusiveMinimum": 0,
-                    "description": "the run tree's spend cap, in the currency of "
-                    "RUNQUEUE['PRICES']: once the cost its runs record reaches it, its live "
-                    "runs are cancelled with reason spend_cap",
-                },
-                "start_within": {
-                    "type": ["number", "null"],
-                    "exclusiveMinimum": 0,
-                    "maximum": MAX_WAIT_SECONDS,
-                    "description": "seconds: a run not claimed this long after it is due "
-                    "ends cancelled with reason expired (its session freed); counts for its "
-                    "first start only (a pending turn's from its submit). Default: the "
-                    "kind's, then the project's (none)",
-                },
-                "debounce": {
-                    "type": ["number", "null"],
-                    "exclusiveMinimum": 0,
-                    "maximum": MAX_WAIT_SECONDS,
-                    "description": "with on_busy debounce: seconds a turn waits for more "
-                    "messages (each one pushes its start back, never past the kind's longest "
-                    "wait, ten windows by default). Default: the kind's",
-                },
-                "on_busy": {
-                    "type": ["string", "null"],
-                    "enum": [*ON_BUSY, None],
-                    "description": "what a submit to a session whose active run is busy "
-                    "(queued, running or waiting) does: reject (409 session-busy), enqueue "
-                    "(201, a pending run queued when the active run ends; 409 "
-                    "session-queue-full past the project's cap), interrupt (201, the active "
-                    "run is cancelled and this run starts now, told what it did), rollback "
-                    "(the same, told nothing), merge (202, the payload joins the session's "
-                    "turn not started yet: its payloads; else as enqueue), steer (201, a "
-                    "pending run the running turn may read at its next step, else the next "
-                    "turn), answer (the input of a run waiting for the user, else as "
-                    "enqueue), debounce (joins the turn not started yet and pushes its start "
-                    "back by the window; an idle session's turn waits a window), latest "
-                    "(replaces the messages of the turn not started yet). A run waiting for "
-                    "the user takes a submit without on_busy (or "
-                    "with answer) as its input; any other policy is honoured as for a busy "
-                    "run. Default: the project's (reject)",
-                },
-            },
+            "properties": submission_fields.api_properties(kinds),
         },
         "CancelRun": {
             "type": "object",

@@ -15,7 +15,7 @@ import json
 import re
 import sys
 from decimal import Decimal
-from typing import Any, NoReturn, NotRequired, TypedDict
+from typing import Any, NoReturn, NotRequired, TypedDict, cast
 
 from django.http import HttpRequest
 from django.urls import reverse
@@ -23,7 +23,7 @@ from django.urls import reverse
 from runqueue.api.errors import ApiError, FieldError, validation_failed
 from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import REASON_MAX_LENGTH
-from runqueue.models import PriorityClass
+from runqueue.submission_fields import API_FIELDS, API_NAMES
 from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
 from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
 from runqueue.types import JSON
@@ -34,21 +34,8 @@ from runqueue.webhooks import addresses
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
-SUBMIT_FIELDS = frozenset(
-    {
-        "kind",
-        "payload",
-        "session_id",
-        "priority",
-        "scheduled_for",
-        "budget",
-        "start_within",
-        "spend_cap",
-        "on_busy",
-        "debounce",
-        "webhook",
-    }
-)
+#: The members of ``POST /api/runs/`` (runqueue.submission_fields).
+SUBMIT_FIELDS = API_NAMES
 MAX_REASON = REASON_MAX_LENGTH
 #: A schedule's pause reason (its column's length), and a page of schedules.
 MAX_PAUSE_REASON = 500
@@ -242,17 +229,9 @@ def submit_args(body: object) -> SubmitArgs:
         {"pointer": pointer(name), "detail": "unknown field"}
         for name in sorted(set(body) - SUBMIT_FIELDS)
     ]
+    checked_here = [f for f in API_FIELDS if not f.api_form_only]
     checked, problems = check_submission(
-        kind=body.get("kind"),
-        payload=body.get("payload"),
-        session_id=body.get("session_id"),
-        priority=body.get("priority", int(PriorityClass.INTERACTIVE)),
-        scheduled_for=body.get("scheduled_for"),
-        budget=body.get("budget"),
-        start_within=body.get("start_within"),
-        spend_cap=body.get("spend_cap"),
-        on_busy=body.get("on_busy"),
-        debounce=body.get("debounce"),
+        **{f.name: body.get(f.name, f.api_default) for f in checked_here},
         from_json=True,
         registered_only=False,
     )
@@ -274,23 +253,17 @@ def submit_args(body: object) -> SubmitArgs:
     )
     if errors or checked is None:
         raise validation_failed(errors)
-    return {
-        "kind": checked.kind,
-        "payload": checked.payload,
-        "session_id": checked.session_id,
-        "priority": checked.priority,
-        "scheduled_for": checked.scheduled_for,
-        "budget": checked.budget,
-        # Only the body's own: the kind's and the project's defaults are
-        # submit's to apply (the same rule as any caller's).
-        "start_within": checked.start_within if body.get("start_within") is not None else None,
-        "spend_cap": checked.spend_cap,
-        # The body's own, or None: RUNQUEUE["SESSION_ON_BUSY"] is submit's.
-        "on_busy": checked.on_busy,
-        # The body's own window: the kind's is submit's to apply.
-        "debounce": checked.debounce if body.get("debounce") is not None else None,
-        "webhook": webhook,
+    args = {
+        # The body's own value: submit applies the kind's and the project's
+        # defaults (RUNQUEUE["SESSION_ON_BUSY"] too), as for any caller.
+        f.name: None
+        if f.api_own_only and body.get(f.name) is None
+        else body.get(f.name)
+        if f.api_form_only
+        else getattr(checked, f.name)
+        for f in API_FIELDS
     }
+    return cast(SubmitArgs, args)
 
 
 def event_key(request: HttpRequest, name: str, body: dict[str, JSON]) -> str:
