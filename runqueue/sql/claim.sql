@@ -26,7 +26,7 @@
            start_by = NULL,
            budget_reserved = r.budget_reserved + coalesce(r.budget_tokens, 0),
            -- Pinned by its first claim, moved only between turns
-           -- (runqueue_claim_version, functions.sql).
+           -- (runqueue_claim_version, fn_claim.sql).
            handler_version = coalesce(runqueue_claim_version(
                r.id, r.kind, r.handler_version, %(kinds)s::text[], %(kind_newest)s::int[],
                %(kind_versions)s::text[], %(kind_moves)s::text[], %(kind_move_to)s::int[]),
@@ -81,7 +81,7 @@ SELECT c.*
 -- takes queued rows, so it never touches a row being finished.
 -- ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT k) may
 -- re-run it and claim more than k). runqueue_priority_class
--- (functions.sql) is the class of a priority, inlined by the planner.
+-- (fn_classes.sql) is the class of a priority, inlined by the planner.
 claimed AS (
     UPDATE runqueue_run r
     -- include: claim_set --
@@ -90,9 +90,9 @@ claimed AS (
               FROM runqueue_run q
              WHERE q.priority BETWEEN %(min_priority)s AND %(max_priority)s
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
-               -- What may be claimed: functions.sql, as runqueue_claim_capped.
+               -- What may be claimed: fn_claim.sql, as runqueue_claim_capped.
                -- include: claimable --
-               -- A kind and version this worker has (functions.sql): a
+               -- A kind and version this worker has (fn_claim.sql): a
                -- filter, the claim index stays the scan.
                AND runqueue_claim_version(
                        q.id, q.kind, q.handler_version, %(kinds)s::text[],
@@ -115,7 +115,7 @@ claimed AS (
 -- concurrency caps or budgets may apply (a RUNQUEUE["CONCURRENCY"] default,
 -- a ConcurrencyLimit row, a budget): the plain claim but its WHERE
 -- (tests/database/test_concurrency.py checks that), whose ids come from
--- runqueue_claim_capped (functions.sql): a walk in the same claim order
+-- runqueue_claim_capped (fn_claim.sql): a walk in the same claim order
 -- that steps over runs whose (key, class) is at its cap or being claimed by
 -- another worker, holding a transaction-scoped advisory lock per (key,
 -- class) it claims in until this statement commits. The scalar subquery

@@ -15,7 +15,7 @@
 -- a JSON null's ->0 is itself, an empty array's is SQL NULL),
 -- then the event's data. The ids come again as %(ids)s, an array the
 -- UPDATE's index condition reads. A finished run with a parent counts in
--- its parent (joined: runqueue_join, functions.sql); for runs without one
+-- its parent (joined: runqueue_join, fn_tree.sql); for runs without one
 -- joined has no row and calls nothing. A finished run in a session queues
 -- its session's next pending turn (promoted: runqueue_promote); for runs
 -- without a session promoted has no row and calls nothing.
@@ -24,7 +24,7 @@
 -- the log (runqueue_event_log) reads both events from it (migration 0024;
 -- docs/decisions.md, "Claim and success on the run's row"); a failure's
 -- claim is written as an event row by the trigger that lets it go
--- (runqueue_run_log_kept, functions.sql).
+-- (runqueue_run_log_kept, fn_log.sql).
 input AS (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS epoch, (e->>2)::uuid AS token,
            e->>3 AS status, e->>4 AS event_type, e->5->0 AS result, e->6->0 AS failure,

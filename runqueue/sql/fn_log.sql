@@ -20,7 +20,7 @@ $$;
 -- function: runqueue_claimed_data --
 -- A run.claimed event's data: the lease's owner and token, the attempt, the
 -- priority and how long the run waited since it became due (the claim
--- measured it: claim_set, queries.sql). Built from the run's row, by the
+-- measured it: claim_set, claim.sql). Built from the run's row, by the
 -- view runqueue_event_log while the row holds the claim and by
 -- runqueue_run_log_kept when the attempt ends otherwise (migration 0024;
 -- docs/decisions.md, "Claim and success on the run's row").

@@ -48,7 +48,7 @@ lease_expires_at = NULL
 -- Touches only unindexed columns, so it is a HOT update when the row's page
 -- has room for the new version: the live partition's fillfactor leaves it
 -- (migration 0026). It still writes a lock record before the update: the
--- BEFORE UPDATE trigger runqueue_run_log_kept (functions.sql) makes
+-- BEFORE UPDATE trigger runqueue_run_log_kept (fn_log.sql) makes
 -- PostgreSQL lock the old row first, whatever the trigger's WHEN says.
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),

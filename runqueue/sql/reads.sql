@@ -62,7 +62,7 @@ SELECT r.reason,
 -- Why due runs wait (runqueue.versions): the first %(cap)s due runs of each
 -- class in claim order (the claim index), by kind and pinned version, with
 -- how many of the pinned ones are between turns (runqueue_between_turns,
--- functions.sql) and how many runs of the class were read. Runs no live
+-- fn_claim.sql) and how many runs of the class were read. Runs no live
 -- worker claims stay at the head of their class, so the first runs are
 -- where they show; a class read to the cap gives floors. Raw: a LATERAL
 -- per class, which the ORM cannot write.

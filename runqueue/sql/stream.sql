@@ -5,7 +5,7 @@
 -- The NOTIFY of each watched run (runqueue_stream_watch) whose log the
 -- statement grew without an event row (the ids of its CTE grown: claims,
 -- successes), as the trigger on runqueue_run_event sends one for each row
--- (functions.sql, runqueue_event_notify): the stream reads the claim and the
+-- (fn_log.sql, runqueue_event_notify): the stream reads the claim and the
 -- success from the run's row. A CTE the statement's last SELECT counts, once
 -- (an InitPlan); a NOTIFY repeated in one transaction is sent once.
 watched AS (

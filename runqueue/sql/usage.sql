@@ -3,7 +3,7 @@
 
 -- name: usage_root --
 -- ctx.record_usage's tree: the run's root and the root's session
--- (runqueue_tree_root, functions.sql: a walk up the parents, planned
+-- (runqueue_tree_root, fn_tree.sql: a walk up the parents, planned
 -- without JIT). No row for a run that does not exist.
 SELECT id, session_id FROM runqueue_tree_root(%(run_id)s::uuid);
 
