@@ -51,17 +51,9 @@ AND (SELECT count(*) FROM finished) >= 0
 AND r.status IN ('queued', 'running', 'waiting_for_user')
 
 -- fragment: claim_commit --
--- The last condition of a claim's UPDATE: a statement that only claims
--- (%(claim_commit)s 'off': no finishes in it, and DURABLE_CLAIMS left
--- False) commits without waiting for its WAL to reach the disk or a
--- synchronous standby. The lease token makes that safe: a claim lost in a
--- crash or a failover leaves the run queued without the token, so every
--- fenced write of the lost lease writes nothing, and the owner's first
--- durable write (a tool record, a checkpoint, its finish) flushes the
--- claim with it (docs/decisions.md, "A claim's commit does not wait for
--- the disk"). set_config(..., true): this transaction only. An InitPlan,
--- run once (a claim that finds nothing writes nothing, so its commit has
--- nothing to wait for either way).
+-- The last condition of a claim's UPDATE: a statement that only claims (%(claim_commit)s 'off')
+-- commits without waiting for its WAL to reach the disk; the lease token makes that safe. An
+-- InitPlan, this transaction only (docs/decisions.md, "Claim and leases").
 AND (%(claim_commit)s::text IS NULL
      OR (SELECT set_config('synchronous_commit', %(claim_commit)s::text, true)) IS NOT NULL)
 
@@ -111,23 +103,9 @@ claimed AS (
 )
 
 -- fragment: capped_claimed --
--- The capped claim (finish_and_claim_capped, claim_capped), when
--- concurrency caps or budgets may apply (a RUNQUEUE["CONCURRENCY"] default,
--- a ConcurrencyLimit row, a budget): the plain claim but its WHERE
--- (tests/database/test_concurrency.py checks that), whose ids come from
--- runqueue_claim_capped (fn_claim.sql): a walk in the same claim order
--- that steps over runs whose (key, class) is at its cap or being claimed by
--- another worker, holding a transaction-scoped advisory lock per (key,
--- class) it claims in until this statement commits. The scalar subquery
--- runs the function once (an InitPlan; the cast makes ANY take its array,
--- not a subquery's rows). The function locked each id after checking, on
--- its latest version, that the run is queued and due, and the lock holds
--- until this statement commits; so the UPDATE needs no status test, and
--- must not have one: "status = 'queued'" lets the planner walk the whole
--- claim index with the ids as a filter instead of the key. (It has the live
--- partition's statuses, which only prune the finished days away.) The runs
--- the statement finishes (%(ids)s, epochs, tokens; empty in claim_capped)
--- free their places for its own claim.
+-- The capped claim (finish_and_claim_capped, claim_capped): the plain claim but its WHERE, the
+-- ids runqueue_claim_capped (fn_claim.sql) chose and locked, run once (an InitPlan); no status
+-- test, which would walk the claim index (docs/decisions.md, "Concurrency caps").
 claimed AS (
     UPDATE runqueue_run r
     -- include: claim_set --
@@ -144,11 +122,9 @@ claimed AS (
 )
 
 -- name: claim --
--- A claim with nothing to finish (a wake-up's, leases.claim's): no finish
--- CTEs, whose UPDATE of the runs table costs its executor start-up even
--- when it finishes nothing (about a tenth of a millisecond of an idle
--- pickup). One row per claimed run. It finishes nothing: finished is empty
--- (the claim's claim_after_finishes reads it).
+-- A claim with nothing to finish (a wake-up's, leases.claim's): one row per claimed run; finished
+-- is empty (claim_after_finishes reads it). No finish CTEs: their executor start-up costs an
+-- idle pickup ~0.1 ms (docs/decisions.md, "Claim and leases").
 WITH finished AS (SELECT NULL::uuid AS id WHERE false),
 -- include: plain_claimed --
 ,

@@ -87,26 +87,9 @@ SELECT CASE
 $fn$;
 
 -- function: runqueue_claim_capped --
--- The capped claim's walk (docs/decisions.md, "Concurrency caps"), called
--- once by finish_and_claim_capped. VOLATILE: in READ COMMITTED every
--- statement inside takes a fresh snapshot, so the running count below is
--- taken after the (key, class) lock is held and sees every claim committed
--- before this one got the lock. Only a claim moves a run into running, and
--- every capped claim of a (key, class) holds its lock from the count to its
--- commit: the count plus what it claims never exceeds the cap. A (key,
--- class) whose lock another claimer holds is stepped over (no waiting), as
--- is one at its cap. The walk reads the claim index in claim order, 64 runs
--- at a time; once it steps over a (key, class) with 64 or more runs queued
--- ahead, or has stepped over 256 runs in all, it goes key by key instead
--- (each key's next runs from runqueue_run_key_idx, merged in claim order),
--- so a long backlog at its cap costs one index probe per key with queued
--- runs, not one row per run. Runs are locked one at a time, only when
--- chosen: stepping over writes nothing. A run with a budget is chosen only
--- once runqueue_budget_take reserved its call (docs/decisions.md,
--- "Budgets"), after its lock: a budget another claimer holds or a paused
--- one is stepped over for this call, a tenant whose call does not fit or
--- whose turn it is not is stepped over on that budget (the walk goes on to
--- other tenants' and other runs, so their asking is seen).
+-- The capped claim's walk, called once by the capped claims: VOLATILE, so each count follows its
+-- (key, class) lock; steps over a (key, class) locked, at its cap or a budget refused, key by key
+-- past a long backlog (docs/decisions.md, "Concurrency caps", "Budgets").
 CREATE OR REPLACE FUNCTION runqueue_claim_capped(
     p_limit integer,
     p_min_priority integer,

@@ -1,24 +1,9 @@
 -- Sessions: the next pending turn queued when a session's active run ends.
 
 -- function: runqueue_promote --
--- A session's next turn (docs/decisions.md, "Busy sessions: on_busy"),
--- called by every statement that makes runs terminal (a finish, a dead
--- letter, a cancel, an expiry), in that statement, with the tenants and
--- session ids of the runs it ended (NULL session ids are skipped). For each
--- session, in (tenant, session) order: if no run of it is active any more
--- (this statement's own changes are seen: a VOLATILE function's statements
--- read after the caller's), its first pending turn (the lowest place) is
--- queued: due now or at its scheduled time, run.promoted, a NOTIFY (its
--- epoch stays: a pending turn never had a lease to fence). Exactly one, and
--- only when the session has no active run: every write that adds a pending
--- turn holds the active run's row lock (submit's routing), and the
--- statement that ends that run holds it too, so a turn committed before
--- the end is seen here, and one added after finds the promoted run active
--- and lines up behind it. A turn another transaction holds (a cancel of
--- it, the deadline service expiring it) is stepped over (SKIP LOCKED): it
--- is ending, and the next is queued instead. Ending a pending turn calls
--- this too and changes nothing while the session has an active run.
--- Returns how many turns were queued.
+-- A session's next turn, called by every statement that ends runs, with their tenants and
+-- sessions: each session with no active run left queues its first pending turn (run.promoted,
+-- a NOTIFY). Returns how many (docs/decisions.md, "Busy sessions: on_busy").
 CREATE OR REPLACE FUNCTION runqueue_promote(
     p_tenants text[], p_sessions text[], p_channel text) RETURNS integer
 LANGUAGE plpgsql VOLATILE

@@ -80,23 +80,9 @@ WITH woken AS (
 SELECT count(pg_notify(p_channel, '')) INTO resumed FROM woken;
 
 -- function: runqueue_join --
--- The fan-in (docs/decisions.md, "Sub-agents and durable waits"), called by
--- every statement that makes runs with a parent terminal (a finish, a dead
--- letter, a cancel), in that statement, with the parents' ids: one per
--- child, repeats counted. Each parent is locked first, live or dead
--- (lock_parents); then each live parent's children_open goes down, so
--- children ending at once count one after the other; a parent waiting for
--- its children whose count reaches 0 is queued again here (resumed, a new
--- epoch, run.resumed), exactly once: its wait begins only under the same
--- row lock and, if no child is open then, resumes at once instead. A dead
--- letter's count is left alone, but locked: its requeue locks it before it
--- counts again (runqueue_recount), so a child's end is either committed
--- before that count or counted after it, never neither. A parent moved
--- between partitions while this waited for its lock (it finished, or was
--- requeued) fails the statement with 40001, nothing written: the caller
--- runs it again. VOLATILE: each statement inside sees the rows as they are
--- when its locks are held. Returns how many parents resumed; each resume
--- NOTIFYs p_channel so idle workers claim it at once.
+-- The fan-in, called by every statement that ends runs with a parent, with the parents' ids (a
+-- repeat per child): each parent locked, its children_open lowered, resumed once when it waits
+-- and none is open. Returns how many resumed (docs/decisions.md, "Sub-agents and durable waits").
 CREATE OR REPLACE FUNCTION runqueue_join(p_parents uuid[], p_channel text) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $fn$

@@ -43,13 +43,9 @@ lease_token = NULL,
 lease_expires_at = NULL
 
 -- name: fence_renew --
--- The heartbeat, and the first statement of every worker transaction that
--- keeps the run running: asserts the lease and renews it. Zero rows: fenced.
--- Touches only unindexed columns, so it is a HOT update when the row's page
--- has room for the new version: the live partition's fillfactor leaves it
--- (migration 0026). It still writes a lock record before the update: the
--- BEFORE UPDATE trigger runqueue_run_log_kept (fn_log.sql) makes
--- PostgreSQL lock the old row first, whatever the trigger's WHEN says.
+-- The heartbeat, and the first statement of each worker transaction that keeps the run running:
+-- asserts the lease and renews it; zero rows: fenced. HOT when its page has room (migration 0026);
+-- still a lock record first (the BEFORE UPDATE trigger runqueue_run_log_kept, whatever its WHEN).
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()

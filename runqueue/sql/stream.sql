@@ -15,14 +15,9 @@ watched AS (
 )
 
 -- name: stream_text --
--- ctx.stream's live text: one NOTIFY on runqueue_text per piece, only while
--- the lease holds, and only if a web process watches the run. Raw: a NOTIFY
--- and a row lock in one statement. The run row is locked FOR SHARE, so a
--- fence committing meanwhile (cancel, requeue, another claim: each an
--- UPDATE of the row) either waits for this statement's commit, the deltas
--- then delivered before its own NOTIFYs, or makes it match nothing: a fenced
--- worker's text reaches no one. Zero rows: fenced. No row is written (the
--- lock sets the row's xmax; docs/decisions.md, "Token streaming").
+-- ctx.stream's live text: one NOTIFY on runqueue_text per piece, only while the lease holds and
+-- a web process watches the run; the row locked FOR SHARE, so a fence commits wholly before or
+-- after it. Zero rows: fenced; no row written (docs/decisions.md, "Token streaming").
 WITH owned AS (
     SELECT r.id
       FROM runqueue_run r

@@ -90,12 +90,9 @@ SELECT c.id, c.created_at, c.start_by, c.created_event_id
  WHERE (SELECT count(pg_notify(%(channel)s, n)) FROM unnest(%(notify)s::text[]) AS n) >= 0;
 
 -- name: take_submit_quota --
--- One submit against an API token's quota, in one statement: GCRA, the
--- "theoretical arrival time" of the next submit moves on by window/quota per
--- admitted submit, and a submit is admitted while that stays within one
--- window of now, so at most quota submits land in any window. The row lock
--- of the upsert serialises a token's concurrent submits. A refused submit
--- leaves tat as it was; retry_after says when the next one is admitted.
+-- One submit against an API token's quota (GCRA: the next submit's theoretical arrival time),
+-- in one upsert whose row lock serialises a token's submits; a refused one leaves tat as it
+-- was, retry_after says when (docs/decisions.md, "HTTP API").
 INSERT INTO runqueue_api_token_quota AS q (token_id, tat, admitted)
 VALUES (%(token_id)s, now() + make_interval(secs => %(interval)s), true)
 ON CONFLICT (token_id) DO UPDATE
@@ -110,18 +107,9 @@ RETURNING admitted,
                              - now() - make_interval(secs => %(window)s)) AS retry_after;
 
 -- name: fork_run --
--- runqueue.fork (docs/decisions.md, "Forking a run"): a new queued run from
--- a finished one, in the transaction that holds the original's row lock
--- (lock_run) and checked its steps: the same kind, tenant, principal,
--- priority, concurrency key, max_attempts and max_duration; no session, no
--- parent, no budget; %(payload)s, or NULL for the original's; its lineage
--- in forked_from. The original's first %(from_step)s tool records (tool
--- outcomes and spawns, numbered from 0) are copied to it under their own
--- numbers, so its handler replays them instead of running them: a copied
--- spawn names the same child. run.created and run.forked on the new run,
--- run.forked on the original (under its lock), and the NOTIFY that wakes
--- idle workers of the run's class (on commit). Raw: one statement, so the
--- run, its records and its events are one round trip.
+-- runqueue.fork: a new queued run from a finished one, its first %(from_step)s tool records
+-- copied under their numbers, run.created and run.forked, a NOTIFY, under the original's lock
+-- (lock_run). Raw: one statement, one round trip (docs/decisions.md, "Forking a run").
 WITH original AS (
     SELECT o.*
       FROM runqueue_run o
