@@ -7,7 +7,7 @@ tenant) are ``running`` at once in one priority class: the default per class
 is ``RUNQUEUE["CONCURRENCY"]`` and a ``ConcurrencyLimit`` row overrides it
 for one key (0 pauses the key). Only a claim moves a run into running, so
 only the claim enforces caps: ``finish_and_claim_capped`` runs the walk of
-``runqueue_claim_capped`` (its source: ``runqueue/sql/functions.sql``). A
+``runqueue_claim_capped`` (its source: ``runqueue/sql/fn_claim.sql``). A
 claim from classes with no cap (no default cap, no limit row in them) runs
 the plain ``finish_and_claim`` and pays nothing for it.
 

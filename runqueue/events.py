@@ -61,7 +61,7 @@ SIGNAL_KEPT = "run.signal_kept"
 SUPERSEDED = "run.superseded"
 ANSWERED = "run.answered"
 #: A pending turn was queued: its session's active run ended (data: place;
-#: runqueue_promote, functions.sql).
+#: runqueue_promote, fn_sessions.sql).
 PROMOTED = "run.promoted"
 #: A submit's payload joined this turn not started yet (``on_busy="merge"``;
 #: data: turns, how many payloads it holds now).

@@ -26,7 +26,7 @@ more.
 Partitions are found by name (``<parent>_pYYYYMMDD``, days in UTC); a day
 detached by a prune that died before dropping it is finished by the next.
 The statements name tables, so they are composed here with
-``psycopg.sql.Identifier`` rather than kept in queries.sql.
+``psycopg.sql.Identifier`` rather than kept in runqueue/sql/.
 """
 
 from __future__ import annotations

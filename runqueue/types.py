@@ -9,6 +9,6 @@ from typing import Any
 #: name marks the one kind of ``Any`` runqueue's annotations mean.
 type JSON = Any
 
-#: The named parameters of a statement from queries.sql. Values are what
+#: The named parameters of a statement from runqueue/sql/. Values are what
 #: psycopg adapts (``Jsonb`` included), so wider than any one column type.
 type Params = Mapping[str, object]

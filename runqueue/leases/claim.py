@@ -167,7 +167,7 @@ def statement_params(
     (and their ids, epochs and tokens as arrays), the claim's."""
     durable = bool(finishes) or get_settings().DURABLE_CLAIMS
     return spec.params() | {
-        # A statement that only claims need not wait for the disk (queries.sql,
+        # A statement that only claims need not wait for the disk (claim.sql,
         # claim_commit); one that finishes runs must.
         "claim_commit": None if durable else "off",
         "ids": [lease.run_id for lease, _ in finishes],
@@ -180,7 +180,7 @@ def statement_params(
 
 
 def _finishes_document(finishes: Sequence[tuple[Lease, Finish]]) -> str:
-    """The finish fragment's finishes (queries.sql; ``runqueue.sql.json_rows``):
+    """The finish fragment's finishes (finish.sql; ``runqueue.sql.json_rows``):
     id, epoch, token, status, event type, then the result and the failure
     as ``[text]`` or ``[]`` and the event's data, spliced in as the JSON
     text they already are."""

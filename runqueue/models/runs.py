@@ -153,7 +153,7 @@ class Run(models.Model):
         editable=False,
     )
     #: Its children not terminal yet: each child's terminal transition counts
-    #: down here, under this row's lock (runqueue_join, functions.sql).
+    #: down here, under this row's lock (runqueue_join, fn_tree.sql).
     children_open = models.IntegerField(default=0, db_default=0, editable=False)
     #: While waiting or waiting_for_user: what for (WaitReason), the signal's
     #: name, since when and until when (the deadline; NULL for none).

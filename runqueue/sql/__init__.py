@@ -1,12 +1,17 @@
-"""The raw SQL of runqueue, loaded once by name: the statements of
-queries.sql and the database functions of functions.sql.
+"""The raw SQL of runqueue, loaded once by name: the statements and the
+database functions of the ``*.sql`` files beside this module, each file
+holding what one part of runqueue owns (``claim.sql``, ``finish.sql``,
+``waits.sql``, ...; the functions in ``fn_*.sql``), each under about 400
+lines (tests/unit/test_sql_files.py). ``python -m runqueue.sql list``
+names every statement and function by file, ``python -m runqueue.sql show
+NAME`` prints one with its fragments put in.
 
 Each file is a list of blocks, each starting with a marker line:
 
-- ``-- name: NAME --`` starts a statement (queries.sql), which callers run
-  by its name (``execute``, ``prepared``);
+- ``-- name: NAME --`` starts a statement, which callers run by its name
+  (``execute``, ``prepared``);
 - ``-- function: NAME --`` starts a function's ``CREATE OR REPLACE``
-  statement (functions.sql), the text migrations install a frozen copy of;
+  statement, the text migrations install a frozen copy of;
 - ``-- fragment: NAME --`` starts SQL that several statements or functions
   share and nobody runs alone (the fenced finishes of ``finish_and_claim``
   and ``finish_and_claim_capped``; what a run must be to be claimed, in
@@ -16,10 +21,30 @@ A line ``-- include: NAME --`` in a statement, a function or a fragment
 stands for that fragment's text, indented as the line is, put in when the
 files are loaded: every statement is still one text, sent in one round trip
 (and prepared as one statement), and the names callers use are the
-statements' names. Fragments of either file may be included in either. A
-name defined twice, an include of no fragment, a fragment that includes
-itself and a fragment nothing includes are errors at load. A statement's
-comment lines are not sent; a function keeps its own.
+statements' names. A fragment of any file may be included in any other. A
+name defined twice (in one file or in two), an include of no fragment, a
+fragment that includes itself and a fragment nothing includes are errors at
+load. A statement's comment lines are not sent; a function keeps its own
+(those inside its body are part of what the database stores). What comes
+before a file's first block says what the file owns and is not loaded.
+
+Every lease and schedule comparison uses the database clock, now(). The
+class of a priority is ``runqueue_priority_class`` and its siblings
+(``fn_classes.sql``), never arithmetic in a statement. What a run must be
+to be claimed is written once, in the fragments ``due`` and ``claimable``
+(``fn_claim.sql``; on a run aliased q, each line an AND, so an include
+follows a first condition): the plain claim and ``runqueue_claim_capped``
+include them. So are the resume of a waiting run (``resume``), the active
+and the live statuses (``active_statuses``, ``live_statuses``;
+runqueue.models) and the give-back of a lease (``give_back``);
+tests/unit/test_sql_fragments.py checks that none is written out anywhere
+else.
+
+A migration is history, so it holds a frozen copy of the functions' text,
+not a call: to change a function (or a fragment one includes), edit it in
+its file and add a migration that runs the new text (``functions_sql()``,
+pasted in; see 0006_function_source). tests/database/test_functions.py
+checks that the migrated database's functions are exactly the files'.
 """
 
 from __future__ import annotations
@@ -27,7 +52,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -62,14 +87,19 @@ class Loaded:
     functions: dict[str, str]
 
 
-def load(*texts: str) -> Loaded:
-    """Split SQL files into statements and functions, fragments included."""
+def load(*texts: str, origins: Sequence[str] = ()) -> Loaded:
+    """Split SQL files into statements and functions, fragments included.
+    ``origins``: the files' names, for the errors."""
     blocks: dict[str, dict[str, str]] = {"name": {}, "function": {}, "fragment": {}}
-    for text in texts:
-        parts = _BLOCK.split(text)
-        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
-            if any(name in defined for defined in blocks.values()):
-                raise ValueError(f"query {name!r} is defined twice")
+    where: dict[str, str] = {}
+    for index, text in enumerate(texts):
+        origin = origins[index] if index < len(origins) else f"text {index + 1}"
+        for kind, name, body in _blocks(text):
+            if name in where:
+                raise ValueError(
+                    f"query {name!r} is defined twice (in {where[name]} and in {origin})"
+                )
+            where[name] = origin
             blocks[kind][name] = body
     fragments = blocks["fragment"]
     included: set[str] = set()
@@ -100,6 +130,12 @@ def load(*texts: str) -> Loaded:
     return loaded
 
 
+def _blocks(text: str) -> Iterator[tuple[str, str, str]]:
+    """A file's blocks as (kind, name, body), in order."""
+    parts = _BLOCK.split(text)
+    yield from zip(parts[1::3], parts[2::3], parts[3::3], strict=True)
+
+
 def parse(text: str) -> dict[str, str]:
     """Split a queries file into {name: statement}, fragments included."""
     return load(text).statements
@@ -115,25 +151,47 @@ def _statement(body: str) -> str:
     return "\n".join(lines).rstrip(";").rstrip()
 
 
+def files() -> list[Path]:
+    """The SQL files, in the order they are loaded (by name)."""
+    return sorted(_HERE.glob("*.sql"))
+
+
+def sources() -> str:
+    """Every SQL file's text as written, in load order, one after another:
+    what a check of the sources (a rule written once) reads."""
+    return "".join(path.read_text() for path in files())
+
+
+def defined() -> dict[str, list[tuple[str, str]]]:
+    """{file name: [(kind, name), ...]}: each file's blocks, in order (kind
+    ``name``, ``function`` or ``fragment``)."""
+    return {
+        path.name: [(kind, name) for kind, name, _ in _blocks(path.read_text())]
+        for path in files()
+    }
+
+
 @cache
 def _loaded() -> Loaded:
-    return load((_HERE / "queries.sql").read_text(), (_HERE / "functions.sql").read_text())
+    paths = files()
+    return load(*(path.read_text() for path in paths), origins=[path.name for path in paths])
 
 
 def queries() -> dict[str, str]:
-    """The statements of queries.sql by name."""
+    """The statements by name, as sent."""
     return _loaded().statements
 
 
 def functions() -> dict[str, str]:
-    """The functions of functions.sql by name: each its ``CREATE OR REPLACE``
-    statement, as the latest migration installs it."""
+    """The functions by name: each its ``CREATE OR REPLACE`` statement, as
+    the latest migration installs it."""
     return _loaded().functions
 
 
 def functions_sql() -> str:
-    """Every function of functions.sql in one text: what a migration that
-    changes one of them holds, frozen."""
+    """Every function in one text (in load order: a LANGUAGE sql function
+    after those it calls, in its own file): what a migration that changes
+    one of them holds, frozen."""
     return "\n".join(functions().values())
 
 

@@ -1,17 +1,17 @@
 """The SQL functions that classify a priority, rendered from ``PriorityClass``.
 
-Statements (``queries.sql``, ``runqueue_claim_capped``) call these instead of
-writing the class arithmetic out, so the database and the ORM read one rule.
+Statements (``runqueue/sql/*.sql``, ``runqueue_claim_capped``) call these
+instead of writing the class arithmetic out, so the database and the ORM read one rule.
 Each is ``LANGUAGE sql IMMUTABLE`` with a one-line body and no ``STRICT`` or
 ``SET``: the planner inlines it, and a statement plans exactly as it would
 with the expression written in place (an index condition stays one).
 
-Their text lives in ``functions.sql`` with every other function runqueue
-installs, and a migration installs a frozen copy of it.
+Their text lives in ``fn_classes.sql`` (each other function runqueue installs
+in an ``fn_*.sql`` of its own), and a migration installs a frozen copy of it.
 ``tests/database/test_queries.py`` checks the database's functions (which
 ``tests/database/test_functions.py`` checks against the file) against what
 ``functions()`` renders from ``PriorityClass``: a change to the classes
-fails there until ``functions.sql`` says it and a new migration installs it.
+fails there until ``fn_classes.sql`` says it and a new migration installs it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 rule, and the maintenance kind that sends each delivery.
 
 An event's deliveries are written by the database in the event's own
-transaction (``runqueue_webhook_enqueue``, functions.sql), each with the
+transaction (``runqueue_webhook_enqueue``, fn_webhooks.sql), each with the
 maintenance run that sends it (``runqueue.webhooks.sending``);
 ``addresses`` holds where a webhook may go and the connection that goes
 there, ``targets`` which endpoint signs a submit's own URL, ``endpoints``

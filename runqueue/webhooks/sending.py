@@ -1,7 +1,7 @@
 """One try of one delivery: the maintenance kind ``runqueue.webhook``.
 
 Each delivery is a run of this kind, written with the event it reports
-(``runqueue_webhook_enqueue``, functions.sql). A try signs the stored body
+(``runqueue_webhook_enqueue``, fn_webhooks.sql). A try signs the stored body
 afresh (a new ``webhook-timestamp``, the same ``webhook-id``) with the
 ``standardwebhooks`` library, posts it once and ends: a 2xx succeeds the
 run, anything else is a ``TransientError`` whose ``retry_after`` is the

@@ -1,17 +1,14 @@
 """The database functions runqueue installs are the text of
-``runqueue/sql/functions.sql``: the migrated database holds exactly the
+``runqueue/sql/fn_*.sql``: the migrated database holds exactly the
 file's functions, and what a run must be to be claimed is written once."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.db import connection, transaction
 
-from runqueue.sql import functions, queries
+from runqueue.sql import functions, queries, sources
 
-SQL = Path(__file__).resolve().parents[2] / "runqueue" / "sql"
 SCRATCH = "runqueue_function_source"
 
 _DEFINITIONS = """
@@ -34,7 +31,7 @@ def test_the_migrated_database_has_exactly_the_files_functions() -> None:
     """The file's statements, run in a scratch schema, give the same
     definitions (``pg_get_functiondef``: signature, options, body) as the
     migrations gave the test database; and no other runqueue function is
-    installed. A change to functions.sql without a migration that installs
+    installed. A change to a function's file without a migration that installs
     it (or the reverse) fails here."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_schema()")
@@ -54,15 +51,14 @@ def test_the_migrated_database_has_exactly_the_files_functions() -> None:
 
 def test_what_is_claimable_is_written_once() -> None:
     """The rule's conditions appear once in the SQL sources (the fragments
-    of functions.sql), and both claims and the capped walk's three reads
+    of fn_claim.sql), and both claims and the capped walk's three reads
     include them."""
-    sources = (SQL / "queries.sql").read_text() + (SQL / "functions.sql").read_text()
     for condition in (
         "q.attempts < q.max_attempts",
         "q.scheduled_for <= now()",
         "FROM runqueue_paused_kind p",
     ):
-        assert sources.count(condition) == 1, condition
+        assert sources().count(condition) == 1, condition
     capped = functions()["runqueue_claim_capped"]
     assert capped.count("q.attempts < q.max_attempts") == 3
     assert capped.count("FROM runqueue_paused_kind p") == 2

@@ -1,4 +1,4 @@
-"""Every named statement in ``runqueue/sql/queries.sql`` parses and plans on
+"""Every named statement in ``runqueue/sql/*.sql`` parses and plans on
 the test database, every name the code uses exists there and every block is
 used; the class functions agree with ``PriorityClass``."""
 
@@ -234,7 +234,7 @@ def test_a_fragment_is_put_in_where_a_statement_includes_it() -> None:
 
 
 def test_a_function_keeps_its_comments_and_an_include_takes_its_lines_indent() -> None:
-    """functions.sql's blocks: the text installed is the block as written
+    """A function's blocks: the text installed is the block as written
     (comments are part of a function's source), a fragment indented as the
     line that includes it; a statement of another file may include it too."""
     functions_text = (
@@ -339,9 +339,9 @@ def test_the_class_functions_agree_with_priority_class_for_every_priority() -> N
 
 @pytest.mark.django_db
 def test_the_class_functions_are_what_priority_class_renders() -> None:
-    """The installed class functions (functions.sql's, as migrated) are what
+    """The installed class functions (fn_classes.sql's, as migrated) are what
     ``runqueue.sql.classes.functions()`` renders: a change to
-    ``PriorityClass`` needs functions.sql and a migration to say it."""
+    ``PriorityClass`` needs fn_classes.sql and a migration to say it."""
     rendered = {m["name"]: m["body"] for m in _CLASS_FUNCTION.finditer(functions())}
     with connection.cursor() as cursor:
         cursor.execute(

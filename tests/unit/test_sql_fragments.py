@@ -6,19 +6,17 @@ one of them includes its fragment; none spells it out."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from runqueue.models import ACTIVE_STATUSES, LIVE_STATUSES
-from runqueue.sql import functions, queries
+from runqueue.sql import functions, queries, sources
 
-SQL = Path(__file__).resolve().parents[2] / "runqueue" / "sql"
 _BLOCK = re.compile(r"^-- (name|function|fragment): ([a-z_]+) --$", re.MULTILINE)
 #: A list of two or more quoted statuses, as an IN writes them.
 _STATUS_LIST = re.compile(r"'[a-z_]+'(?:,\s*'[a-z_]+')+")
 
 
 def _sources() -> str:
-    return (SQL / "queries.sql").read_text() + (SQL / "functions.sql").read_text()
+    return sources()
 
 
 def _fragments() -> dict[str, str]:

@@ -4,8 +4,8 @@ exactly once, whichever commits first; two transactions ending runs of one
 session (a cancel and a finish, a cancel of a pending turn and the active
 run's end) queue one turn, never two and never none; many double texts
 racing a worker leave every turn run once, in order. And the rule that
-makes it hold: every statement of queries.sql and function of
-functions.sql that ends a run calls runqueue_promote (and runqueue_join)."""
+makes it hold: every statement and function of runqueue/sql/ that ends a
+run calls runqueue_promote (and runqueue_join)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _held(fn, name: str) -> tuple[Worker, threading.Event, threading.Event]:
 # --- every terminal statement promotes and joins -------------------------------
 
 #: A status assigned in a SET list (a line of its own, as every UPDATE of
-#: queries.sql and functions.sql writes it): the expression after it.
+#: runqueue/sql/ writes it): the expression after it.
 _STATUS_SET = re.compile(r"^\s*(?:SET\s+)?status = (?P<value>.+?),?$", re.MULTILINE)
 _LITERAL = re.compile(r"'([a-z_]+)'")
 

@@ -1,0 +1,175 @@
+-- A lease's fenced writes (renew, give up, give back, spawn) and the sweep of
+-- expired leases.
+
+-- fragment: idle_limit --
+-- The last condition of a fence statement: inside a worker transaction
+-- (%(idle_timeout)s not NULL), the server ends the transaction if the
+-- worker sits idle in it longer (a frozen worker must not hold the run's row
+-- lock for ever). set_config(..., true): local to this transaction, so
+-- nothing of runqueue's outlives it on a server connection a transaction
+-- pooler hands to other clients next. An InitPlan, run once.
+AND (%(idle_timeout)s::text IS NULL
+     OR (SELECT set_config('idle_in_transaction_session_timeout',
+                           %(idle_timeout)s::text, true)) IS NOT NULL)
+
+-- fragment: expire_set --
+-- The expiry path, for a lease given up (fence_give_up) or expired
+-- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
+-- c.failure once the run has no attempt left; a new epoch either way, and
+-- no token.
+SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
+    lease_epoch = r.lease_epoch + 1,
+    scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
+                         ELSE now() + make_interval(secs => c.delay) END,
+    failure = CASE WHEN r.attempts >= r.max_attempts THEN c.failure::jsonb
+                   ELSE r.failure END,
+    finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
+    lease_owner = '',
+    lease_token = NULL,
+    lease_expires_at = NULL
+
+-- fragment: give_back --
+-- The give-back: a lease returned without its attempt spent (a worker's
+-- shutdown, fence_release; a wait for a budget, fence_budget_wait), the
+-- end of its UPDATE's SET list (alias r). Queued and due at once (the
+-- claim's wait counts from when it became due again), the attempt handed
+-- back, a new epoch so the handler still running is fenced, no lease.
+status = 'queued',
+lease_epoch = r.lease_epoch + 1,
+attempts = greatest(r.attempts - 1, 0),
+scheduled_for = now(),
+lease_owner = '',
+lease_token = NULL,
+lease_expires_at = NULL
+
+-- name: fence_renew --
+-- The heartbeat, and the first statement of each worker transaction that keeps the run running:
+-- asserts the lease and renews it; zero rows: fenced. HOT when its page has room (migration 0026);
+-- still a lock record first (the BEFORE UPDATE trigger runqueue_run_log_kept, whatever its WHEN).
+UPDATE runqueue_run
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       heartbeat_at = now()
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
+RETURNING id;
+
+-- name: fence_renew_many --
+-- The heartbeat of every lease a worker holds, in one statement: each row
+-- keeps its own fence, and an id missing from the result was fenced. Each
+-- row says whether its run was paused (runqueue.pausing.pause_run): the
+-- handler is given back at its next step, should the NOTIFY be missed.
+UPDATE runqueue_run r
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       heartbeat_at = now()
+  FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(tokens)s::uuid[])
+       AS i(id, epoch, token)
+ WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
+   AND r.status = 'running'
+   AND r.id = ANY(%(ids)s::uuid[])
+RETURNING r.id, r.paused_at IS NOT NULL;
+
+-- name: fence_give_up --
+-- A transient failure gives the lease up and takes the expiry path at once:
+-- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
+-- up, as on every transition the next owner must not confuse with this one.
+-- %(failure)s is a runqueue.failures.Failure built in Python.
+UPDATE runqueue_run r
+   -- include: expire_set --
+  FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+   AND r.status = 'running'
+   -- include: idle_limit --
+RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
+          -- Dead-lettered: a terminal transition, counted in the parent,
+          -- and the session's next pending turn queued.
+          CASE WHEN r.status = 'failed' AND r.parent_id IS NOT NULL
+               THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END,
+          CASE WHEN r.status = 'failed' AND r.session_id IS NOT NULL
+               THEN runqueue_promote(ARRAY[r.tenant], ARRAY[r.session_id], %(channel)s) END;
+
+-- name: fence_release --
+-- Give a run back unfinished on worker shutdown (the give-back).
+UPDATE runqueue_run r
+   SET
+       -- include: give_back --
+ WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+   AND r.status = 'running'
+   -- include: idle_limit --
+RETURNING r.id, r.lease_epoch;
+
+-- name: fence_spawn --
+-- A parent creates a child (ctx.spawn): the fence, renewing the lease, and
+-- the child counted open, under the parent's row lock. The child's insert
+-- and its tool record follow in the same transaction, so a fenced parent
+-- (or one a cancel committed against) creates none. Zero rows: fenced.
+UPDATE runqueue_run
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       heartbeat_at = now(),
+       children_open = children_open + 1
+ WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+   AND status = 'running'
+   -- include: idle_limit --
+RETURNING id;
+
+-- name: expired_leases --
+-- The sweeper's read: running runs whose lease expired on the database clock.
+SELECT id, lease_epoch, attempts, max_attempts
+  FROM runqueue_run
+ WHERE status = 'running' AND lease_expires_at <= now()
+ ORDER BY lease_expires_at
+ LIMIT %(limit)s;
+
+-- name: sweep_expired --
+-- Requeue with backoff, or dead-letter at max_attempts, the runs the sweeper
+-- read, re-checking what it read (epoch, status, expiry): a run finished or
+-- renewed in between is left alone. A row its owner is writing right now is
+-- stepped over (SKIP LOCKED), so a frozen worker never blocks the sweeper;
+-- the next sweep re-reads it. Events in the same statement. Each run's
+-- dead letter is a runqueue.failures.Failure built in Python from the
+-- attempts and max_attempts read (lease_expired_failure), as JSON text: the
+-- epoch re-check guarantees they are still the row's, since every change of
+-- attempts bumps the epoch.
+WITH candidates AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(delays)s::float8[],
+                         %(failures)s::text[])
+        AS c(id, epoch, delay, failure)
+), locked AS (
+    SELECT r.id
+      FROM runqueue_run r
+      JOIN candidates c ON c.id = r.id
+     WHERE r.lease_epoch = c.epoch AND r.status = 'running' AND r.lease_expires_at <= now()
+       FOR NO KEY UPDATE OF r SKIP LOCKED
+), swept AS (
+    UPDATE runqueue_run r
+       -- include: expire_set --
+      FROM candidates c
+     WHERE r.id = c.id AND r.id IN (SELECT id FROM locked) AND r.lease_epoch = c.epoch
+       AND r.status = 'running' AND r.lease_expires_at <= now()
+    RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.max_attempts, r.scheduled_for,
+              c.epoch AS expired_epoch, r.parent_id, r.tenant, r.session_id
+), joined AS (
+    -- The dead letters with a parent count in it (runqueue_join).
+    SELECT runqueue_join(array_agg(s.parent_id), %(channel)s) AS resumed
+      FROM swept s
+     WHERE s.status = 'failed' AND s.parent_id IS NOT NULL
+    HAVING count(*) > 0
+), promoted AS (
+    -- The dead letters in a session queue its next pending turn.
+    SELECT runqueue_promote(array_agg(s.tenant), array_agg(s.session_id), %(channel)s) AS n
+      FROM swept s
+     WHERE s.status = 'failed' AND s.session_id IS NOT NULL
+    HAVING count(*) > 0
+), logged AS (
+    INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
+    SELECT s.id,
+           CASE WHEN s.status = 'failed' THEN 'run.failed' ELSE 'run.requeued' END,
+           s.lease_epoch,
+           jsonb_build_object('reason', 'lease_expired', 'attempt', s.attempts,
+                              'expired_epoch', s.expired_epoch,
+                              'scheduled_for', s.scheduled_for),
+           now()
+      FROM swept s
+)
+SELECT id, status, lease_epoch, attempts FROM swept
+ WHERE (SELECT count(*) FROM joined) >= 0 AND (SELECT count(*) FROM promoted) >= 0;

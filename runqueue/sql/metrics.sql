@@ -1,0 +1,78 @@
+-- Prometheus's bounded reads (/metrics).
+
+-- name: metrics_queued --
+-- Prometheus, per class: queued runs counted through the claim index and
+-- capped at %(cap)s entries, and the longest wait among the first %(head)s
+-- due runs in claim order. Bounded reads whatever the backlog; the ORM
+-- cannot put a LIMIT inside a correlated aggregate.
+SELECT c.idx,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run r
+             WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
+             LIMIT %(cap)s) AS q) AS queued,
+       (SELECT extract(epoch FROM now() - min(h.due_at)) FROM (
+            SELECT coalesce(r.scheduled_for, r.created_at) AS due_at
+              FROM runqueue_run r
+             WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
+               AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
+             ORDER BY r.priority, r.created_at
+             LIMIT %(head)s) AS h) AS oldest_due_seconds
+  FROM runqueue_priority_classes() AS c
+ ORDER BY c.idx;
+
+-- name: metrics_leased --
+-- Prometheus: running and waiting runs by class, through the leased index,
+-- at most %(cap)s rows per status (ids are random, so a capped read is a
+-- fair sample of the classes). Each status is a literal: the partial index
+-- only serves a predicate it can prove. ORDER BY id is the leased index's
+-- order: on the live partition, small beside a backlog of queued runs, the
+-- planner would otherwise filter a sequential scan, reading the backlog
+-- whenever few runs wait.
+SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'running'
+         ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
+         ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+-- Waiting runs (their children, a signal, a time): in the waiting index's
+-- order, so it is read through that index whatever the statistics say.
+SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
+         ORDER BY wait_reason, id LIMIT %(cap)s) AS q
+ GROUP BY 2
+UNION ALL
+-- A session's pending turns (on_busy "enqueue"): in the line index's order
+-- (runqueue_run_pending_place), so read through it.
+SELECT 'pending', runqueue_priority_class(q.priority), count(*)
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'pending'
+         ORDER BY tenant, session_id, place LIMIT %(cap)s) AS q
+ GROUP BY 2;
+
+-- name: metrics_totals --
+-- Prometheus: dead letters, unresolved uncertain tool invocations (and their
+-- runs), live workers; each through its partial index or a small table, and
+-- capped at %(cap)s.
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run WHERE status = 'failed' LIMIT %(cap)s) AS f),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_tool_invocation
+             WHERE status = 'uncertain' AND resolution IS NULL LIMIT %(cap)s) AS u),
+       (SELECT count(DISTINCT u.run_id) FROM (
+            SELECT run_id FROM runqueue_tool_invocation
+             WHERE status = 'uncertain' AND resolution IS NULL LIMIT %(cap)s) AS u),
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_worker
+             WHERE stopped_at IS NULL
+               AND last_seen_at >= now() - make_interval(secs => %(stale_seconds)s)
+             LIMIT %(cap)s) AS w);
+
+-- name: metrics_estimate --
+-- The planner's row estimate for runs of a status in a priority range: what
+-- Prometheus gets above the cap, without counting the rows.
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM runqueue_run
+ WHERE status = %(status)s AND priority BETWEEN %(low)s AND %(high)s;

@@ -1,0 +1,82 @@
+-- The console's reads that the ORM cannot write: claim latency, tenants, why
+-- runs wait.
+
+-- name: claim_latency --
+-- The dashboard's claims of the last %(window_seconds)s seconds, by class:
+-- how many, and the median and 99th percentile of how long each run waited
+-- since it became due (wait_ms, as the claim measured it). Raw: a claim is
+-- an event row (its attempt ended otherwise: the events' created_at BRIN)
+-- or held by its run's row (migration 0024): a running run (the live
+-- partition) or a succeeded one, which finished after its claim, so the
+-- window's bound on finished_at keeps the finished days to the window's.
+WITH claims AS (
+    SELECT (e.data->>'priority')::int AS priority, (e.data->>'wait_ms')::float8 AS wait_ms
+      FROM runqueue_run_event e
+     WHERE e.type = 'run.claimed'
+       AND e.created_at >= now() - make_interval(secs => %(window_seconds)s)
+    UNION ALL
+    SELECT r.priority, r.claim_wait_ms::float8
+      FROM runqueue_run r
+     WHERE r.status = 'running' AND r.claim_event_id IS NOT NULL
+       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+    UNION ALL
+    SELECT r.priority, r.claim_wait_ms::float8
+      FROM runqueue_run r
+     WHERE r.status = 'succeeded' AND r.claim_event_id IS NOT NULL
+       AND r.finished_at >= now() - make_interval(secs => %(window_seconds)s)
+       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+)
+SELECT runqueue_priority_class(c.priority) AS ci, count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY c.wait_ms) AS p50,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY c.wait_ms) AS p99
+  FROM claims c
+ GROUP BY 1;
+
+-- name: admin_tenants --
+-- The admin's tenant filter: distinct tenants by a skip scan of the
+-- (tenant, session_id) index, one index probe per tenant instead of a
+-- DISTINCT over every run. The ORM cannot write a recursive CTE.
+WITH RECURSIVE tenants(tenant) AS (
+    (SELECT tenant FROM runqueue_run ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.tenant FROM runqueue_run r
+             WHERE r.tenant > t.tenant ORDER BY r.tenant LIMIT 1)
+      FROM tenants t
+     WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
+
+-- name: waiting_by_reason --
+-- The dashboard and Prometheus: runs waiting (waiting, waiting_for_user) per
+-- reason, each counted up to %(cap)s through the waiting index, in one
+-- statement; the ORM cannot put a LIMIT inside a per-reason count.
+SELECT r.reason,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run w
+             WHERE w.status IN ('waiting', 'waiting_for_user') AND w.wait_reason = r.reason
+             LIMIT %(cap)s) AS q)
+  FROM unnest(%(reasons)s::text[]) WITH ORDINALITY AS r(reason, n)
+ ORDER BY r.n;
+
+-- name: due_by_handler --
+-- Why due runs wait (runqueue.versions): the first %(cap)s due runs of each
+-- class in claim order (the claim index), by kind and pinned version, with
+-- how many of the pinned ones are between turns (runqueue_between_turns,
+-- fn_claim.sql) and how many runs of the class were read. Runs no live
+-- worker claims stay at the head of their class, so the first runs are
+-- where they show; a class read to the cap gives floors. Raw: a LATERAL
+-- per class, which the ORM cannot write.
+SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
+       count(*) FILTER (WHERE s.handler_version IS NOT NULL
+                          AND runqueue_between_turns(s.id)) AS between_turns,
+       sum(count(*)) OVER (PARTITION BY c.idx) AS sampled
+  FROM runqueue_priority_classes() AS c
+ CROSS JOIN LATERAL (
+     SELECT q.id, q.kind, q.handler_version
+       FROM runqueue_run q
+      WHERE q.priority BETWEEN c.low AND c.high
+        -- include: due --
+      ORDER BY q.priority, q.created_at
+      LIMIT %(cap)s) AS s
+ GROUP BY c.idx, s.kind, s.handler_version
+ ORDER BY c.idx, s.kind, s.handler_version NULLS FIRST;

@@ -1,0 +1,39 @@
+-- The database server itself: its clock, a transaction's setting, a NOTIFY,
+-- and where a replica's replay stands.
+
+-- name: clock --
+-- The database clock: schedules are evaluated against now(), like leases,
+-- never against a worker's clock.
+SELECT now();
+
+-- name: set_config --
+-- A setting such as lock_timeout for the current transaction only (in
+-- autocommit: nothing): set_config takes the value as a parameter, which SET
+-- LOCAL cannot. Never a session's setting: behind a transaction pooler the
+-- server connection serves other clients next.
+SELECT set_config(%(name)s, %(value)s, true);
+
+-- name: notify --
+-- Wake idle workers; sent inside the transaction, delivered on commit.
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: read_lag --
+-- Reads from a replica (runqueue.reads): whether this server is a standby,
+-- how many seconds of the primary's commits it has not replayed yet, and
+-- what it has replayed. Caught up (all received WAL replayed, its WAL
+-- receiver running): 0, however long ago the last commit was; otherwise the
+-- age of the last commit replayed (NULL: none replayed since it started).
+-- Not a standby: 0.
+SELECT pg_is_in_recovery(),
+       CASE WHEN NOT pg_is_in_recovery() THEN 0
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+                 AND EXISTS (SELECT FROM pg_stat_wal_receiver) THEN 0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8
+       END,
+       CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()::text END;
+
+-- name: wal_written --
+-- Reads from a replica: where the primary's WAL ends now, past the commit
+-- of a write this session just made; a later read of the same staff member
+-- goes to the replica only once it has replayed this far.
+SELECT pg_current_wal_insert_lsn()::text;
