@@ -351,6 +351,10 @@ def test_a_stopping_group_refunds_the_calls_of_the_leases_it_never_started(
     running keeps its reservation (the call may have been made), the one
     claimed ahead and never started gives its back."""
     monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 600)
+    # A run counts as short below AHEAD_BELOW_SECONDS (0.1 s): a loaded CI
+    # host stretched the first one past it once, and no lease was claimed
+    # ahead. The threshold is not what this test is about.
+    monkeypatch.setattr(group_module, "AHEAD_BELOW_SECONDS", 30.0)
     Budget.objects.create(key="b", tokens=1000, requests=2, per_seconds=60)
     _submit(1)
     running, waiting = _budgeted(100), _budgeted(200)
