@@ -17,7 +17,7 @@ import runqueue  # noqa: E402
 from runqueue import aio, events, leases, registry, testing  # noqa: E402
 from runqueue.models import EventLog, Run, ToolInvocation, Usage  # noqa: E402
 from tests.agents.openai_support import ScriptedModel, call, calls, outputs, say  # noqa: E402
-from tests.database.docs_blocks import named  # noqa: E402
+from tests.database.docs.docs_blocks import named  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)

@@ -293,7 +293,7 @@ def test_the_docs_conversion_runs_as_written() -> None:
 
     from pydantic_ai.models.function import FunctionModel
 
-    from tests.database.docs_blocks import named
+    from tests.database.docs.docs_blocks import named
 
     block = named("pydantic-ai-example")
     changed = [line for line in block.code.splitlines() if line.endswith("# runqueue")]
