@@ -11,22 +11,14 @@ from django.urls import reverse
 from django.utils.html import escape
 
 import runqueue
-from runqueue import db, leases, testing
+from runqueue import leases, testing
 from runqueue.models import EventLog, Run, RunStatus
 from tests.admin_support import dead_lettered, uncertain
 from tests.database.admin.test_admin import DEAD, RUNS, action, login, messages_of
-from tests.handlers import LEDGER_DDL
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    """The handlers' ledger, committed (its writes go through a connection
-    of their own), and the provider of ``tool_fails_at`` down."""
-    with db.connect() as conn:
-        conn.execute(LEDGER_DDL)
-        conn.execute("DELETE FROM runqueue_test_ledger WHERE run_id = 'provider'")
+# The ledger empty: committed for the handlers, and the provider of
+# ``tool_fails_at`` down.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("empty_ledger")]
 
 
 def _failed_steps() -> Run:

@@ -23,18 +23,11 @@ from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from runqueue.outcomes import Suspended
 from runqueue.submission import SubmitRequest
-from tests.handlers import LEDGER_DDL
 from tests.helpers import Worker, expire_lease, is_blocked, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]
 
 INTER, ASYNC = PriorityClass.INTERACTIVE, PriorityClass.ASYNC
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
 
 
 def _past_start_by(*run_ids) -> None:

@@ -20,7 +20,7 @@ from runqueue.sql import execute
 from tests.handlers import ledger
 from tests.helpers import Worker, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]
 
 
 def ledger_whats(run_id) -> list[str]:
@@ -29,14 +29,6 @@ def ledger_whats(run_id) -> list[str]:
             "SELECT what FROM runqueue_test_ledger WHERE run_id = %s ORDER BY id", [str(run_id)]
         )
         return [row[0] for row in cursor.fetchall()]
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    from tests.handlers import LEDGER_DDL
-
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
 
 
 def test_a_paused_run_is_not_claimed_until_resumed() -> None:

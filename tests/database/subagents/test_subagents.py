@@ -19,19 +19,12 @@ from runqueue.errors import InvalidTransition, RunCancelled, RunNotFound
 from runqueue.failures import failure_record
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus, Signal
 from runqueue.outcomes import Succeeded, Suspended
-from tests.handlers import LEDGER_DDL
 from tests.helpers import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]
 
 INTER, ASYNC = PriorityClass.INTERACTIVE, PriorityClass.ASYNC
 DEADLINE = 30.0
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
 
 
 def _parent(
