@@ -16,6 +16,7 @@ import runqueue
 from runqueue import leases, testing
 from runqueue.admin import dashboard
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus
+from tests.helpers import claimed
 
 pytestmark = pytest.mark.django_db
 
@@ -31,26 +32,20 @@ def age(run_id) -> None:
     Run.objects.filter(id=run_id).update(created_at=then)
 
 
-def claim(run_id) -> leases.Lease:
-    lease = leases.claim_one("w-latency")
-    assert lease is not None and lease.run_id == run_id
-    return lease
-
-
 def last_wait_ms(run_id) -> float:
     event = EventLog.objects.filter(run_id=run_id, type="run.claimed").latest("id")
     return event.data["wait_ms"]
 
 
 def operator_requeue(run_id) -> None:
-    lease = claim(run_id)
+    lease = claimed("w-latency", run_id=run_id)
     testing.fail(lease, leases.permanent_failure(ValueError("card declined"), lease.attempt))
     age(run_id)
     leases.requeue(run_id, actor="staff:test")
 
 
 def input_delivery(run_id) -> None:
-    lease = claim(run_id)
+    lease = claimed("w-latency", run_id=run_id)
     leases.wait_for_user(lease, {"question": "refund?"})
     age(run_id)
     sub = runqueue.submit(kind="test.echo", session_id="conv-1", payload={"answer": "yes"})
@@ -58,7 +53,7 @@ def input_delivery(run_id) -> None:
 
 
 def shutdown_release(run_id) -> None:
-    lease = claim(run_id)
+    lease = claimed("w-latency", run_id=run_id)
     age(run_id)
     assert leases.release(lease, "shutdown")
 
@@ -68,7 +63,7 @@ def test_a_run_that_became_due_again_waits_from_then(due_again: Callable) -> Non
     run = runqueue.submit(kind="test.echo", session_id="conv-1").run
     due_again(run.id)
     assert Run.objects.get(id=run.id).status == RunStatus.QUEUED
-    claim(run.id)
+    claimed("w-latency", run_id=run.id)
     assert 0 <= last_wait_ms(run.id) < PROMPT_MS
     # The dashboard reads the same figure.
     interactive = {s.cls: s for s in dashboard.class_stats()}[PriorityClass.INTERACTIVE]
@@ -78,14 +73,14 @@ def test_a_run_that_became_due_again_waits_from_then(due_again: Callable) -> Non
 def test_a_new_run_waits_from_its_creation() -> None:
     run = runqueue.submit(kind="test.echo").run
     age(run.id)
-    claim(run.id)
+    claimed("w-latency", run_id=run.id)
     assert last_wait_ms(run.id) >= AGE.total_seconds() * 1000
 
 
 def test_a_run_scheduled_before_its_creation_waits_from_its_creation() -> None:
     past = timezone.now() - dt.timedelta(days=1)
     run = runqueue.submit(kind="test.echo", scheduled_for=past).run
-    claim(run.id)
+    claimed("w-latency", run_id=run.id)
     assert 0 <= last_wait_ms(run.id) < PROMPT_MS
 
 

@@ -20,6 +20,7 @@ from runqueue import leases, partitions, runtime, testing, usage
 from runqueue.errors import SpendCapReached
 from runqueue.models import PriorityClass, Run, RunStatus, TreeSpend, Usage
 from runqueue.outcomes import Suspended
+from tests.helpers import claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,12 +36,6 @@ def old_days(request) -> str:
     if request.param == "day partitions":
         partitions.ensure(today=timezone.now().astimezone(dt.UTC).date() - 12 * DAY, ahead=12)
     return request.param
-
-
-def _claim(run_id: uuid.UUID, classes: tuple[str, ...] = (ASYNC,)) -> leases.Lease:
-    lease = leases.claim_one("w", list(classes))
-    assert lease is not None and lease.run_id == run_id
-    return lease
 
 
 def _record(ctx: runtime.RunContext, cost: str) -> None:
@@ -69,15 +64,15 @@ def test_a_root_finished_before_its_children_keeps_its_tree_and_its_cap(old_days
     under the root's cap, which its call reaches. Once the whole tree is
     finished and past the retention, it goes with its totals."""
     root = runqueue.submit(kind="k", spend_cap=Decimal("0.07")).run.id
-    lease = _claim(root, (INTER,))
+    lease = claimed(classes=[INTER], run_id=root)
     ctx = runtime.build_context(lease)
     _record(ctx, "0.01")
     done, waiting = (ctx.spawn("test.echo", {"i": i}, priority=ASYNC) for i in range(2))
     assert testing.succeed(lease)
-    child = _claim(done)
+    child = claimed(classes=[ASYNC], run_id=done)
     _record(runtime.build_context(child), "0.02")
     assert testing.succeed(child)
-    child = _claim(waiting)
+    child = claimed(classes=[ASYNC], run_id=waiting)
     _record(runtime.build_context(child), "0.02")
     assert leases.write(child, Suspended(reason="signal", wait_name="go", state={}))
     eight_days_ago = timezone.now() - 8 * DAY
@@ -90,7 +85,7 @@ def test_a_root_finished_before_its_children_keeps_its_tree_and_its_cap(old_days
     assert usage.tree_of(waiting).root_id == root
 
     assert runqueue.signal(waiting, "go", {}) == "delivered"
-    child = _claim(waiting)
+    child = claimed(classes=[ASYNC], run_id=waiting)
     with pytest.raises(SpendCapReached) as capped:
         _record(runtime.build_context(child), "0.02")
     assert capped.value.root_id == root

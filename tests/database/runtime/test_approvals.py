@@ -13,7 +13,7 @@ from django.db import connection
 import runqueue
 from runqueue import Idempotency, leases, testing
 from runqueue.models import Run, ToolInvocation
-from tests.helpers import Worker, event_types, expire_lease
+from tests.helpers import Worker, claimed, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -67,18 +67,12 @@ class _Crash(BaseException):  # noqa: N818 - not an error: a process death
     """Stands in for a worker dying: the runtime records nothing after it."""
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _asked(amount: int = 40, **approval) -> Run:
     """A refund turn run until it waits for its approval."""
     run = runqueue.submit(
         kind="approvals.refund", payload={"amount": amount, "approval": approval}
     ).run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     return Run.objects.get(id=run.id)
 
 
@@ -100,7 +94,7 @@ def test_a_call_awaiting_approval_ends_the_turn_and_runs_once_approved() -> None
     assert decided.approval["decided"]["actor"] == "user:ana"
     assert Run.objects.get(id=run.id).status == "queued"
 
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     done = Run.objects.get(id=run.id)
     assert done.result == {"status": "completed", "value": {"refunded": 40}, "error": None}
     # The lookup replayed from its record; the refund ran once.
@@ -116,7 +110,7 @@ def test_a_call_awaiting_approval_ends_the_turn_and_runs_once_approved() -> None
 def test_edit_runs_the_edited_arguments_and_keeps_the_asked_ones() -> None:
     run = _asked(amount=400)
     runqueue.decide_tool(run.id, 1, "edit", actor="user:ana", arguments={"order": 7, "amount": 40})
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert CALLS[-1] == ("refund", {"order": 7, "amount": 40})
     record = ToolInvocation.objects.get(run_id=run.id, seq=1)
     assert record.arguments == {"order": 7, "amount": 400}  # what the handler asked
@@ -126,7 +120,7 @@ def test_edit_runs_the_edited_arguments_and_keeps_the_asked_ones() -> None:
 def test_reject_gives_the_handler_the_reason_and_never_runs_the_tool() -> None:
     run = _asked()
     runqueue.decide_tool(run.id, 1, "reject", actor="user:ana", reason="the order shipped")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     result = Run.objects.get(id=run.id).result
     assert result["status"] == "rejected"
     assert result["error"]["type"] == "ToolRejected"
@@ -137,7 +131,7 @@ def test_reject_gives_the_handler_the_reason_and_never_runs_the_tool() -> None:
 def test_respond_stands_for_the_call() -> None:
     run = _asked()
     runqueue.decide_tool(run.id, 1, "respond", actor="user:ana", result={"refunded": 0})
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     result = Run.objects.get(id=run.id).result
     assert result == {"status": "completed", "value": {"refunded": 0}, "error": None}
     assert [name for name, _ in CALLS] == ["lookup"]
@@ -147,7 +141,7 @@ def test_a_predicate_asks_only_for_the_calls_it_names() -> None:
     small = runqueue.submit(
         kind="approvals.refund", payload={"amount": 40, "approval": {"large_only": True}}
     ).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=small.id).result["status"] == "completed"
     large = _asked(amount=400, large_only=True)
     assert ToolInvocation.objects.get(run_id=large.id, seq=1).status == "awaiting_approval"
@@ -158,7 +152,7 @@ def test_a_decision_made_before_the_wait_begins_ends_it_at_once() -> None:
     turn (another connection, while the handler is still running): the
     mailbox keeps its signal and the wait ends as it begins."""
     run = runqueue.submit(kind="approvals.refund", payload={"amount": 40}).run
-    lease = _claim()
+    lease = claimed(lease_seconds=30)
     ctx = runqueue.runtime.build_context(lease)
     with pytest.raises(runqueue.ApprovalPending) as raised:
         _refund_turn(ctx)
@@ -167,7 +161,7 @@ def test_a_decision_made_before_the_wait_begins_ends_it_at_once() -> None:
     assert leases.write(lease, runqueue.runtime.running._returned(lease, ctx, wait))
     resumed = Run.objects.get(id=run.id)
     assert resumed.status == "queued"  # the wait found its signal and ended at once
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert [name for name, _ in CALLS].count("refund") == 1
 
 
@@ -262,7 +256,7 @@ def test_a_timeout_rejects_the_call() -> None:
     run = _asked(timeout=60)
     assert Run.objects.get(id=run.id).wait_until is not None
     _time_out(run.id)
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     result = Run.objects.get(id=run.id).result
     assert result["status"] == "rejected"
     assert "no decision within 60 s" in result["error"]["message"]
@@ -283,7 +277,7 @@ def test_a_wait_that_ends_early_waits_again_for_what_is_left() -> None:
             [run.id],
         )
     assert leases.resume_due() == 1
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     again = Run.objects.get(id=run.id)
     left = (again.wait_until - again.waiting_since).total_seconds()
     assert 0 < left <= 601  # the test shares one transaction: its clocks barely move
@@ -293,7 +287,7 @@ def test_a_wait_that_ends_early_waits_again_for_what_is_left() -> None:
 def test_a_timeout_with_on_timeout_fail_dead_letters_the_run() -> None:
     run = _asked(timeout=60, on_timeout="fail")
     _time_out(run.id)
-    assert testing.execute(_claim()) == "failed"
+    assert testing.execute(claimed(lease_seconds=30)) == "failed"
     failure = Run.objects.get(id=run.id).failure
     assert "was not decided within 60 s" in failure["message"]
     assert [name for name, _ in CALLS] == ["lookup"]
@@ -302,7 +296,7 @@ def test_a_timeout_with_on_timeout_fail_dead_letters_the_run() -> None:
 def test_an_approved_call_cut_short_by_a_lost_worker_is_uncertain() -> None:
     run = _asked()
     runqueue.decide_tool(run.id, 1, "approve", actor="user:ana")
-    lease = _claim()
+    lease = claimed(lease_seconds=30)
     DIE.set()  # the worker dies once the refund happened, before its outcome
     with pytest.raises(_Crash):
         _refund_turn(runqueue.runtime.build_context(lease))
@@ -311,7 +305,7 @@ def test_an_approved_call_cut_short_by_a_lost_worker_is_uncertain() -> None:
     expire_lease(run.id)
     leases.sweep()
     Run.objects.filter(id=run.id).update(scheduled_for=None)
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     result = Run.objects.get(id=run.id).result
     assert result["status"] == "uncertain"  # approved, may have run: never run twice
     assert [name for name, _ in CALLS].count("refund") == 1
@@ -319,7 +313,7 @@ def test_an_approved_call_cut_short_by_a_lost_worker_is_uncertain() -> None:
 
 def test_an_unknown_approval_option_is_refused_before_the_call_is_numbered() -> None:
     runqueue.submit(kind="test.echo", payload={})
-    ctx = runqueue.runtime.build_context(_claim())
+    ctx = runqueue.runtime.build_context(claimed(lease_seconds=30))
     with pytest.raises(TypeError):
         ctx.invoke_tool("t", _lookup, args={"order": 1}, approval="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="on_timeout"):
@@ -350,7 +344,7 @@ def test_an_async_handler_waits_for_each_approval_of_a_gather() -> None:
     decisions = {0: ("approve", {}), 1: ("reject", {"reason": "not that one"})}
     decided: set[int] = set()
     for _ in range(4):
-        outcome = testing.execute(_claim())
+        outcome = testing.execute(claimed(lease_seconds=30))
         if outcome == "succeeded":
             break
         assert outcome == "waiting"

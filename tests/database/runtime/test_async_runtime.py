@@ -11,7 +11,7 @@ import pytest
 import runqueue
 from runqueue import Idempotency, aio, leases, runtime, testing
 from runqueue.models import Run, RunStatus, ToolInvocation
-from tests.helpers import event_types, expire_lease
+from tests.helpers import claimed, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,16 +63,10 @@ async def async_fails(ctx: runtime.AsyncRunContext) -> None:
     raise runqueue.PermanentError("card declined")
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w1")
-    assert lease is not None
-    return lease
-
-
 def test_async_tools_record_and_replay_like_sync_ones(fast_retry) -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.async_tools")
-    first = _claim()
+    first = claimed("w1")
     # An earlier attempt: the lookup completed, the charge started, then the worker died.
     leases.record_tool_started(
         first, seq=0, tool="lookup", idempotency=Idempotency.IDEMPOTENT, arguments={}
@@ -83,7 +77,7 @@ def test_async_tools_record_and_replay_like_sync_ones(fast_retry) -> None:
     )
     expire_lease(sub.run.id)
     leases.sweep()
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed("w1")) == "succeeded"
     run = Run.objects.get(id=sub.run.id)
     assert run.result == [
         ["lookup", "completed", True],
@@ -99,7 +93,7 @@ def test_async_tools_record_and_replay_like_sync_ones(fast_retry) -> None:
 def test_a_first_attempt_runs_every_async_and_sync_tool_once() -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.async_tools")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed("w1")) == "succeeded"
     assert CALLS == [("lookup", f"{sub.run.id}:0"), ("charge", f"{sub.run.id}:1")]
     assert Run.objects.get(id=sub.run.id).result[2] == ["timeout", "uncertain", False]
 
@@ -107,14 +101,14 @@ def test_a_first_attempt_runs_every_async_and_sync_tool_once() -> None:
 @pytest.mark.parametrize(("error", "label"), [("transient", "requeued"), ("permanent", "failed")])
 def test_an_async_handlers_failure_is_classified_like_a_sync_ones(error, label) -> None:
     sub = runqueue.submit(kind="rt.async_fails", payload={"error": error})
-    assert testing.execute(_claim()) == label
+    assert testing.execute(claimed("w1")) == label
     status = Run.objects.get(id=sub.run.id).status
     assert status == (RunStatus.QUEUED if label == "requeued" else RunStatus.FAILED)
 
 
 def test_an_async_handler_that_lost_its_lease_writes_nothing() -> None:
     sub = runqueue.submit(kind="rt.async_tools")
-    lease = _claim()
+    lease = claimed("w1")
     runqueue.cancel(sub.run.id, reason="test", actor="t")  # the epoch moves on
     assert testing.execute(lease) == "fenced"
     assert not ToolInvocation.objects.filter(run_id=sub.run.id).exists()

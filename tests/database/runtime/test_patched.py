@@ -14,7 +14,7 @@ import pytest
 import runqueue
 from runqueue import aio, leases, runtime, testing
 from runqueue.models import Run, RunStatus, ToolInvocation
-from tests.helpers import expire_lease
+from tests.helpers import claimed, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,20 +79,14 @@ async def patched_async(ctx: runtime.AsyncRunContext) -> dict:
 KINDS = ["patched.sync", "patched.async"]
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _crash_then_retry(run_id: object) -> str:
     """The first attempt dies after its second step; the lease expires and
     the run is claimed and run again."""
     with pytest.raises(_Crash):
-        testing.execute(_claim())
+        testing.execute(claimed(lease_seconds=30))
     expire_lease(run_id)
     leases.sweep()
-    return testing.execute(_claim())
+    return testing.execute(claimed(lease_seconds=30))
 
 
 def _steps(run_id: object) -> list[tuple[str, dict]]:
@@ -131,11 +125,11 @@ def test_a_run_that_passed_the_point_without_the_patch_replays_its_old_path(
     before ``d``."""
     run_id = runqueue.submit(kind=kind, payload={"crash": True}).run.id
     with pytest.raises(_Crash):
-        testing.execute(_claim())
+        testing.execute(claimed(lease_seconds=30))
     CODE["patched"] = True  # the deploy
     expire_lease(run_id)
     leases.sweep()
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run = Run.objects.get(id=run_id)
     assert (run.status, run.result) == (RunStatus.SUCCEEDED, {"path": "old"})
     assert [tool for tool, _ in _steps(run_id)] == ["a", "b", "d"]
@@ -147,7 +141,7 @@ def test_a_run_that_had_not_reached_the_patch_takes_it(kind: str, fast_retry) ->
     """Old code recorded only ``a``; at the patch's place the run has no
     step, so the new code's retry takes the patch."""
     run_id = runqueue.submit(kind=kind).run.id
-    first = _claim()
+    first = claimed(lease_seconds=30)
     assert leases.record_tool_started(
         first, seq=0, tool="a", idempotency="non_idempotent", arguments={"name": "a"}
     )
@@ -155,7 +149,7 @@ def test_a_run_that_had_not_reached_the_patch_takes_it(kind: str, fast_retry) ->
     CODE["patched"] = True
     expire_lease(run_id)
     leases.sweep()
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run_id).result == {"path": "new"}
     assert CALLS == ["c", "d"]
 
@@ -169,7 +163,7 @@ def test_a_patch_name_is_checked() -> None:
         return "checked"
 
     run_id = runqueue.submit(kind="patched.bad_name").run.id
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert not ToolInvocation.objects.filter(run_id=run_id).exists()
 
 
@@ -181,5 +175,5 @@ def test_a_fenced_handler_records_no_decision() -> None:
         return ctx.patched("late")
 
     run_id = runqueue.submit(kind="patched.fenced").run.id
-    assert testing.execute(_claim()) == "fenced"
+    assert testing.execute(claimed(lease_seconds=30)) == "fenced"
     assert not ToolInvocation.objects.filter(run_id=run_id).exists()

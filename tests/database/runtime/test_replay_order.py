@@ -18,7 +18,7 @@ import pytest
 import runqueue
 from runqueue import Idempotency, aio, leases, runtime, submission, testing
 from runqueue.models import PriorityClass, Run, RunStatus, ToolInvocation
-from tests.helpers import expire_lease
+from tests.helpers import claimed, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,12 +81,6 @@ def child(ctx: runtime.RunContext) -> Any:
     return ctx.payload
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", [INTER])
-    assert lease is not None
-    return lease
-
-
 def _crash_after_the_handler(lease: leases.Lease) -> None:
     """Run the handler, then lose the worker before its outcome is written:
     the lease expires and the sweeper queues the run again."""
@@ -101,12 +95,12 @@ def test_gathered_tool_calls_are_recorded_and_replayed_in_the_order_made(order: 
     """Call i is record i on the first attempt; on the second each call
     gets its own record back and no tool runs again."""
     run = runqueue.submit(kind="order.tools", payload={"order": order}).run
-    _crash_after_the_handler(_claim())
+    _crash_after_the_handler(claimed(classes=[INTER]))
     records = ToolInvocation.objects.filter(run_id=run.id).order_by("seq")
     assert [(r.seq, r.arguments["i"], r.result) for r in records] == [
         (i, i, {"i": i}) for i in range(N)
     ]
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(classes=[INTER])) == "succeeded"
     assert Run.objects.get(id=run.id).result == [
         [i, "completed", {"i": i}, True] for i in range(N)
     ]
@@ -118,13 +112,13 @@ def test_gathered_spawns_are_recorded_and_replayed_in_the_order_made(order: str)
     """Spawn i is record i and child i; the second attempt gets the same
     children back, each call its own, and makes none."""
     run = runqueue.submit(kind="order.spawns", payload={"order": order}).run
-    _crash_after_the_handler(_claim())
+    _crash_after_the_handler(claimed(classes=[INTER]))
     records = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
     children = Run.objects.in_bulk([uuid.UUID(r.result["run_id"]) for r in records])
     assert [children[uuid.UUID(r.result["run_id"])].payload for r in records] == [
         {"i": i} for i in range(N)
     ]
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(classes=[INTER])) == "succeeded"
     ids = [uuid.UUID(i) for i in Run.objects.get(id=run.id).result]
     assert [Run.objects.get(id=i).payload for i in ids] == [{"i": i} for i in range(N)]
     assert Run.objects.filter(parent_id=run.id).count() == N
@@ -173,8 +167,8 @@ async def async_tool_as(ctx: runtime.AsyncRunContext) -> Any:
 
 def _two_attempts(kind: str, payload: dict) -> Run:
     run = runqueue.submit(kind=kind, payload=payload).run
-    assert testing.execute(_claim()) == "requeued"
-    testing.execute(_claim())
+    assert testing.execute(claimed(classes=[INTER])) == "requeued"
+    testing.execute(claimed(classes=[INTER]))
     return Run.objects.get(id=run.id)
 
 
@@ -221,11 +215,11 @@ def test_a_spawn_recorded_before_payload_hashes_still_replays(fast_retry, kind) 
     """A record written by earlier code has the kind and no payload hash:
     its kind is checked, its payload cannot be."""
     run = runqueue.submit(kind=kind, payload={"spawns": [[A], [["order.child", {"y": 1}]]]}).run
-    assert testing.execute(_claim()) == "requeued"
+    assert testing.execute(claimed(classes=[INTER])) == "requeued"
     (record,) = ToolInvocation.objects.filter(run_id=run.id)
     record.arguments = {"kind": "order.child", "session_id": None}  # as 0012's code wrote it
     record.save(update_fields=["arguments"])
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(classes=[INTER])) == "succeeded"
     assert Run.objects.get(id=run.id).result == [record.result["run_id"]]
 
 
@@ -268,5 +262,5 @@ def test_a_checkpoint_counts_the_calls_made_before_it_not_those_recorded() -> No
     from runqueue.models import Checkpoint
 
     run = runqueue.submit(kind="order.checkpoint_among_calls").run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(classes=[INTER])) == "succeeded"
     assert Checkpoint.objects.get(run_id=run.id).tool_seq == 3

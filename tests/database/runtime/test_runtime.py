@@ -7,7 +7,7 @@ import pytest
 import runqueue
 from runqueue import Idempotency, leases, testing
 from runqueue.models import Run, ToolInvocation
-from tests.helpers import event_types, expire_lease
+from tests.helpers import claimed, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -34,15 +34,9 @@ def _tool(name: str, idempotency_key: str) -> dict:
     return {"tool": name}
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def test_handler_result_is_the_run_result() -> None:
     sub = runqueue.submit(kind="test.echo", payload={"x": 1})
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=sub.run.id).result == {"echo": {"x": 1}}
 
 
@@ -56,7 +50,7 @@ def test_handler_result_is_the_run_result() -> None:
 )
 def test_exceptions_are_classified(error, status, classification, outcome, fast_retry) -> None:
     sub = runqueue.submit(kind="test.fail", payload={"error": error})
-    assert testing.execute(_claim()) == outcome
+    assert testing.execute(claimed(lease_seconds=30)) == outcome
     run = Run.objects.get(id=sub.run.id)
     assert run.status == status
     if classification:
@@ -71,14 +65,14 @@ def test_configured_transient_exceptions(settings, fast_retry) -> None:
     }
     sub = runqueue.submit(kind="test.fail", payload={"error": "value"}, max_attempts=1)
     # The last attempt: a transient error dead-letters it, saying so.
-    assert testing.execute(_claim()) == "failed"
+    assert testing.execute(claimed(lease_seconds=30)) == "failed"
     assert Run.objects.get(id=sub.run.id).failure["classification"] == "transient"
 
 
 def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fast_retry) -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.tools", payload={"stop_after": "lookup"})
-    first = _claim()
+    first = claimed(lease_seconds=30)
     # The first attempt dies after the lookup, with the charge not yet started.
     with pytest.raises(_Crash):
         testing.execute(first)
@@ -93,7 +87,7 @@ def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fa
     expire_lease(sub.run.id)
     leases.sweep()
     Run.objects.filter(id=sub.run.id).update(payload={})
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     result = Run.objects.get(id=sub.run.id).result
     assert result == [
         ["lookup", "completed", {"tool": "lookup"}, True],
@@ -107,7 +101,7 @@ def test_recovery_replays_completed_tools_and_marks_the_started_one_uncertain(fa
 def test_idempotent_tool_left_started_runs_again_with_the_same_key(fast_retry) -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.tools")
-    first = _claim()
+    first = claimed(lease_seconds=30)
     leases.record_tool_started(
         first,
         seq=0,
@@ -117,7 +111,7 @@ def test_idempotent_tool_left_started_runs_again_with_the_same_key(fast_retry) -
     )
     expire_lease(sub.run.id)
     leases.sweep()
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert CALLS == [("lookup", f"{sub.run.id}:0"), ("charge", f"{sub.run.id}:1")]
     assert ToolInvocation.objects.get(run_id=sub.run.id, seq=0).status == "completed"
 
@@ -125,7 +119,7 @@ def test_idempotent_tool_left_started_runs_again_with_the_same_key(fast_retry) -
 def test_a_fenced_worker_never_calls_the_tool() -> None:
     CALLS.clear()
     sub = runqueue.submit(kind="rt.tools")
-    lease = _claim()
+    lease = claimed(lease_seconds=30)
     runqueue.cancel(sub.run.id, reason="stop", actor="test")
     assert testing.execute(lease) == "fenced"
     assert CALLS == []
@@ -142,7 +136,7 @@ def test_uncertain_outcome_raised_by_a_tool() -> None:
         return ctx.invoke_tool("pay", timeout).status
 
     sub = runqueue.submit(kind="rt.timeout")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=sub.run.id).result == "uncertain"
     assert Run.objects.uncertain().filter(id=sub.run.id).exists()
 
@@ -153,7 +147,7 @@ def test_result_that_is_not_json_fails_clearly() -> None:
         return {1, 2}
 
     sub = runqueue.submit(kind="rt.badresult")
-    assert testing.execute(_claim()) == "failed"
+    assert testing.execute(claimed(lease_seconds=30)) == "failed"
     failure = Run.objects.get(id=sub.run.id).failure
     assert failure["message"].startswith("the handler's result could not be stored")
 
@@ -168,7 +162,7 @@ def test_a_database_outage_under_the_handler_is_left_to_lease_expiry() -> None:
         raise OperationalError("server closed the connection unexpectedly")
 
     sub = runqueue.submit(kind="rt.outage")
-    lease = _claim()
+    lease = claimed(lease_seconds=30)
     with pytest.raises(OperationalError):
         testing.execute(lease)
     run = Run.objects.get(id=sub.run.id)

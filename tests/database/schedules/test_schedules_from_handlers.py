@@ -17,6 +17,7 @@ from runqueue.models import Run, RunStatus, Schedule, ToolInvocation
 from runqueue.runtime import RunContext
 from runqueue.schedules import owned
 from runqueue.schedules.requests import check_request, keyed_id
+from tests.helpers import claimed
 
 pytestmark = pytest.mark.django_db
 
@@ -33,17 +34,11 @@ def remind(ctx: RunContext) -> dict:
     return {"schedule": str(made)}
 
 
-def _claimed(run_id) -> leases.Lease:
-    lease = leases.claim_one("w1")
-    assert lease is not None and lease.run_id == run_id
-    return lease
-
-
 def test_a_handler_sets_its_own_reminder_for_its_session() -> None:
     run = runqueue.submit(
         kind="sched.remind", session_id="chat-9", tenant="acme", principal="user:1"
     ).run
-    assert testing.execute(_claimed(run.id)) == "succeeded"
+    assert testing.execute(claimed("w1", run_id=run.id)) == "succeeded"
     run.refresh_from_db()
     schedule = Schedule.objects.get()
     assert run.result == {"schedule": schedule.name.removeprefix("api:")}
@@ -70,16 +65,16 @@ def test_a_handler_sets_its_own_reminder_for_its_session() -> None:
 
 def test_a_retried_attempt_gets_the_same_schedule_back() -> None:
     run = runqueue.submit(kind="sched.remind", tenant="acme").run
-    lease = _claimed(run.id)
+    lease = claimed("w1", run_id=run.id)
     first = runtime.build_context(lease).schedule("test.echo", cron="0 9 * * *")
     # The worker lets the run go; the next attempt's call #0 is recorded.
     assert leases.release(lease, "worker stopping")
-    second = _claimed(run.id)
+    second = claimed("w1", run_id=run.id)
     again = runtime.build_context(second).schedule("test.echo", cron="0 9 * * *")
     assert first == again and Schedule.objects.count() == 1
     # Code that now makes another call at #0 is told, not given a second schedule.
     assert leases.release(second, "worker stopping")
-    third = runtime.build_context(_claimed(run.id))
+    third = runtime.build_context(claimed("w1", run_id=run.id))
     with pytest.raises(PermanentError, match="a handler must make its calls in the same order"):
         third.schedule("test.fail", cron="0 9 * * *")
     assert Schedule.objects.count() == 1
@@ -87,7 +82,7 @@ def test_a_retried_attempt_gets_the_same_schedule_back() -> None:
 
 def test_bad_arguments_raise_and_write_nothing() -> None:
     run = runqueue.submit(kind="sched.remind", tenant="acme").run
-    ctx = runtime.build_context(_claimed(run.id))
+    ctx = runtime.build_context(claimed("w1", run_id=run.id))
     with pytest.raises(InvalidSubmission, match="cron: '0 9' has 2 fields"):
         ctx.schedule("test.echo", cron="0 9")
     with pytest.raises(InvalidSubmission, match="run_at: is in the past"):
@@ -122,7 +117,7 @@ def _scheduled_run(*, runs_may_schedule: bool) -> Run:
 
 def test_a_run_a_schedule_started_may_not_schedule_unless_allowed() -> None:
     run = _scheduled_run(runs_may_schedule=False)
-    assert testing.execute(_claimed(run.id)) == "failed"
+    assert testing.execute(claimed("w1", run_id=run.id)) == "failed"
     run.refresh_from_db()
     assert run.failure["error_type"] == "ScheduleRefused"
     assert (
@@ -132,19 +127,19 @@ def test_a_run_a_schedule_started_may_not_schedule_unless_allowed() -> None:
     assert Schedule.objects.count() == 1  # the parent alone
 
     allowed = _scheduled_run(runs_may_schedule=True)
-    assert testing.execute(_claimed(allowed.id)) == "succeeded"
+    assert testing.execute(claimed("w1", run_id=allowed.id)) == "succeeded"
     assert Schedule.objects.filter(source="handler").count() == 1
 
 
 def test_a_tenants_handlers_own_a_bounded_number_of_schedules(settings) -> None:
     settings.RUNQUEUE = {**settings.RUNQUEUE, "HANDLER_SCHEDULES_PER_TENANT": 1}
     run = runqueue.submit(kind="sched.remind", tenant="acme").run
-    ctx = runtime.build_context(_claimed(run.id))
+    ctx = runtime.build_context(claimed("w1", run_id=run.id))
     ctx.schedule("test.echo", cron="0 9 * * *")
     with pytest.raises(ScheduleRefused, match="already own 1 schedules"):
         ctx.schedule("test.echo", cron="0 10 * * *")
     assert Schedule.objects.count() == 1
     # Another tenant's handlers have their own.
     other = runqueue.submit(kind="sched.remind", tenant="other").run
-    runtime.build_context(_claimed(other.id)).schedule("test.echo", cron="0 9 * * *")
+    runtime.build_context(claimed("w1", run_id=other.id)).schedule("test.echo", cron="0 9 * * *")
     assert Schedule.objects.count() == 2
