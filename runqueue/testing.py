@@ -68,7 +68,7 @@ def ready(group: Group) -> list[leases.Lease]:
 
 
 # --- the run tree's invariants (docs/decisions/run-trees.md, "Rules a run-tree feature keeps")
-# The model-checked state machine (tests/database/test_run_tree_model.py) checks them
+# The model-checked state machine (tests/database/subagents/test_run_tree_model.py) checks them
 # after every step and the chaos soak after its drain; a project's own tests
 # may check them too. Each returns what breaks the rule (empty: it holds).
 

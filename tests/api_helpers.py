@@ -37,7 +37,7 @@ class ApiCaller:
 
 def make_caller(username: str, tenant: str, **limits: Any) -> ApiCaller:
     """A user and a token; unless ``limits`` say otherwise the token may
-    submit interactive runs and has no quota (tests/database/test_api_admission.py
+    submit interactive runs and has no quota (tests/database/api/test_api_admission.py
     tests the defaults)."""
     user = get_user_model().objects.create_user(username=username, password="pw-" + username)
     limits = {"max_priority_class": 0, "submit_quota": None} | limits

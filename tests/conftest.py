@@ -146,6 +146,18 @@ def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connec
 
 
 @pytest.fixture
+def empty_ledger() -> None:
+    """The handlers' ledger (tests/handlers.py), there and empty. Made on a
+    connection of its own, so it is committed whatever the test's own
+    transaction: the handlers write to it through connections of theirs."""
+    from tests.handlers import LEDGER_DDL
+
+    with db.connect() as conn:
+        conn.execute(LEDGER_DDL)
+        conn.execute("TRUNCATE runqueue_test_ledger")
+
+
+@pytest.fixture
 def fast_retry(settings) -> None:
     """No backoff delay, so a requeued run is due at once."""
     settings.RUNQUEUE = {"BACKOFF_BASE_SECONDS": 0, "BACKOFF_JITTER": 0}

@@ -394,7 +394,7 @@ def nap(ctx: RunContext) -> dict:
 
 @runqueue.handler("test.stale_turn", start_within=30)
 def stale_turn(ctx: RunContext) -> dict:
-    """A kind with a default start deadline (tests/database/test_deadlines.py)."""
+    """A kind with a default start deadline (tests/database/limits/test_deadlines.py)."""
     return {"ran": True}
 
 

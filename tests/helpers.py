@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import connection, connections
 
-from runqueue.models import EventLog
+from runqueue import leases
+from runqueue.models import EventLog, PriorityClass
 from tests.pooling import POOLER
 
 DEADLINE = 30.0
@@ -26,6 +27,22 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float = DEADLINE, what:
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.005)
+
+
+def claimed(
+    owner: str = "w",
+    classes: Iterable[PriorityClass] = leases.ALL_CLASSES,
+    *,
+    lease_seconds: float | None = None,
+    run_id: Any = None,
+) -> leases.Lease:
+    """The next due run, claimed (``leases.claim_one``): the test fails if
+    none was, or, given ``run_id``, if another was."""
+    lease = leases.claim_one(owner, classes, lease_seconds=lease_seconds)
+    assert lease is not None
+    if run_id is not None:
+        assert lease.run_id == run_id
+    return lease
 
 
 class Worker(threading.Thread):

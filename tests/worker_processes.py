@@ -51,13 +51,8 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def start_worker(transactional_db, tmp_path) -> Iterator:
+def start_worker(transactional_db, empty_ledger, tmp_path) -> Iterator:
     """``start_worker("--slots", "async=1", settings={...})`` -> WorkerProcess."""
-    from tests.handlers import LEDGER_DDL
-
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
-        cursor.execute("TRUNCATE runqueue_test_ledger")
     # In the pooled mode (tests/pooling.py) "default" is the pooler: the
     # workers reach the server as "direct" and go through it by default.
     pooled_through = {

@@ -43,7 +43,7 @@ else.
 A migration is history, so it holds a frozen copy of the functions' text,
 not a call: to change a function (or a fragment one includes), edit it in
 its file and add a migration that runs the new text (``functions_sql()``,
-pasted in; see 0006_function_source). tests/database/test_functions.py
+pasted in; see 0006_function_source). tests/database/sql/test_functions.py
 checks that the migrated database's functions are exactly the files'.
 """
 

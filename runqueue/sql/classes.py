@@ -8,8 +8,8 @@ with the expression written in place (an index condition stays one).
 
 Their text lives in ``fn_classes.sql`` (each other function runqueue installs
 in an ``fn_*.sql`` of its own), and a migration installs a frozen copy of it.
-``tests/database/test_queries.py`` checks the database's functions (which
-``tests/database/test_functions.py`` checks against the file) against what
+``tests/database/sql/test_queries.py`` checks the database's functions (which
+``tests/database/sql/test_functions.py`` checks against the file) against what
 ``functions()`` renders from ``PriorityClass``: a change to the classes
 fails there until ``fn_classes.sql`` says it and a new migration installs it.
 """

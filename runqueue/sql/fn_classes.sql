@@ -5,7 +5,7 @@
 -- The index of a priority's class (runqueue.models.PriorityClass). The class
 -- functions are LANGUAGE sql IMMUTABLE with a one-line body and no STRICT or
 -- SET: the planner inlines them, so a statement plans as it would with the
--- arithmetic written in place. tests/database/test_queries.py checks them against
+-- arithmetic written in place. tests/database/sql/test_queries.py checks them against
 -- PriorityClass (runqueue.sql.classes renders them from it).
 CREATE OR REPLACE FUNCTION runqueue_priority_class(priority integer) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE

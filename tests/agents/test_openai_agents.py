@@ -26,7 +26,10 @@ from tests.agents.openai_support import (  # noqa: E402
     outputs,
     say,
 )
-from tests.helpers import expire_lease  # noqa: E402
+from tests.helpers import (
+    claimed,  # noqa: E402
+    expire_lease,  # noqa: E402
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)
@@ -115,18 +118,12 @@ def _fresh(fast_retry: None) -> Iterator[None]:
     aio.close_connections()
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _crash_then_finish(run: Run) -> str:
     with pytest.raises(_Crash):
-        testing.execute(_claim())
+        testing.execute(claimed(lease_seconds=30))
     expire_lease(run.id)
     leases.sweep()
-    return testing.execute(_claim())
+    return testing.execute(claimed(lease_seconds=30))
 
 
 def _steps(run: Run) -> list[tuple[str, str]]:
@@ -137,7 +134,7 @@ def _steps(run: Run) -> list[tuple[str, str]]:
 
 def test_an_uninterrupted_run_records_each_model_request_and_tool_call() -> None:
     run = runqueue.submit(kind="oa.support", payload={"text": "refund order 7"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result == {
         "answer": "Done. lookup={'id': 7, 'total': 40} refund=refunded 7",
@@ -172,7 +169,7 @@ def test_an_uninterrupted_run_records_each_model_request_and_tool_call() -> None
 @pytest.mark.parametrize("crash_after", [1, 2, 3, 4, 5])
 def test_a_crash_at_each_step_boundary_replays_what_finished(crash_after: int) -> None:
     plain = runqueue.submit(kind="oa.support", payload={"text": "refund order 7"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     plain.refresh_from_db()
     RAN.clear()
     MODEL.sent.clear()
@@ -244,12 +241,12 @@ def changing_turn(ctx: runqueue.RunContext) -> dict:
 def test_a_changed_tool_list_on_replay_is_a_permanent_error_naming_both() -> None:
     run = runqueue.submit(kind="oa.changing").run
     with pytest.raises(_Crash):
-        testing.execute(_claim())
+        testing.execute(claimed(lease_seconds=30))
     CHANGED_TOOLS.append(escalate)  # a deploy between the attempts added a tool
     try:
         expire_lease(run.id)
         leases.sweep()
-        assert testing.execute(_claim()) == "failed"
+        assert testing.execute(claimed(lease_seconds=30)) == "failed"
     finally:
         CHANGED_TOOLS.remove(escalate)
     run.refresh_from_db()
@@ -296,7 +293,7 @@ def test_a_handoff_runs_the_next_agent_as_steps_of_the_run(crash_after: int | No
     if crash_after:
         assert _crash_then_finish(run) == "succeeded"
     else:
-        assert testing.execute(_claim()) == "succeeded"
+        assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result == {"answer": "Billing here: refunded 9", "agent": "billing"}
     assert _steps(run) == [
@@ -350,7 +347,7 @@ def test_an_agent_used_as_a_tool_records_its_own_steps(crash_after: int | None) 
     if crash_after:
         assert _crash_then_finish(run) == "succeeded"
     else:
-        assert testing.execute(_claim()) == "succeeded"
+        assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result == {"answer": "Manager: order 3 total is {'id': 3, 'total': 40}"}
     assert _steps(run) == [
@@ -388,7 +385,7 @@ def _text(run_id: object) -> str:
 
 def test_a_streamed_run_sends_its_text_deltas_to_the_runs_stream() -> None:
     run = runqueue.submit(kind="oa.streamed", payload={"text": "refund order 7"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     answer = run.result["answer"]
     assert answer.startswith("Done. lookup=")
@@ -426,9 +423,9 @@ def test_the_sessions_second_turn_sees_the_first_and_a_replay_writes_no_item_twi
     ).run
     assert _crash_then_finish(first) == "succeeded"
     second = runqueue.submit(kind="oa.chat", session_id="chat-1", payload={"text": "again"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     other = runqueue.submit(kind="oa.chat", session_id="chat-2", payload={"text": "alone"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
 
     second.refresh_from_db()
     assert second.result == {"answer": "You said: hi | again"}
@@ -444,7 +441,7 @@ def test_the_sessions_second_turn_sees_the_first_and_a_replay_writes_no_item_twi
 
 def test_a_fenced_worker_writes_no_session_item() -> None:
     run = runqueue.submit(kind="oa.chat", session_id="chat-3", payload={"text": "hi"}).run
-    lease = _claim()
+    lease = claimed(lease_seconds=30)
     runqueue.cancel(run.id, reason="stop", actor="test")
     assert testing.execute(lease) == "fenced"
     assert not ToolInvocation.objects.filter(run_id=run.id).exists()

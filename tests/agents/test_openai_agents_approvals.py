@@ -15,9 +15,10 @@ pytest.importorskip("agents")
 from agents import Agent, function_tool, set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, leases, testing  # noqa: E402
+from runqueue import aio, testing  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
 from tests.agents.openai_support import ScriptedModel, call, calls, outputs, say  # noqa: E402
+from tests.helpers import claimed  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)
@@ -79,15 +80,9 @@ def _fresh() -> Iterator[None]:
     aio.close_connections()
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _asked(text: str = "refund some", **payload: Any) -> Run:
     run = runqueue.submit(kind="oa.approve", payload={"text": text, **payload}).run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     return Run.objects.get(id=run.id)
 
 
@@ -100,7 +95,7 @@ def test_a_tool_that_needs_approval_ends_the_turn_and_runs_once_approved() -> No
     assert RAN == [("lookup_order", 7)]  # the refund has not run
 
     runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == {"answer": "Refund: refunded 40 on 7"}
     assert RAN == [("lookup_order", 7), ("refund", {"order_id": 7, "amount": 40})]
     assert len(MODEL.sent) == 3 and len(set(MODEL.sent)) == 3  # nothing sent twice
@@ -112,7 +107,7 @@ def test_edit_runs_the_tool_with_the_edited_arguments() -> None:
     runqueue.decide_tool(
         run.id, 3, "edit", actor="user:ana", arguments={"order_id": 7, "amount": 30}
     )
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert RAN[-1] == ("refund", {"order_id": 7, "amount": 30})
     assert Run.objects.get(id=run.id).result == {"answer": "Refund: refunded 30 on 7"}
 
@@ -120,7 +115,7 @@ def test_edit_runs_the_tool_with_the_edited_arguments() -> None:
 def test_reject_tells_the_model_the_reason_and_never_runs_the_tool() -> None:
     run = _asked()
     runqueue.decide_tool(run.id, 3, "reject", actor="user:ana", reason="the order shipped")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert RAN == [("lookup_order", 7)]
     told = outputs(MODEL.requests[-1])["refund"]
     assert "the order shipped" in told
@@ -131,7 +126,7 @@ def test_reject_tells_the_model_the_reason_and_never_runs_the_tool() -> None:
 def test_respond_stands_for_the_tool() -> None:
     run = _asked()
     runqueue.decide_tool(run.id, 3, "respond", actor="user:ana", result="refunded by hand")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert RAN == [("lookup_order", 7)]
     assert Run.objects.get(id=run.id).result == {"answer": "Refund: refunded by hand"}
 
@@ -140,7 +135,7 @@ def test_a_callable_needs_approval_asks_only_for_the_calls_it_names() -> None:
     small = runqueue.submit(
         kind="oa.approve", payload={"text": "refund some", "large_only": True}
     ).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=small.id).result == {"answer": "Refund: refunded 40 on 7"}
     large = _asked("refund all", large_only=True)
     record = ToolInvocation.objects.get(run_id=large.id, tool="refund")
@@ -180,7 +175,7 @@ def approve_agent_tool_turn(ctx: runqueue.RunContext) -> dict:
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_an_agent_used_as_a_tool_waits_for_its_approval_before_it_runs(decision: str) -> None:
     run = runqueue.submit(kind="oa.approve_agent_tool").run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     gate = ToolInvocation.objects.get(run_id=run.id, seq=1)
     assert (gate.tool, gate.status, gate.arguments) == (
         "research",
@@ -189,7 +184,7 @@ def test_an_agent_used_as_a_tool_waits_for_its_approval_before_it_runs(decision:
     )
     assert RESEARCHER.sent == []  # the inner agent has not run
     runqueue.decide_tool(run.id, 1, decision, actor="user:ana", reason="not now")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     answer = Run.objects.get(id=run.id).result["answer"]
     if decision == "approve":
         assert answer == "Manager: total {'id': 3, 'total': 400}"

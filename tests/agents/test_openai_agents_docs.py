@@ -14,10 +14,11 @@ pytest.importorskip("agents")
 from agents import set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, events, leases, registry, testing  # noqa: E402
+from runqueue import aio, events, registry, testing  # noqa: E402
 from runqueue.models import EventLog, Run, ToolInvocation, Usage  # noqa: E402
 from tests.agents.openai_support import ScriptedModel, call, calls, outputs, say  # noqa: E402
-from tests.database.docs_blocks import named  # noqa: E402
+from tests.database.docs.docs_blocks import named  # noqa: E402
+from tests.helpers import claimed  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)
@@ -50,22 +51,16 @@ def _run(block: str, namespace: dict[str, Any]) -> None:
     exec(compile(code, "docs/agents.md", "exec"), namespace)  # noqa: S102 - our own docs
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def test_the_converted_agent_runs_waits_for_its_approval_and_finishes(blocks) -> None:
     _run("openai-agents-example", blocks)
     model = ScriptedModel(policy)
     blocks["agent"].model = model  # the one change: no network in tests
     run = blocks["run"].run
-    assert testing.execute(_claim()) == "waiting"  # the refund needs a person
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"  # the refund needs a person
     asked = ToolInvocation.objects.get(run_id=run.id, tool="refund")
     assert asked.status == "awaiting_approval"
     runqueue.decide_tool(run.id, asked.seq, "approve", actor="user:ana")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == {"answer": "Done: refunded order 7"}
     steps = ToolInvocation.objects.filter(run_id=run.id).order_by("seq")
     assert [
@@ -82,10 +77,10 @@ def test_the_converted_agent_runs_waits_for_its_approval_and_finishes(blocks) ->
 
     _run("openai-agents-stream", blocks)
     streamed = runqueue.submit(kind="support.stream", payload={"text": "Refund order 8"}).run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     asked = ToolInvocation.objects.get(run_id=streamed.id, tool="refund")
     runqueue.decide_tool(streamed.id, asked.seq, "approve", actor="user:ana")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     answer = Run.objects.get(id=streamed.id).result["answer"]
     assert answer == "Done: refunded order 7"
     chunks = EventLog.objects.filter(run_id=streamed.id, type=events.TEXT).order_by("id")

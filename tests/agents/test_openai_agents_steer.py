@@ -21,7 +21,10 @@ from runqueue.contrib.openai_agents import SESSION_STEP, Runner  # noqa: E402
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation  # noqa: E402
 from tests.agents.openai_support import ScriptedModel, call, calls, say  # noqa: E402
 from tests.agents.test_openai_agents import CrashAfter  # noqa: E402
-from tests.helpers import expire_lease  # noqa: E402
+from tests.helpers import (
+    claimed,  # noqa: E402
+    expire_lease,  # noqa: E402
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)
@@ -97,12 +100,6 @@ def _fresh(fast_retry: None) -> Iterator[None]:
     aio.close_connections()
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _turn(**payload: Any) -> Run:
     return runqueue.submit(
         kind="oa.steered", session_id=SESSION, payload={"text": PROMPT, **payload}
@@ -137,7 +134,7 @@ M, S = "model:steer-1", leases.STEERS_TOOL
 def test_a_steer_sent_while_a_tool_runs_reaches_the_next_model_request_once() -> None:
     run = _turn()
     STEER_IN["lookup_order"] = ["make it quick"]
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert _said() == [[PROMPT], [PROMPT, "make it quick"], [PROMPT, "make it quick"]]
     last = MODEL.requests[-1]
     steer_at = next(n for n, i in enumerate(last) if i.get("content") == "make it quick")
@@ -155,7 +152,7 @@ def test_a_steer_sent_while_a_tool_runs_reaches_the_next_model_request_once() ->
 def test_without_steering_the_message_is_the_session_s_next_turn() -> None:
     run = _turn(unsteered=True)
     STEER_IN["lookup_order"] = ["make it quick"]
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert _said() == [[PROMPT]] * 3
     assert _steps(run) == [M, "lookup_order", M, "refund", M]
     nxt = Run.objects.get(session_id=SESSION, payload={"text": "make it quick"})
@@ -182,7 +179,7 @@ def test_a_worker_lost_after_a_steer_was_read_replays_it_once_and_loses_none(
             run = _turn(crash_after=3)  # model, lookup, model (the steer with it)
             sent_first = [[PROMPT], [PROMPT, "A"]]
         with pytest.raises(BaseException) as raised:  # noqa: PT011 - this or the hooks' crash
-            testing.execute(_claim())
+            testing.execute(claimed(lease_seconds=30))
         assert type(raised.value).__name__ == "_Crash", raised.value
     assert _said() == sent_first
     assert _steers_of(run) == [[{"text": "A"}]]
@@ -191,7 +188,8 @@ def test_a_worker_lost_after_a_steer_was_read_replays_it_once_and_loses_none(
     leases.sweep()
     _steer("B")  # while the run waits for its retry
     STEER_IN["refund"] = ["C"]  # while the retry runs
-    assert testing.execute(_claim()) == "succeeded"  # a replayed request matches its record
+    # A replayed request matches its record.
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     resent = [[PROMPT, "A"]] if crash == "after-the-steer-was-read" else []
     assert _said() == [*resent, [PROMPT, "A", "B", "C"]]
     assert _steps(run) == [M, "lookup_order", S, M, "refund", S, M]

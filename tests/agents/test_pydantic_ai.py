@@ -19,7 +19,10 @@ from runqueue.contrib import steps  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent, model_request  # noqa: E402
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Usage  # noqa: E402
 from tests.agents import pydantic_agents as agents  # noqa: E402
-from tests.helpers import expire_lease  # noqa: E402
+from tests.helpers import (
+    claimed,  # noqa: E402
+    expire_lease,  # noqa: E402
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,12 +48,6 @@ def _fresh(settings) -> Iterator[None]:
     agents.reset()
     yield
     aio.close_connections()
-
-
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
 
 
 def _steps(run_id: Any) -> list[tuple[str, str]]:
@@ -85,7 +82,7 @@ def _crash_after_outcomes(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
 
 def _run_crashing(run_id: Any) -> None:
     with pytest.raises(BaseException) as raised:  # noqa: PT011 - a crash, maybe grouped
-        testing.execute(_claim())
+        testing.execute(claimed(lease_seconds=30))
     assert _crashed(raised.value), raised.value
     expire_lease(run_id)
     leases.sweep()
@@ -94,7 +91,7 @@ def _run_crashing(run_id: Any) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_uninterrupted_run_records_each_request_and_call_once(kind: str) -> None:
     run = runqueue.submit(kind=kind, payload={"prompt": "refund order 7"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result == ANSWER
     assert _steps(run.id) == STEPS
@@ -124,7 +121,7 @@ def test_a_crash_at_each_step_boundary_replays_what_finished(
         _crash_after_outcomes(patch, boundary)
         _run_crashing(run.id)
     assert len(_steps(run.id)) == boundary
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result == ANSWER  # as an uninterrupted run answers
     assert _steps(run.id) == STEPS
@@ -139,7 +136,7 @@ def test_a_write_cut_short_is_uncertain_and_the_model_is_told(kind: str) -> None
     agents.DIE_IN.add("refund")  # after the side effect, before its outcome is recorded
     _run_crashing(run.id)
     assert _steps(run.id)[-1] == ("refund", "started")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert agents.TOOL_CALLS == [("lookup_order", 7), ("refund", 7)]  # never twice
     assert _steps(run.id) == [*STEPS[:3], ("refund", "uncertain"), STEPS[4]]
@@ -151,7 +148,7 @@ def test_an_idempotent_tool_cut_short_runs_again() -> None:
     run = runqueue.submit(kind="pai.async", payload={"prompt": "refund order 7"}).run
     agents.DIE_IN.add("lookup_order")
     _run_crashing(run.id)
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert agents.TOOL_CALLS == [("lookup_order", 7), ("lookup_order", 7), ("refund", 7)]
     assert _steps(run.id) == STEPS
     assert agents.MODEL_CALLS == [0, 1, 2]
@@ -165,7 +162,7 @@ def test_usage_is_recorded_once_per_response_and_a_replay_pays_nothing(
         _crash_after_outcomes(patch, 3)  # two model responses recorded, then the crash
         _run_crashing(run.id)
     assert Usage.objects.filter(run_id=run.id).count() == 2
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     rows = Usage.objects.filter(run_id=run.id).order_by("attempt", "call")
     assert [(u.model, u.input_tokens, u.output_tokens, u.attempt) for u in rows] == [
         ("m-agent", 100, 10, 1),
@@ -188,7 +185,7 @@ def test_a_changed_tool_list_on_replay_is_refused_naming_both(
         return "cancelled"
 
     try:
-        assert testing.execute(_claim()) == "failed"
+        assert testing.execute(claimed(lease_seconds=30)) == "failed"
     finally:
         del agents.agent._function_toolset.tools["cancel_order"]
     failure = Run.objects.get(id=run.id).failure
@@ -205,13 +202,13 @@ def test_a_request_hashes_the_same_on_every_attempt_and_differs_when_it_differs(
     seen: list[list[str]] = []
     for _ in range(2):
         run = runqueue.submit(kind="pai.async", payload={"prompt": "refund order 7"}).run
-        assert testing.execute(_claim()) == "succeeded"
+        assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
         records = ToolInvocation.objects.filter(run_id=run.id, tool="model:m-agent")
         seen.append([r.arguments["request_sha256"] for r in records.order_by("seq")])
     assert seen[0] == seen[1]
     assert len(set(seen[0])) == 3
     other = runqueue.submit(kind="pai.async", payload={"prompt": "refund order 8"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     first = ToolInvocation.objects.filter(run_id=other.id).order_by("seq").first()
     assert first is not None and first.arguments["request_sha256"] != seen[0][0]
 
@@ -228,7 +225,7 @@ def test_the_hashed_request_leaves_out_clocks_and_run_ids() -> None:
 
 def test_streamed_text_reaches_the_run_s_stream_and_only_the_response_is_recorded() -> None:
     run = runqueue.submit(kind="pai.stream", payload={"prompt": "refund order 7"}).run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     run.refresh_from_db()
     assert run.result.strip() == ANSWER
     chunks = EventLog.objects.filter(run_id=run.id, type="run.text").order_by("id")
@@ -275,7 +272,7 @@ def test_tool_idempotency_comes_from_the_wrapper_metadata_or_defaults_to_non_ide
         return (await durable.run("go", ctx=ctx)).output
 
     run = runqueue.submit(kind="pai.meta").run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     tools = ToolInvocation.objects.filter(run_id=run.id).exclude(tool__startswith="model:")
     assert dict(tools.values_list("tool", "idempotency")) == {
         "read": "idempotent",
@@ -293,7 +290,7 @@ def test_the_docs_conversion_runs_as_written() -> None:
 
     from pydantic_ai.models.function import FunctionModel
 
-    from tests.database.docs_blocks import named
+    from tests.database.docs.docs_blocks import named
 
     block = named("pydantic-ai-example")
     changed = [line for line in block.code.splitlines() if line.endswith("# runqueue")]
@@ -305,9 +302,9 @@ def test_the_docs_conversion_runs_as_written() -> None:
     }
     exec(compile(block.code, "docs/agents.md", "exec"), namespace)  # noqa: S102 - our docs
     run = runqueue.submit(kind="support.turn", payload={"prompt": "refund 7"}).run
-    assert testing.execute(_claim()) == "waiting"  # the refund awaits approval
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"  # the refund awaits approval
     runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == "refund of order 7: refunded"
     assert refunds == [7]
 
@@ -341,7 +338,7 @@ def _session_idle() -> None:
 def test_a_steer_sent_while_a_tool_runs_reaches_the_next_model_request_once() -> None:
     run = _steered_turn()
     agents.STEER_IN["lookup_order"] = ["make it quick"]
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert agents.PROMPTS == [
         [PROMPT],
         [PROMPT, "make it quick"],  # the request after the tool that ran while it came
@@ -365,7 +362,7 @@ def test_without_steering_the_message_is_the_session_s_next_turn() -> None:
         return (await quiet.run(ctx.payload["text"], ctx=ctx)).output
 
     Run.objects.filter(id=run.id).update(kind="pai.unsteered")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert agents.PROMPTS == [[PROMPT]] * 3
     assert _steps(run.id) == STEPS
     nxt = Run.objects.get(session_id=agents.SESSION, payload={"text": "make it quick"})
@@ -405,7 +402,7 @@ def test_a_worker_lost_after_a_steer_was_read_replays_it_once_and_loses_none(
     )
     agents.steer("B")  # while the run waits for its retry
     agents.STEER_IN["refund"] = ["C"]  # while the retry runs
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     resent = [[PROMPT, "A"]] if crash == "after-the-steer-was-read" else []
     assert agents.PROMPTS == [*resent, [PROMPT, "A", "B", "C"]]
     assert _steps(run.id) == [*STEERED[:5], (leases.STEERS_TOOL, "completed"), STEERED[5]]

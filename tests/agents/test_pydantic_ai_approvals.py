@@ -25,9 +25,10 @@ from pydantic_ai.messages import (  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, leases, testing  # noqa: E402
+from runqueue import aio, testing  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
+from tests.helpers import claimed  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,15 +88,9 @@ def _fresh() -> Iterator[None]:
     aio.close_connections()
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def _asked(kind: str) -> Run:
     run = runqueue.submit(kind=kind).run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(lease_seconds=30)) == "waiting"
     record = ToolInvocation.objects.get(run_id=run.id, seq=3)
     assert (record.tool, record.status) == ("refund", "awaiting_approval")
     assert record.arguments == {"order": 7, "amount": 400}
@@ -110,7 +105,7 @@ KINDS = ["pai.approve.sync", "pai.approve.async"]
 def test_a_requires_approval_tool_waits_then_runs_once_approved(kind: str) -> None:
     run = _asked(kind)
     runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == "refund: refunded 400"
     assert REFUNDS == [(7, 400)]
     assert MODEL_CALLS == [0, 1, 2]  # the two first requests were replayed, not sent again
@@ -121,7 +116,7 @@ def test_a_requires_approval_tool_waits_then_runs_once_approved(kind: str) -> No
 def test_an_edit_runs_the_tool_with_the_edited_arguments(kind: str) -> None:
     run = _asked(kind)
     runqueue.decide_tool(run.id, 3, "edit", actor="user:ana", arguments={"order": 7, "amount": 40})
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert REFUNDS == [(7, 40)]
     assert Run.objects.get(id=run.id).result == "refund: refunded 40"
 
@@ -130,7 +125,7 @@ def test_an_edit_runs_the_tool_with_the_edited_arguments(kind: str) -> None:
 def test_a_rejection_s_reason_is_the_tool_s_return(kind: str) -> None:
     run = _asked(kind)
     runqueue.decide_tool(run.id, 3, "reject", actor="user:ana", reason="over the limit")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert REFUNDS == []
     assert Run.objects.get(id=run.id).result == "refund: The call was rejected: over the limit"
     assert ToolInvocation.objects.get(run_id=run.id, seq=3).status == "rejected"
@@ -139,7 +134,7 @@ def test_a_rejection_s_reason_is_the_tool_s_return(kind: str) -> None:
 def test_a_response_stands_for_the_call() -> None:
     run = _asked("pai.approve.async")
     runqueue.decide_tool(run.id, 3, "respond", actor="user:ana", result="refunded by hand")
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert REFUNDS == []
     assert Run.objects.get(id=run.id).result == "refund: refunded by hand"
 
@@ -160,6 +155,7 @@ def test_the_wrapper_s_approval_predicate_asks_only_when_it_says_so() -> None:
         return (await large.run("refund order 7", ctx=ctx)).output
 
     run = runqueue.submit(kind="pai.approve.predicate").run
-    assert testing.execute(_claim()) == "succeeded"  # 400 is not over 1000: no wait
+    # 400 is not over 1000: no wait.
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert REFUNDS == [(7, 400)]
     assert Run.objects.get(id=run.id).result == "refund: refunded 400"

@@ -33,7 +33,10 @@ import runqueue  # noqa: E402
 from runqueue import aio, leases, testing  # noqa: E402
 from runqueue.contrib.pydantic_ai import MCP_META_KEY, RunqueueAgent  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
-from tests.helpers import expire_lease  # noqa: E402
+from tests.helpers import (
+    claimed,  # noqa: E402
+    expire_lease,  # noqa: E402
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,15 +98,9 @@ def _calls() -> list[dict[str, Any]]:
     return [json.loads(line) for line in LOG[-1].read_text().splitlines()]
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", lease_seconds=30)
-    assert lease is not None
-    return lease
-
-
 def test_annotations_decide_idempotency_and_each_call_sends_its_key() -> None:
     run = runqueue.submit(kind="pai.mcp").run
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == "done: cancelled 7"
     records = ToolInvocation.objects.filter(run_id=run.id).order_by("seq")
     assert [(r.seq, r.tool, r.idempotency, r.status) for r in records] == [
@@ -135,11 +132,11 @@ def test_a_retry_replays_finished_calls_without_calling_the_server(monkeypatch) 
     with monkeypatch.context() as patch:
         patch.setattr(leases, "record_tool_outcome", record)
         with pytest.raises(BaseException):  # noqa: B017, PT011 - a crash, maybe grouped
-            testing.execute(_claim())
+            testing.execute(claimed(lease_seconds=30))
     assert ToolInvocation.objects.filter(run_id=run.id, status="completed").count() == 4
     assert [c["tool"] for c in _calls()] == ["find_order", "cancel_order"]
     expire_lease(run.id)
     leases.sweep()
-    assert testing.execute(_claim()) == "succeeded"
+    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
     assert Run.objects.get(id=run.id).result == "done: cancelled 7"
     assert [c["tool"] for c in _calls()] == ["find_order", "cancel_order"]  # not again

@@ -14,7 +14,7 @@ from runqueue import leases, schedules, testing
 from runqueue.clock import db_now
 from runqueue.models import EventLog, PausedKind, QueueEvent, Run, RunStatus, Schedule
 from tests.browser.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
-from tests.database.test_admin_scheduled_work import failed_runs
+from tests.database.admin.test_admin_scheduled_work import failed_runs
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The strings the hot statements take in place of lists: a JSON document
 of rows with JSON texts spliced in (``json_rows``), and array literals
-(``array_literal``; tests/database/test_versions.py reads them back through
+(``array_literal``; tests/database/runtime/test_versions.py reads them back through
 PostgreSQL's casts)."""
 
 from __future__ import annotations

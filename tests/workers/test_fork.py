@@ -18,7 +18,7 @@ from tests.admin_support import uncertain
 from tests.handlers import ledger
 from tests.helpers import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]
 
 
 def _ledger_steps(run_id: object) -> list[int]:
@@ -29,15 +29,6 @@ def _ledger_steps(run_id: object) -> list[int]:
             [str(run_id)],
         )
         return [int(row[0]) for row in cursor.fetchall()]
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    from tests.handlers import LEDGER_DDL
-
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
-        cursor.execute("TRUNCATE runqueue_test_ledger")
 
 
 def _run_to_end(run_id: uuid.UUID) -> Run:

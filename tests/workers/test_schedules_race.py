@@ -20,7 +20,7 @@ from django.db import connection
 from runqueue import schedules
 from runqueue.clock import db_now
 from runqueue.models import Run, RunStatus, Schedule, ScheduleTick
-from tests.database.test_schedules import HOUR, T0, make, ticks_fired
+from tests.database.schedules.test_schedules import HOUR, T0, make, ticks_fired
 from tests.helpers import Worker, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from runqueue.models import EventLog, Run, RunStatus, TreeSpend, Usage
 from tests.handlers import ledger
 from tests.helpers import expire_lease, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]
 
 PRICES = {"m-big": {"input": 2.5, "output": 10}, "m-free": {"input": 0, "output": 0}}
 
@@ -31,17 +31,6 @@ def _prices(settings) -> None:
         "BACKOFF_BASE_SECONDS": 0,
         "BACKOFF_JITTER": 0,
     }
-
-
-@pytest.fixture(autouse=True)
-def _ledger() -> None:
-    from django.db import connection
-
-    from tests.handlers import LEDGER_DDL
-
-    with connection.cursor() as cursor:
-        cursor.execute(LEDGER_DDL)
-        cursor.execute("TRUNCATE runqueue_test_ledger")
 
 
 def _drain() -> None:

@@ -21,7 +21,7 @@ from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.models import PriorityClass, Run, RunStatus
 from runqueue.outcomes import Reported, Succeeded, Suspended, Waiting
 from runqueue.worker.group import Group, GroupConfig
-from tests.helpers import wait_until
+from tests.helpers import claimed, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,19 +71,13 @@ def long_wait(ctx: runtime.RunContext) -> Any:
     return ctx.wait_for_signal("go", timeout=MAX_WAIT_SECONDS)
 
 
-def _claim() -> leases.Lease:
-    lease = leases.claim_one("w", [INTER])
-    assert lease is not None
-    return lease
-
-
 @pytest.mark.parametrize("how", sorted(BAD_WAITS))
 @pytest.mark.parametrize("kind", ["limits.bad_wait", "limits.async_bad_wait"])
 def test_an_out_of_range_wait_fails_only_its_run_at_the_call(kind: str, how: str) -> None:
     """A ValueError naming the limit, raised by the ctx call: bad input, so
     the run fails at once (one attempt, no lease expiry)."""
     run = runqueue.submit(kind=kind, payload={"how": how}).run
-    assert testing.execute(_claim()) == "failed"
+    assert testing.execute(claimed(classes=[INTER])) == "failed"
     failed = Run.objects.get(id=run.id)
     assert (failed.status, failed.attempts) == (RunStatus.FAILED, 1)
     assert failed.failure["classification"] == "permanent"
@@ -94,7 +88,7 @@ def test_an_out_of_range_wait_fails_only_its_run_at_the_call(kind: str, how: str
 @pytest.mark.parametrize("how", ["ask", "signal"])
 def test_the_longest_timeout_allowed_is_written(how: str) -> None:
     run = runqueue.submit(kind="limits.long_wait", payload={"how": how}).run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(classes=[INTER])) == "waiting"
     waiting = Run.objects.get(id=run.id)
     assert waiting.wait_until is not None
     assert waiting.wait_until - waiting.waiting_since == pytest.approx(
@@ -105,7 +99,7 @@ def test_the_longest_timeout_allowed_is_written(how: str) -> None:
 
 def test_a_sleep_until_the_end_of_9999_waits_and_its_run_stays_readable() -> None:
     run = runqueue.submit(kind="limits.far_sleep").run
-    assert testing.execute(_claim()) == "waiting"
+    assert testing.execute(claimed(classes=[INTER])) == "waiting"
     waiting = Run.objects.get(id=run.id)
     assert waiting.wait_until == dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC)
     assert leases.next_deadline() > 0
@@ -115,7 +109,7 @@ def test_a_sleep_until_the_end_of_9999_waits_and_its_run_stays_readable() -> Non
 
 def test_a_direct_wait_for_user_refuses_the_timeout_before_writing() -> None:
     runqueue.submit(kind="limits.long_wait", payload={"how": "ask"})
-    lease = _claim()
+    lease = claimed(classes=[INTER])
     with pytest.raises(ValueError, match=LIMIT.replace("(", r"\(").replace(")", r"\)")):
         leases.wait_for_user(lease, "?", timeout=1e13)
     assert Run.objects.get(id=lease.run_id).status == RunStatus.RUNNING
