@@ -50,6 +50,13 @@ def _rows(result: dict[str, Any]) -> list[tuple[str, str, str, str, str | None]]
             "drain_nproc",
             multi,
         ),
+        (
+            f"drain, {w} slots",
+            "runqueue",
+            f"runworker async={w} --processes {p}",
+            "drain_supervised",
+            multi,
+        ),
         (f"drain, {w} slots", "raw", f"claim-1, {w} connections", f"claim1_{w}conn", multi),
         (f"drain, {w} slots", "raw", f"claim-10, {w} connections", f"claim10_{w}conn", multi),
         (
@@ -175,7 +182,7 @@ def _server(result: dict[str, Any]) -> list[str]:
 
 def _runqueue_only(rq: dict[str, Any]) -> list[str]:
     out = []
-    for name in ("drain_1slot", "drain_1proc", "drain_nproc"):
+    for name in ("drain_1slot", "drain_1proc", "drain_nproc", "drain_supervised"):
         idle = get(rq, f"{name}.idle_before_load")
         if idle:
             out.append(

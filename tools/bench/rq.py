@@ -248,12 +248,14 @@ EXTRA_PARTS = ("inproc",)
 NOT_QUICK = ("promotion",)
 
 
-def drain_shapes(profile: Profile) -> dict[str, tuple[int, int]]:
-    """name: (processes, slots per process) of the headline drains."""
+def drain_shapes(profile: Profile) -> dict[str, tuple[int, ...]]:
+    """name: (processes, slots per process[, worker processes each spreads its
+    slots over, ``--processes``]) of the headline drains."""
     return {
         "drain_1slot": (1, 1),
         "drain_1proc": (1, profile.slots),
         "drain_nproc": (profile.processes, profile.slots // profile.processes),
+        "drain_supervised": (1, profile.slots, profile.processes),
     }
 
 

@@ -109,8 +109,23 @@ class Workers:
                 tail = log.read().decode(errors="replace")[-2000:]
                 raise RuntimeError(f"runworker exited with {proc.returncode}: {tail}")
 
+    def pids(self) -> list[int]:
+        """The runworker processes and their descendants (``--processes``:
+        a supervisor's workers), read afresh."""
+        found, level = [], [p.pid for p in self.procs]
+        while level:
+            found += level
+            level = [child for pid in level for child in _children(pid)]
+        return found
+
     def cpu_seconds(self) -> float:
-        return sum(measure.process_cpu_seconds(p.pid) for p in self.procs)
+        total = 0.0
+        for pid in self.pids():
+            try:
+                total += measure.process_cpu_seconds(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # exited meanwhile
+        return total
 
     def pause(self, stats: measure.Stats | None = None) -> None:
         """SIGSTOP every process and wait until all their threads are stopped.
@@ -118,9 +133,10 @@ class Workers:
         statement (the server would end it after the pool's
         idle_in_transaction_session_timeout): resume and try again."""
         for _ in range(100):
-            for proc in self.procs:
-                os.kill(proc.pid, signal.SIGSTOP)
-            _wait_threads(self.procs, stopped=True)
+            pids = self.pids()
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            _wait_threads(pids, stopped=True)
             if stats is None or not stats.busy():
                 return
             self.resume()
@@ -128,17 +144,18 @@ class Workers:
         raise RuntimeError("could not pause the runworker processes outside a transaction")
 
     def resume(self) -> None:
-        for proc in self.procs:
-            os.kill(proc.pid, signal.SIGCONT)
-        _wait_threads(self.procs, stopped=False)
+        pids = self.pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        _wait_threads(pids, stopped=False)
 
     def stop(self) -> None:
         """SIGTERM and wait (resumed first if paused, a moment before the
         signal); kill what has not exited after 20 s."""
         alive = [p for p in self.procs if p.poll() is None]
-        paused = [p for p in alive if any(s in "Tt" for s in _thread_states(p.pid))]
-        for proc in paused:
-            os.kill(proc.pid, signal.SIGCONT)
+        paused = [pid for pid in self.pids() if any(s in "Tt" for s in _thread_states(pid))]
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
         if paused:
             _wait_threads(paused, stopped=False)
             time.sleep(0.2)
@@ -154,11 +171,26 @@ class Workers:
             log.close()
 
 
-def _wait_threads(procs: list[subprocess.Popen], *, stopped: bool) -> None:
+def _children(pid: int) -> list[int]:
+    """A process's children (/proc/<pid>/task/<tid>/children)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    out += [int(child) for child in f.read().split()]
+            except FileNotFoundError:
+                continue
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _wait_threads(pids: list[int], *, stopped: bool) -> None:
     """Until every thread of the processes is stopped (T) or none is."""
     end = time.monotonic() + 10
     while True:
-        states = [s for p in procs for s in _thread_states(p.pid)]
+        states = [s for pid in pids for s in _thread_states(pid)]
         if all((s in "Tt") == stopped for s in states):
             return
         if time.monotonic() > end:
@@ -208,12 +240,17 @@ class Shape:
         processes: int,
         slots: int,
         deploy: Deployment | None = None,
+        supervised: int = 1,
     ) -> None:
+        """``supervised``: each runworker spreads its slots over this many
+        worker processes of its own (``--processes``)."""
         self.name, self.url, self.processes, self.slots = name, url, processes, slots
+        self.supervised = supervised
         self.deploy = deploy
         self.window = measure.CommitWindow(url)
         env = deploy.env(url) if deploy is not None else None
-        self.workers = Workers(url, processes, slots, label=name, env=env)
+        args = (f"--processes={supervised}",) if supervised > 1 else ()
+        self.workers = Workers(url, processes, slots, label=name, env=env, args=args)
         self.idle: dict[str, float] = {}
 
     def wait_registered(self, timeout: float) -> None:
@@ -223,7 +260,7 @@ class Shape:
         try:
             end = time.monotonic() + timeout
             query = "SELECT count(*) FROM runqueue_worker WHERE stopped_at IS NULL"
-            while probe.value(query) < self.processes:
+            while probe.value(query) < self.processes * self.supervised:
                 self.workers.check_alive()
                 if time.monotonic() > end:
                     raise RuntimeError(f"{self.name}: runworker processes did not start")
@@ -240,7 +277,7 @@ class Drains:
     def __init__(
         self,
         base_url: str,
-        shapes: dict[str, tuple[int, int]],
+        shapes: dict[str, tuple[int, ...]],
         settle: float = SETTLE_SECONDS,
         deployments: Mapping[str, Deployment] | None = None,
     ) -> None:
@@ -264,11 +301,11 @@ class Drains:
         finally:
             base.close()
         try:
-            for name, (processes, slots) in self.spec.items():
+            for name, (processes, slots, *supervised) in self.spec.items():
                 url = self.stack.enter_context(
                     common.scratch_database(f"rq_{name}", template=self.base_url)
                 )
-                shape = Shape(name, url, processes, slots, self.deployments.get(name))
+                shape = Shape(name, url, processes, slots, self.deployments.get(name), *supervised)
                 self.stack.callback(shape.window.close)
                 self.stack.callback(shape.workers.stop)
                 shape.window.connect_commits = connect_commits
