@@ -23,9 +23,14 @@ from django.urls import reverse
 from runqueue.api.errors import ApiError, FieldError, validation_failed
 from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import REASON_MAX_LENGTH
-from runqueue.submission_fields import API_FIELDS, API_NAMES
+from runqueue.submission_fields import API_FIELDS, API_NAMES, SubmitField
 from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
-from runqueue.submission_rules import Problem, check_submission, is_idempotency_key
+from runqueue.submission_rules import (
+    CheckedSubmission,
+    Problem,
+    check_submission,
+    is_idempotency_key,
+)
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 from runqueue.webhooks import addresses
@@ -253,17 +258,20 @@ def submit_args(body: object) -> SubmitArgs:
     )
     if errors or checked is None:
         raise validation_failed(errors)
-    args = {
-        # The body's own value: submit applies the kind's and the project's
-        # defaults (RUNQUEUE["SESSION_ON_BUSY"] too), as for any caller.
-        f.name: None
-        if f.api_own_only and body.get(f.name) is None
-        else body.get(f.name)
-        if f.api_form_only
-        else getattr(checked, f.name)
-        for f in API_FIELDS
-    }
+    args = {f.name: _passed_on(f, body, checked) for f in API_FIELDS}
     return cast(SubmitArgs, args)
+
+
+def _passed_on(field: SubmitField, body: dict, checked: CheckedSubmission) -> object:
+    """What the API hands ``submit()`` for a member: the checked value; the
+    body's own for one only its form was checked here (submit checks the
+    rest with the tenant); None for one the body left out whose default is
+    the kind's or the project's (submit applies it, as for any caller)."""
+    if field.api_form_only:
+        return body.get(field.name)
+    if field.api_own_only and body.get(field.name) is None:
+        return None
+    return getattr(checked, field.name)
 
 
 def event_key(request: HttpRequest, name: str, body: dict[str, JSON]) -> str:

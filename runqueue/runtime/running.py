@@ -112,7 +112,7 @@ def decide(lease: leases.Lease) -> Outcome:
         ctx.text.flush()  # what it streamed, before its outcome
         return _raised(lease, exc)
     except BaseException as exc:
-        if (pending := awaiting_approval(exc)) is None:
+        if (pending := stopped_by(exc)) is None:
             raise
         ctx.text.flush()
         if isinstance(pending, Released):
@@ -164,7 +164,7 @@ async def _decide_async(lease: leases.Lease, fn: Callable[..., Awaitable[JSON]])
         await aio.db(ctx.sync.text.flush)
         return _raised(lease, exc)
     except BaseException as exc:
-        if (pending := awaiting_approval(exc)) is None:
+        if (pending := stopped_by(exc)) is None:
             raise
         await aio.db(ctx.sync.text.flush)
         if isinstance(pending, Released):
@@ -241,7 +241,7 @@ def _raised(lease: leases.Lease, exc: Exception, cause: BaseException | None = N
     return GaveUp(exc)
 
 
-def awaiting_approval(exc: BaseException) -> Wait | Released | None:
+def stopped_by(exc: BaseException) -> Wait | Released | None:
     """The wait for a decision when the handler raised ApprovalPending (an
     agent SDK may have gathered it into an exception group): the run waits
     for the decision's signal, and resumes from its last checkpoint, so the
@@ -251,7 +251,7 @@ def awaiting_approval(exc: BaseException) -> Wait | Released | None:
     queued, unclaimed, for its resume. None for any other exception."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            if (found := awaiting_approval(inner)) is not None:
+            if (found := stopped_by(inner)) is not None:
                 return found
         return None
     if isinstance(exc, RunPaused):

@@ -158,7 +158,8 @@ def test_pause_racing_claim() -> None:
     """A claim and a pause at once: either the claim wins (the run runs,
     paused after its claim, and its heartbeat tells the lease) or the pause
     does (nothing is claimed); never a claim of a run paused before it."""
-    assert {_claim_round() for _ in range(30)}
+    for _ in range(30):
+        _claim_round()  # each round asserts what its order left
 
 
 def _finish_round() -> str:
@@ -194,4 +195,5 @@ def _finish_round() -> str:
 def test_pause_racing_finish() -> None:
     """A finish and a pause at once: the pause is refused (the run ended
     first) or lands first and the run still finishes; no error else."""
-    assert {_finish_round() for _ in range(30)}
+    for _ in range(30):
+        _finish_round()  # each round asserts what its order left

@@ -157,7 +157,7 @@ def test_a_decision_made_before_the_wait_begins_ends_it_at_once() -> None:
     with pytest.raises(runqueue.ApprovalPending) as raised:
         _refund_turn(ctx)
     assert runqueue.decide_tool(run.id, 1, "approve", actor="user:ana").status == "approved"
-    wait = runqueue.runtime.running.awaiting_approval(raised.value)
+    wait = runqueue.runtime.running.stopped_by(raised.value)
     assert leases.write(lease, runqueue.runtime.running._returned(lease, ctx, wait))
     resumed = Run.objects.get(id=run.id)
     assert resumed.status == "queued"  # the wait found its signal and ended at once
