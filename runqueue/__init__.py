@@ -34,9 +34,11 @@ from runqueue.errors import (
 
 if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     # "as" marks each a re-export (``__all__`` names them through _LAZY).
-    from runqueue.budgets import pause_budget as pause_budget
-    from runqueue.events_in import send_event as send_event
-    from runqueue.forking import fork as fork
+    from runqueue.capacity.budgets import pause_budget as pause_budget
+    from runqueue.capacity.pausing import pause_run as pause_run
+    from runqueue.capacity.pausing import resume_run as resume_run
+    from runqueue.events.inbound import send_event as send_event
+    from runqueue.history.forking import fork as fork
     from runqueue.leases import cancel as cancel
     from runqueue.leases import decide_tool as decide_tool
     from runqueue.leases import deliver_input as deliver_input
@@ -44,44 +46,42 @@ if TYPE_CHECKING:  # what checkers and IDEs see; at run time, _LAZY loads them
     from runqueue.models import Idempotency as Idempotency
     from runqueue.models import PriorityClass as PriorityClass
     from runqueue.models import RunStatus as RunStatus
-    from runqueue.pausing import pause_run as pause_run
-    from runqueue.pausing import resume_run as resume_run
+    from runqueue.reads.sessions import Session as Session
+    from runqueue.reads.sessions import session as session
     from runqueue.registry import handler as handler
     from runqueue.registry import on_event as on_event
     from runqueue.runtime import Interrupted as Interrupted
     from runqueue.runtime import RunContext as RunContext
     from runqueue.runtime import ToolOutcome as ToolOutcome
-    from runqueue.sessions import Session as Session
-    from runqueue.sessions import session as session
-    from runqueue.submission import Submission as Submission
-    from runqueue.submission import SubmitRequest as SubmitRequest
-    from runqueue.submission import submit as submit
-    from runqueue.submission import submit_many as submit_many
+    from runqueue.submission.keys import Submission as Submission
+    from runqueue.submission.submit import SubmitRequest as SubmitRequest
+    from runqueue.submission.submit import submit as submit
+    from runqueue.submission.submit import submit_many as submit_many
 
 _LAZY = {
-    "submit": "runqueue.submission",
-    "Submission": "runqueue.submission",
-    "SubmitRequest": "runqueue.submission",
-    "submit_many": "runqueue.submission",
+    "submit": "runqueue.submission.submit",
+    "Submission": "runqueue.submission.keys",
+    "SubmitRequest": "runqueue.submission.submit",
+    "submit_many": "runqueue.submission.submit",
     "cancel": "runqueue.leases",
     "decide_tool": "runqueue.leases",
     "deliver_input": "runqueue.leases",
-    "fork": "runqueue.forking",
-    "pause_budget": "runqueue.budgets",
-    "pause_run": "runqueue.pausing",
-    "resume_run": "runqueue.pausing",
+    "fork": "runqueue.history.forking",
+    "pause_budget": "runqueue.capacity.budgets",
+    "pause_run": "runqueue.capacity.pausing",
+    "resume_run": "runqueue.capacity.pausing",
     "signal": "runqueue.leases",
     "PriorityClass": "runqueue.models",
     "RunStatus": "runqueue.models",
     "Idempotency": "runqueue.models",
     "handler": "runqueue.registry",
     "on_event": "runqueue.registry",
-    "send_event": "runqueue.events_in",
+    "send_event": "runqueue.events.inbound",
     "RunContext": "runqueue.runtime",
     "Interrupted": "runqueue.runtime",
     "ToolOutcome": "runqueue.runtime",
-    "session": "runqueue.sessions",
-    "Session": "runqueue.sessions",
+    "session": "runqueue.reads.sessions",
+    "Session": "runqueue.reads.sessions",
 }
 
 __all__ = [

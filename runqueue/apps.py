@@ -8,7 +8,7 @@ class RunqueueConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers checks, receivers and the hooks the lower layers call.
-        from runqueue import budgets, checks, conf, registry  # noqa: F401
+        from runqueue import checks, conf, registry  # noqa: F401
         from runqueue.observability import observe  # noqa: F401
         from runqueue.schedules import spec  # noqa: F401
 

@@ -235,7 +235,7 @@ def _read_committed() -> IsolationLevel:
     return IsolationLevel.READ_COMMITTED
 
 
-ROUTER = "runqueue.routing.ReadReplicaRouter"
+ROUTER = "runqueue.reads.routing.ReadReplicaRouter"
 
 
 @register(Tags.database)
@@ -247,7 +247,7 @@ def check_read_database(
     on the primary while its raw ones went to the replica."""
     from django.db import router
 
-    from runqueue.routing import ReadReplicaRouter
+    from runqueue.reads.routing import ReadReplicaRouter
 
     if (conf := _parsed()) is None:
         return []  # reported as runqueue.E002

@@ -1,19 +1,30 @@
 """psycopg connections of runqueue's own, opened from Django's settings,
-and what a database error says under Django's wrapper.
+what a database error says under Django's wrapper, and the database's clock.
 
 For what must not share Django's per-thread connection: a LISTEN that
 lives as long as the process, a ledger written outside a worker's
 transactions, a test's second session holding locks.
+
+The clock: every time runqueue writes or compares (leases, schedules,
+worker liveness, tool records) is read from the database, never from the
+host's, so workers and web processes on hosts whose clocks differ agree on
+what is due, who is live and in what order things happened. Writes use
+``Now()`` in the statement; Python code that must hold the time reads
+``db_now()``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db import InterfaceError as DjangoInterfaceError
 from django.db import InternalError as DjangoInternalError
 from django.db import OperationalError as DjangoOperationalError
 from django.db.models import QuerySet
+
+from runqueue.sql import execute
 
 
 def listen_alias() -> str:
@@ -99,3 +110,9 @@ def capped_count(queryset: QuerySet, cap: int, *order: str) -> int:
     where the planner should walk that index rather than scan the table
     for the first ``cap`` matches."""
     return queryset.order_by(*order).values("pk")[: cap + 1].count()
+
+
+def db_now() -> dt.datetime:
+    """The database's ``now()`` (its transaction's start, inside one)."""
+    with connection.cursor() as cursor:
+        return execute(cursor, "clock", {}).fetchone()[0]

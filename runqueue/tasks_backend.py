@@ -117,7 +117,7 @@ class RunQueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: list[JSON], kwargs: dict[str, JSON]) -> TaskResult:
         """Submit the task as a run; visible to workers when the caller commits."""
-        from runqueue.submission import submit_in_transaction
+        from runqueue.submission.submit import submit_in_transaction
 
         self.validate_task(task)
         payload = {

@@ -16,8 +16,9 @@ from django.apps import apps
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 
 from runqueue import events, leases, runtime
-from runqueue.failures import Failure
 from runqueue.leases import SPAWN_TOOL
+from runqueue.leases.failures import Failure
+from runqueue.leases.outcomes import Failed, Succeeded
 from runqueue.models import (
     ACTIVE_STATUSES,
     EventLog,
@@ -30,7 +31,6 @@ from runqueue.models import (
     Usage,
     WaitReason,
 )
-from runqueue.outcomes import Failed, Succeeded
 from runqueue.types import JSON
 
 if TYPE_CHECKING:

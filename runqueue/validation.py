@@ -1,6 +1,6 @@
 """What PostgreSQL can store: checked before a write, not discovered by it.
 
-A submission's rules (``runqueue.submission_rules``) and every jsonb write
+A submission's rules (``runqueue.submission.rules``) and every jsonb write
 call these, so a value one refuses the others refuse too, with the same
 words. PostgreSQL stores text as UTF-8 and
 refuses NUL in ``text`` and ``jsonb``; a Python ``str`` may hold an unpaired

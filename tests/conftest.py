@@ -109,9 +109,9 @@ def _api_kinds(settings) -> None:
 @pytest.fixture(autouse=True)
 def _async_connections_closed() -> Iterator[None]:
     """A test that ran async handlers in this process leaves no database
-    connection behind on runqueue.aio's threads: a later test that counts
+    connection behind on runqueue.runtime.aio's threads: a later test that counts
     the test database's backends (the bench's) must find only its own."""
-    from runqueue import aio
+    from runqueue.runtime import aio
 
     yield
     aio.close_connections()
@@ -121,7 +121,7 @@ def _async_connections_closed() -> Iterator[None]:
 def _fresh_limits_cache() -> Iterator[None]:
     """Each test reads whether concurrency limits exist afresh: flushing the
     database between tests deletes them without a signal."""
-    from runqueue import budgets, concurrency
+    from runqueue.capacity import budgets, concurrency
 
     concurrency.invalidate()
     budgets.invalidate()

@@ -24,12 +24,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from runqueue import leases, usage
+from runqueue import leases
 from runqueue.admin import permissions
 from runqueue.admin.actions import actor, log_change
 from runqueue.admin.display import pretty_json
 from runqueue.admin.guard import StorableJSONField
 from runqueue.errors import RunqueueError
+from runqueue.history import usage
 from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import ToolDecision, ToolInvocation, ToolStatus
 from runqueue.runtime.tools import MODEL_STEP_PREFIX

@@ -1,7 +1,7 @@
 """Budgets for model calls: staff set a key's requests and tokens per
 window and its tenants' shares, see its use in the window now, and pause it
 (a provider said 429 and Retry-After) or resume it. Every write of a pause
-goes through ``runqueue.budgets``; the window's state is never a form field.
+goes through ``runqueue.capacity.budgets``; the window's state is never a form field.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from runqueue import budgets
 from runqueue.admin.guard import GuardedAdmin
-from runqueue.clock import db_now
+from runqueue.capacity import budgets
+from runqueue.db import db_now
 from runqueue.models import Budget
 
 #: The pause the admin action sets: a provider's usual Retry-After is shorter.

@@ -3,7 +3,7 @@
 "Requeue all matching" / "Cancel all matching" open a page that counts the
 runs the action can change under the same filters (capped, as the lists
 are), and asks staff to type that count. The action then goes through
-``runqueue.bulk`` in batches: each run is changed by the service function,
+``runqueue.history.bulk`` in batches: each run is changed by the service function,
 audited by its run event and a LogEntry, and a run that cannot be changed
 is reported and left.
 """
@@ -19,10 +19,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from runqueue import bulk
 from runqueue.admin import pagination
 from runqueue.admin.actions import PAST, actor, explain, log_change, staff_id
 from runqueue.errors import PERMANENT
+from runqueue.history import bulk
 
 #: Refusals listed one by one after a bulk action; the rest are counted.
 REPORT_LIMIT = 20

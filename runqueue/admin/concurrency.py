@@ -12,8 +12,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
-from runqueue import concurrency
 from runqueue.admin.guard import GuardedAdmin
+from runqueue.capacity import concurrency
 from runqueue.conf import get_settings
 from runqueue.models import ConcurrencyLimit, PriorityClass
 

@@ -37,9 +37,10 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import budgets, reads, versions, waiting
+from runqueue import reads
 from runqueue.admin import display, permissions, svg
 from runqueue.admin.pagination import COUNT_CAP, capped_count
+from runqueue.capacity import budgets
 from runqueue.conf import get_settings
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -50,6 +51,7 @@ from runqueue.models import (
     ToolStatus,
     Worker,
 )
+from runqueue.reads import versions, waiting
 from runqueue.sql import execute
 
 WINDOW = dt.timedelta(hours=1)

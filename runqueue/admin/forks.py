@@ -2,7 +2,7 @@
 a run's page (a confirmation page asking a reason and, optionally, an
 edited JSON payload), and the bulk "Fork from failure" on dead-lettered
 runs (from the failed tool call: the steps before it kept). Each calls
-``runqueue.fork`` (``runqueue.forking``), which writes ``run.forked`` on
+``runqueue.fork`` (``runqueue.history.forking``), which writes ``run.forked`` on
 both runs naming ``staff:<username>``; a LogEntry goes to both runs' admin
 history."""
 
@@ -23,12 +23,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from runqueue import events, forking
+from runqueue import events
 from runqueue.admin import permissions
 from runqueue.admin.actions import PAST, _apply, actor, log_change
 from runqueue.admin.display import pretty_json
 from runqueue.admin.guard import StorableJSONField
 from runqueue.errors import RunqueueError
+from runqueue.history import forking
 from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import EventLog, Run, ToolInvocation
 

@@ -1,6 +1,6 @@
 """Paused kinds: the runs-list action that pauses, the page listing what is
 paused (by whom, since when, why) with its Resume action, and the queue
-events. Every write goes through ``runqueue.pausing``."""
+events. Every write goes through ``runqueue.capacity.pausing``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
+from runqueue.capacity.pausing import pause_kind, resume_kind
 from runqueue.models import PausedKind, PriorityClass, QueueEvent
-from runqueue.pausing import pause_kind, resume_kind
 
 #: Kinds one pause action may name.
 MAX_KINDS = 20

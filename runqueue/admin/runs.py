@@ -20,7 +20,6 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue import usage
 from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions, tree
 from runqueue.admin.actions import cancel_runs, pause_runs, requeue_runs, resume_runs
 from runqueue.admin.bulk import OperatorMixin
@@ -38,6 +37,7 @@ from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
 from runqueue.admin.permissions import NoBulkDelete, RunPermissionsMixin
+from runqueue.history import usage
 from runqueue.models import (
     Checkpoint,
     DeadLetteredRun,

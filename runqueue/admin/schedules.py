@@ -27,7 +27,7 @@ from runqueue import registry, schedules
 from runqueue.admin import display, permissions
 from runqueue.admin.actions import actor, staff_id
 from runqueue.admin.guard import GuardedAdmin
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.errors import RunqueueError
 from runqueue.models import (
     PRIORITY_MAX,

@@ -15,9 +15,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from runqueue import sessions, usage
 from runqueue.admin import permissions
 from runqueue.errors import InvalidArgument
+from runqueue.history import usage
+from runqueue.reads import sessions
 
 #: Turns the page shows at once.
 PAGE = 50

@@ -1,7 +1,7 @@
 """A run's place in its tree, its session and its wait, as the run page
 shows them: the parent and the children as links both ways, the session's
 active run and pending turns in order, what a waiting run waits for, since
-and until when, and what holds a queued one back (``runqueue.waiting.why``)."""
+and until when, and what holds a queued one back (``runqueue.reads.waiting.why``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue import usage, waiting
 from runqueue.admin.sessions import session_url
+from runqueue.history import usage
 from runqueue.models import ACTIVE_STATUSES, WAIT_STATUSES, Run, RunStatus, WaitReason
+from runqueue.reads import waiting
 
 #: The run page lists at most this many children.
 CHILDREN_LIMIT = 100

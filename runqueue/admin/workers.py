@@ -11,13 +11,13 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from runqueue import versions
 from runqueue.admin import display
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
-from runqueue.clock import db_now
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.models import Run, RunStatus, Worker
+from runqueue.reads import versions
 
 
 @admin.register(Worker)

@@ -25,7 +25,7 @@ from runqueue.errors import (
     SessionQueueFull,
     UnknownKind,
 )
-from runqueue.submission_rules import unregistered
+from runqueue.submission.rules import unregistered
 from runqueue.types import JSON
 
 PROBLEM_BASE = "urn:runqueue:problem:"

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from runqueue import registry, submission_fields
+from runqueue import registry
 from runqueue.api import openapi_schedules
 from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.models import PriorityClass, RunStatus, ToolDecision, ToolStatus
-from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
+from runqueue.submission import fields as submission_fields
+from runqueue.submission.rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
 
 _REF = "#/components/schemas/"

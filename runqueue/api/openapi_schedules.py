@@ -10,7 +10,7 @@ from django.urls import reverse
 from runqueue.api.parsing import KEY_RULE, MAX_PAUSE_REASON, MAX_SCHEDULE_PAGE, SCHEDULE_PAGE
 from runqueue.conf import ON_BUSY
 from runqueue.models import PRIORITY_MAX, Overlap, PriorityClass
-from runqueue.submission_rules import KEY_PATTERN, TEXT_LIMITS
+from runqueue.submission.rules import KEY_PATTERN, TEXT_LIMITS
 from runqueue.types import JSON
 
 _REF = "#/components/schemas/"

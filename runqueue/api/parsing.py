@@ -4,7 +4,7 @@ the Idempotency-Key header, and the submit body's schema.
 Each step raises ApiError with its own problem type, in the order of
 RELIABILITY §2.4: size (413), content type (415), JSON (400), key (400),
 then the body's schema (422). What a submission may hold is
-``runqueue.submission_rules``'s to say; this module adds what only the
+``runqueue.submission.rules``'s to say; this module adds what only the
 API refuses (unknown members, reserved kinds) and the header's syntax.
 """
 
@@ -23,9 +23,9 @@ from django.urls import reverse
 from runqueue.api.errors import ApiError, FieldError, validation_failed
 from runqueue.conf import RESERVED_KIND_PREFIXES, get_settings
 from runqueue.limits import REASON_MAX_LENGTH
-from runqueue.submission_fields import API_FIELDS, API_NAMES, SubmitField
-from runqueue.submission_rules import KEY_RULE as BARE_KEY_RULE
-from runqueue.submission_rules import (
+from runqueue.submission.fields import API_FIELDS, API_NAMES, SubmitField
+from runqueue.submission.rules import KEY_RULE as BARE_KEY_RULE
+from runqueue.submission.rules import (
     CheckedSubmission,
     Problem,
     check_submission,
@@ -39,7 +39,7 @@ from runqueue.webhooks import addresses
 _SF_STRING = re.compile(r'^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 KEY_RULE = f"{BARE_KEY_RULE}, optionally as a quoted sf-string"
 
-#: The members of ``POST /api/runs/`` (runqueue.submission_fields).
+#: The members of ``POST /api/runs/`` (runqueue.submission.fields).
 SUBMIT_FIELDS = API_NAMES
 MAX_REASON = REASON_MAX_LENGTH
 #: A schedule's pause reason (its column's length), and a page of schedules.

@@ -13,9 +13,11 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from runqueue import events, sessions, usage
+from runqueue import events
 from runqueue.events import public_time
+from runqueue.history import usage
 from runqueue.leases import SPAWN_TOOL
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import (
     WAIT_STATUSES,
     PriorityClass,
@@ -25,8 +27,8 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
+from runqueue.reads import sessions
 from runqueue.runtime.tools import MODEL_STEP_PREFIX, PATCH_TOOL
-from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 
 

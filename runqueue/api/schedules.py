@@ -23,8 +23,8 @@ from runqueue.api.auth import Caller
 from runqueue.api.errors import ApiError, FieldError, not_found, validation_failed
 from runqueue.api.render import run_url
 from runqueue.api.views import _int_param, _mapped, api_view
-from runqueue.clock import db_now
 from runqueue.conf import RESERVED_KIND_PREFIXES
+from runqueue.db import db_now
 from runqueue.errors import RunqueueError
 from runqueue.events import public_time
 from runqueue.models import Schedule, ScheduleSource, ScheduleTick
@@ -36,7 +36,7 @@ from runqueue.schedules.requests import (
     keyed_id,
     name_of,
 )
-from runqueue.submission_rules import Problem, unregistered
+from runqueue.submission.rules import Problem, unregistered
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 

@@ -27,7 +27,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 import runqueue
-from runqueue import events, events_in, leases, reads, sessions, submission
+from runqueue import events, leases, reads
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import (
@@ -57,12 +57,15 @@ from runqueue.errors import (
     SignalTooLarge,
     ToolCallNotFound,
 )
+from runqueue.events import inbound as events_in
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, ToolStatus
 from runqueue.observability import tracing
+from runqueue.reads import sessions
 from runqueue.stream import StreamLimit, open_stream
 from runqueue.stream.hub import process_hub
 from runqueue.stream.session import open_session_stream, parse_session_cursor
 from runqueue.stream.sse import parse_cursor
+from runqueue.submission import answer as submission_answer
 
 logger = logging.getLogger("runqueue.api")
 
@@ -382,7 +385,7 @@ def answer_run(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     data = parsing.parse_json(request, parsing.read_body(request), optional=True)
     key = parsing.idempotency_key(request) if "HTTP_IDEMPOTENCY_KEY" in request.META else None
     try:
-        answered = submission.answer(
+        answered = submission_answer.answer(
             run.id, data, tenant=caller.tenant, principal=caller.principal, idempotency_key=key
         )
     except InvalidTransition as exc:

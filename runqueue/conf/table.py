@@ -162,7 +162,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=None,
         doc="the `DATABASES` alias of a replica the console's lists and dashboard, `/metrics` "
         "and the API's event, step and session reads read from (with "
-        "`runqueue.routing.ReadReplicaRouter` in `DATABASE_ROUTERS`); `None`: the primary",
+        "`runqueue.reads.routing.ReadReplicaRouter` in `DATABASE_ROUTERS`); `None`: the primary",
         section=DATABASE,
         checks=("runqueue.E016", "runqueue.E017", "runqueue.W007"),
     ),
@@ -495,7 +495,7 @@ SETTINGS: tuple[Setting, ...] = (
         shown="{}",
         doc="the check of an event's signature, by name: a callable (or its dotted path) "
         "taking the request's headers and raw body, true to accept (the API: 401 "
-        "`event-signature-invalid` otherwise); `runqueue.events_in.hmac_sha256` makes one",
+        "`event-signature-invalid` otherwise); `runqueue.events.inbound.hmac_sha256` makes one",
         section=EVENTS,
     ),
     Setting(

@@ -62,12 +62,12 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
         "pip install 'django-runqueue[openai-agents]'"
     ) from exc
 
-from runqueue import aio
 from runqueue.contrib import steps
 from runqueue.errors import PermanentError, RunCancelled
 from runqueue.leases import payload_digest
+from runqueue.leases.outcomes import ToolOutcome
 from runqueue.models import Idempotency, Run, RunStatus, ToolInvocation, ToolStatus
-from runqueue.outcomes import ToolOutcome
+from runqueue.runtime import aio
 from runqueue.runtime.async_context import AsyncRunContext
 from runqueue.runtime.context import RunContext
 from runqueue.types import JSON

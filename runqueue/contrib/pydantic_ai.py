@@ -60,10 +60,10 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_core import to_jsonable_python
 
-from runqueue import aio
 from runqueue.contrib import steps
 from runqueue.errors import PermanentError, RunCancelled
 from runqueue.models import Idempotency
+from runqueue.runtime import aio
 from runqueue.runtime.async_context import AsyncRunContext
 from runqueue.runtime.context import RunContext
 from runqueue.types import JSON
@@ -467,7 +467,7 @@ class RunqueueAgent:
         **kwargs: Any,
     ) -> AgentRunResult[Any]:
         """``run`` from a sync handler: the agent runs on runqueue's loop
-        (``runqueue.aio``) while this thread waits; a cancelled run cancels it."""
+        (``runqueue.runtime.aio``) while this thread waits; a cancelled run cancels it."""
         future = aio.run(self.run(user_prompt, ctx=ctx, stream=stream, **kwargs))
         while True:
             try:

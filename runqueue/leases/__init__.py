@@ -1,7 +1,7 @@
 """Claim, heartbeat, fenced writes, finish, give up, sweep and cancel.
 
-With ``runqueue.submission`` (its inserts in ``runqueue.inserts``) and the
-retention's drop of finished days (``runqueue.partitions``), the only
+With ``runqueue.submission`` (its inserts in ``runqueue.submission.inserts``) and the
+retention's drop of finished days (``runqueue.history.partitions``), the only
 writers of runs. Every worker transaction starts with an UPDATE of the run
 row that asserts ``id``, ``lease_epoch``, the claim's random
 ``lease_token`` and ``status = 'running'``; it writes other rows only if
@@ -14,7 +14,6 @@ This module is the package's public surface: runqueue's other modules use
 these names; the modules inside the package import each other directly.
 """
 
-from runqueue.failures import Failure, failure_record, permanent_failure
 from runqueue.leases.approvals import (
     ON_TIMEOUT,
     approval_signal,
@@ -40,6 +39,7 @@ from runqueue.leases.claim import (
     finish_and_claim,
 )
 from runqueue.leases.deadlines import expire_active_turn, expire_unstarted
+from runqueue.leases.failures import Failure, failure_record, permanent_failure
 from runqueue.leases.forks import failure_cut, fork, fork_from_failure, recorded_steps
 from runqueue.leases.reservations import reserve, settle
 from runqueue.leases.transitions import (

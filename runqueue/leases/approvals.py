@@ -19,8 +19,8 @@ from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
 from runqueue import events
-from runqueue.clock import db_now
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.errors import (
     InvalidArgument,
     InvalidTransition,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from django.db import OperationalError, connection
 
-from runqueue import wakeups
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
+from runqueue.events import wakeups
 from runqueue.models import (
     PriorityClass,
     Run,
@@ -155,7 +155,7 @@ class Lease:
     cancel_reason: str = ""
     #: When it was set (``time.monotonic()``; 0 until then).
     cancelled_at: float = 0.0
-    #: The run was paused (runqueue.pausing.pause_run): the handler's next
+    #: The run was paused (runqueue.capacity.pausing.pause_run): the handler's next
     #: ``ctx`` call raises RunPaused and the run is given back. Nothing is
     #: interrupted meanwhile (an async handler's task is not cancelled), so
     #: a tool call in flight finishes and is recorded.

@@ -23,15 +23,16 @@ from functools import cache
 import psycopg
 from django.db import DatabaseError, connection, transaction
 
-from runqueue import budgets, concurrency, registry
+from runqueue import registry
+from runqueue.capacity import budgets, concurrency
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
 from runqueue.leases.fence import fenced_transaction, record_fenced
+from runqueue.leases.outcomes import Finish
 from runqueue.leases.writes import finish_params
 from runqueue.models import PriorityClass
 from runqueue.models.rows import run_from_row
-from runqueue.outcomes import Finish
 from runqueue.sql import array_literal, json_rows, prepared
 
 #: Errors after which the statement is known to have written nothing, so

@@ -14,8 +14,8 @@ from django.db import connection
 
 from runqueue.conf import get_settings
 from runqueue.errors import EXPIRED
-from runqueue.failures import failure_record
 from runqueue.leases.base import retry_moved
+from runqueue.leases.failures import failure_record
 from runqueue.sql import execute, prepared
 
 #: Runs expired per statement.

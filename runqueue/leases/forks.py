@@ -55,7 +55,7 @@ def fork(
     """A new run from finished run ``run_id``: its first ``from_step``
     recorded steps copied (replayed by the fork's handler, not run again),
     ``payload`` (None: the original's) as its payload. Returns the fork.
-    ``traceparent``: the forking trace's (``runqueue.forking`` passes it).
+    ``traceparent``: the forking trace's (``runqueue.history.forking`` passes it).
 
     Raises InvalidArgument (a malformed id, reason or actor, a step out of
     range, a payload that cannot be stored), RunNotFound, InvalidTransition

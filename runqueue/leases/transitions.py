@@ -1,6 +1,6 @@
 """Transitions made by others than the owner: the sweeper's requeue and
 dead letter, cancel, an operator's requeue and resolution (pruning is in
-runqueue/housekeeping.py). Each bumps lease_epoch, so no stale owner can
+runqueue/history/housekeeping.py). Each bumps lease_epoch, so no stale owner can
 write again."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
 from runqueue import events
-from runqueue.clock import db_now
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidArgument,
@@ -21,7 +21,6 @@ from runqueue.errors import (
     RunNotFound,
     ToolInvocationNotFound,
 )
-from runqueue.failures import Failure, lease_expired_failure
 from runqueue.leases.base import (
     backoff,
     hooks,
@@ -31,6 +30,7 @@ from runqueue.leases.base import (
     retry_deadlocks,
     retry_moved,
 )
+from runqueue.leases.failures import Failure, lease_expired_failure
 from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import (
     Idempotency,

@@ -1,7 +1,16 @@
-"""A session's line as its running turn reads it: when the turn asks the
-user and messages are waiting, the first one is the answer; and the
-messages sent to steer it (``on_busy="steer"``) are taken by
-``ctx.steers()`` (docs/decisions/sessions.md, "Busy sessions: on_busy").
+"""A turn's messages: how the queue records them, and the session's line as
+its running turn reads it.
+
+The run's ``turn`` column holds the payloads ``on_busy="merge"`` (or
+``"debounce"``) joined into one run, whether a pending turn is a steer for
+the running one, and what ``"latest"`` replaced (NULL for a run that is one
+message, as most are); the payload stays the first message's, so a client
+payload shaped like a merge (``{"merged": [...]}``) is never read as one.
+
+The line: when the turn asks the user and messages are waiting, the first
+one is the answer; and the messages sent to steer it (``on_busy="steer"``)
+are taken by ``ctx.steers()`` (docs/decisions/sessions.md, "Busy sessions:
+on_busy").
 
 Both run inside the running turn's fenced transaction, under its row lock,
 which every writer of the session's line takes first: so the line is read
@@ -12,6 +21,8 @@ took it, so whoever sent it can see where it went.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from runqueue import events
@@ -21,8 +32,37 @@ from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import cancel_in_transaction
 from runqueue.leases.waits import deliver_locked
 from runqueue.models import Idempotency, Run, RunStatus, ToolStatus
-from runqueue.turns import PAYLOADS, STEER, turn_payloads
 from runqueue.types import JSON
+
+#: ``turn["payloads"]``: every message of a joined turn, oldest first.
+PAYLOADS = "payloads"
+#: ``turn["steer"]``: a pending turn sent with ``on_busy="steer"``: the
+#: running turn may read it (``ctx.steers()``); if it does not, it runs
+#: as the session's next turn.
+STEER = "steer"
+
+
+def turn_payloads(run: Any) -> list[JSON]:
+    """The payloads of the submits a run answers, in order: the messages
+    joined into it, or its own payload alone. ``run``: a ``Run`` (or
+    anything with ``payload`` and ``turn``)."""
+    turn = getattr(run, "turn", None)
+    if isinstance(turn, dict) and isinstance(turn.get(PAYLOADS), list):
+        return list(turn[PAYLOADS])
+    return [run.payload]
+
+
+def joined(run: Any, then: JSON) -> dict[str, JSON]:
+    """``run``'s turn with the message ``then`` joined at its end."""
+    turn = dict(run.turn) if isinstance(run.turn, dict) else {}
+    turn[PAYLOADS] = [*turn_payloads(run), then]
+    return turn
+
+
+def is_steer(run: Any) -> bool:
+    turn = getattr(run, "turn", None)
+    return isinstance(turn, dict) and bool(turn.get(STEER))
+
 
 #: The tool name of a ``ctx.steers()`` step that took messages.
 STEERS_TOOL = "runqueue.steers"

@@ -29,9 +29,9 @@ from runqueue.errors import (
 from runqueue.leases.base import Lease, notify, retry_moved
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
+from runqueue.leases.outcomes import positive_seconds, wake_time
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import TERMINAL_STATUSES, Run, RunStatus, Signal, WaitReason
-from runqueue.outcomes import positive_seconds, wake_time
 from runqueue.sql import execute, prepared
 from runqueue.types import JSON
 from runqueue.validation import check_state, json_text, text_problem

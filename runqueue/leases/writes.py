@@ -19,8 +19,6 @@ from runqueue.errors import (
     TRANSIENT,
     TransientError,
 )
-from runqueue.failures import failure_record, failure_summary
-from runqueue.inserts import insert_child
 from runqueue.leases.base import (
     Lease,
     backoff,
@@ -29,18 +27,9 @@ from runqueue.leases.base import (
 )
 from runqueue.leases.calls import write_call
 from runqueue.leases.checkpoints import save_checkpoint
+from runqueue.leases.failures import failure_record, failure_summary
 from runqueue.leases.fence import fenced, record_fenced, renew_params
-from runqueue.leases.reservations import refund
-from runqueue.leases.turns import answer_from_line
-from runqueue.leases.waits import suspend
-from runqueue.models import (
-    Idempotency,
-    Run,
-    RunStatus,
-    ToolInvocation,
-    ToolStatus,
-)
-from runqueue.outcomes import (
+from runqueue.leases.outcomes import (
     BudgetWait,
     Failed,
     Finish,
@@ -53,12 +42,23 @@ from runqueue.outcomes import (
     Waiting,
     json_text,
 )
+from runqueue.leases.reservations import refund
+from runqueue.leases.turns import answer_from_line
+from runqueue.leases.waits import suspend
+from runqueue.models import (
+    Idempotency,
+    Run,
+    RunStatus,
+    ToolInvocation,
+    ToolStatus,
+)
 from runqueue.sql import prepared
+from runqueue.submission.inserts import insert_child
 from runqueue.types import JSON
 from runqueue.validation import check_state
 
 if TYPE_CHECKING:
-    from runqueue.submission_rules import CheckedSubmission
+    from runqueue.submission.rules import CheckedSubmission
 
 # --- worker writes -------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Every column, index and constraint of the queue is declared here, so the
 migrations' state is the database's. Beneath ``Run`` the runs table is
-partitioned (migration 0009, ``runqueue.partitions``): live runs in
+partitioned (migration 0009, ``runqueue.history.partitions``): live runs in
 ``runqueue_run_live``, which alone carries the claim, lease, key and
 one-active-run-per-session indexes declared below, and finished runs in a
 partition per day of ``finished_at``; events are partitioned by day too.
@@ -12,8 +12,8 @@ reference a partitioned table's id alone): deletes cascade in the ORM, and
 retention drops a finished day with everything of its runs.
 
 Run state is written by ``runqueue.submission`` (new runs, through
-``runqueue.inserts``; input delivered)
-and ``runqueue.leases`` (every other transition) only; ``runqueue.partitions``
+``runqueue.submission.inserts``; input delivered)
+and ``runqueue.leases`` (every other transition) only; ``runqueue.history.partitions``
 drops finished days past the retention.
 
 A package by concern; every model and name is re-exported here, so

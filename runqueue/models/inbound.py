@@ -61,7 +61,7 @@ class InboundEvent(models.Model):
 class EventDelivery(models.Model):
     """An event a run took (a wait it ended): a wait never takes the same
     event twice. Goes with its event (retention) or its run (``DEPENDANTS``
-    of ``runqueue.partitions``)."""
+    of ``runqueue.history.partitions``)."""
 
     run = models.ForeignKey(
         Run,

@@ -118,7 +118,7 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     input = models.JSONField(null=True, blank=True)
-    #: How the queue routed this turn (``runqueue.turns``): the messages
+    #: How the queue routed this turn (``runqueue.leases.turns``): the messages
     #: joined into it, whether it is a steer. NULL for a run of one message.
     turn = models.JSONField(null=True, blank=True)
     failure = models.JSONField(null=True, blank=True)

@@ -16,8 +16,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from runqueue.leases.outcomes import Reported
 from runqueue.models import PriorityClass
-from runqueue.outcomes import Reported
 
 OUTCOMES = tuple(o.value for o in Reported)
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from runqueue.leases.base import Lease
-    from runqueue.outcomes import Reported, ToolOutcome
+    from runqueue.leases.outcomes import Reported, ToolOutcome
 
 logger = logging.getLogger("runqueue.worker")
 lease_logger = logging.getLogger("runqueue.leases")

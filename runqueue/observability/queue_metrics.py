@@ -7,7 +7,7 @@ per series and the planner's estimate above (as fresh as the table's
 statistics); the oldest due run per class among the first ``HEAD`` due runs
 in claim order; dead letters and unresolved uncertain tool invocations
 through their partial indexes, capped. Three statements per scrape, and
-``runqueue.waiting``'s bounded reads of why due runs wait (paused kinds,
+``runqueue.reads.waiting``'s bounded reads of why due runs wait (paused kinds,
 keys at their cap, budgets without room, classes without a worker).
 """
 
@@ -27,9 +27,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runqueue import budgets, reads, waiting
+from runqueue import reads
+from runqueue.capacity import budgets
 from runqueue.conf import get_settings
 from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
+from runqueue.reads import waiting
 from runqueue.sql import execute, without_jit
 
 #: Counts stop here; above it, a series is the planner's estimate.
@@ -167,7 +169,7 @@ class QueueCollector(Collector):
 
 
 def budget_gauges() -> Iterator[Metric]:
-    """Each budget's window now (runqueue.budgets): one bounded read."""
+    """Each budget's window now (runqueue.capacity.budgets): one bounded read."""
     families = {
         name: GaugeMetricFamily(f"runqueue_budget_{name}", text, labels=["key"])
         for name, text in (
@@ -197,7 +199,7 @@ def budget_gauges() -> Iterator[Metric]:
 
 
 def waiting_runs() -> Metric:
-    """Runs that wait by their own choice, by reason (runqueue.waiting)."""
+    """Runs that wait by their own choice, by reason (runqueue.reads.waiting)."""
     gauge = GaugeMetricFamily(
         "runqueue_waiting_runs",
         "Runs waiting for their children, a signal, a time or the user, by reason "
@@ -210,7 +212,7 @@ def waiting_runs() -> Metric:
 
 
 def why_waiting() -> Iterator[Metric]:
-    """Why due runs wait (runqueue.waiting): a few more bounded reads."""
+    """Why due runs wait (runqueue.reads.waiting): a few more bounded reads."""
     yield GaugeMetricFamily(
         "runqueue_paused_kinds",
         "Kinds paused (rows: a kind in one class or in every class).",

@@ -41,7 +41,7 @@ from runqueue.models import PriorityClass
 
 if TYPE_CHECKING:
     from runqueue.leases.base import Lease
-    from runqueue.outcomes import ToolOutcome
+    from runqueue.leases.outcomes import ToolOutcome
 
 #: W3C trace context, version 00: exactly what is stored (55 characters).
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")

@@ -1,7 +1,7 @@
 """The handler runtime: the RunContext a handler gets, and running a lease.
 
 A handler is ``fn(ctx) -> result``, or ``async def fn(ctx)`` (run on the
-process's event loop, ``runqueue.aio``, with ``AsyncRunContext``: the same
+process's event loop, ``runqueue.runtime.aio``, with ``AsyncRunContext``: the same
 calls, awaited). It resumes from its last checkpoint
 (``ctx.state``); tool invocations recorded by an earlier attempt are replayed
 from their records instead of running again, and the one left ``started`` is
@@ -19,7 +19,7 @@ A package by concern (the contexts, the tool calls, the values a handler
 returns, running a lease); every public name is re-exported here.
 """
 
-from runqueue.outcomes import ToolOutcome
+from runqueue.leases.outcomes import ToolOutcome
 from runqueue.runtime.async_context import AsyncRunContext
 from runqueue.runtime.context import RunContext
 from runqueue.runtime.interrupted import FinishedTool, Interrupted, interrupted_of

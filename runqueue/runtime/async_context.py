@@ -10,17 +10,18 @@ from collections.abc import Awaitable, Callable, Coroutine
 from decimal import Decimal
 from typing import Any
 
-from runqueue import aio, usage
+from runqueue.history import usage
+from runqueue.leases.outcomes import (
+    BudgetWait,
+    ToolOutcome,
+)
 from runqueue.models import (
     Idempotency,
     Run,
     ToolInvocation,
 )
 from runqueue.observability import observe
-from runqueue.outcomes import (
-    BudgetWait,
-    ToolOutcome,
-)
+from runqueue.runtime import aio
 from runqueue.runtime.context import RunContext
 from runqueue.runtime.returns import AskUser, Wait
 from runqueue.runtime.tools import (
@@ -36,7 +37,7 @@ class AsyncRunContext:
     """What an ``async def`` handler sees: ``RunContext``'s calls, awaited.
 
     Each write runs the sync context's own fenced code on a database thread
-    (``runqueue.aio.db``), so its semantics are the same by construction;
+    (``runqueue.runtime.aio.db``), so its semantics are the same by construction;
     an async tool is awaited on the loop between its start and outcome
     records. ``ctx.cancelled`` and ``RunCancelled`` behave as in a sync
     handler, and the handler's task is cancelled at its current ``await``.

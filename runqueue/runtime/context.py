@@ -10,8 +10,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from runqueue import budgets, leases, spawning, usage
-from runqueue.clock import db_now
+from runqueue import leases
+from runqueue.capacity import budgets
+from runqueue.db import db_now
 from runqueue.errors import (
     ApprovalPending,
     ChildrenGone,
@@ -20,6 +21,14 @@ from runqueue.errors import (
     RunPaused,
     UncertainOutcome,
 )
+from runqueue.history import usage
+from runqueue.leases.outcomes import (
+    BudgetWait,
+    ToolOutcome,
+    positive_seconds,
+    wake_time,
+)
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import (
     Idempotency,
     Run,
@@ -28,12 +37,6 @@ from runqueue.models import (
     WaitReason,
 )
 from runqueue.observability import observe
-from runqueue.outcomes import (
-    BudgetWait,
-    ToolOutcome,
-    positive_seconds,
-    wake_time,
-)
 from runqueue.runtime.interrupted import Interrupted
 from runqueue.runtime.returns import AskUser, Wait
 from runqueue.runtime.tools import (
@@ -53,7 +56,7 @@ from runqueue.runtime.tools import (
 from runqueue.schedules import owned
 from runqueue.stream.emit import emit as stream_emit
 from runqueue.stream.text import TurnText
-from runqueue.turns import turn_payloads
+from runqueue.submission import spawning
 from runqueue.types import JSON
 from runqueue.validation import check_state
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from runqueue import events
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import (
     Checkpoint,
     EventLog,
@@ -15,7 +16,6 @@ from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
-from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 
 

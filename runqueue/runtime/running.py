@@ -15,7 +15,7 @@ from functools import cache
 from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
 
-from runqueue import aio, leases, registry
+from runqueue import leases, registry
 from runqueue.conf import get_settings
 from runqueue.db import connection_lost
 from runqueue.errors import (
@@ -27,13 +27,8 @@ from runqueue.errors import (
     UnknownKind,
     classify,
 )
-from runqueue.failures import failure_record, permanent_failure
-from runqueue.models import (
-    Checkpoint,
-    ToolInvocation,
-    WaitReason,
-)
-from runqueue.outcomes import (
+from runqueue.leases.failures import failure_record, permanent_failure
+from runqueue.leases.outcomes import (
     BudgetWait,
     Failed,
     GaveUp,
@@ -45,6 +40,12 @@ from runqueue.outcomes import (
     positive_seconds,
     wake_time,
 )
+from runqueue.models import (
+    Checkpoint,
+    ToolInvocation,
+    WaitReason,
+)
+from runqueue.runtime import aio
 from runqueue.runtime.async_context import AsyncRunContext
 from runqueue.runtime.context import RunContext
 from runqueue.runtime.interrupted import interrupted_of

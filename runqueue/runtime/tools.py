@@ -14,11 +14,11 @@ from runqueue import leases
 from runqueue.errors import (
     PermanentError,
 )
+from runqueue.leases.outcomes import ToolOutcome, positive_seconds
 from runqueue.models import (
     ToolInvocation,
     ToolStatus,
 )
-from runqueue.outcomes import ToolOutcome, positive_seconds
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 

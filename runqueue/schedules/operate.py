@@ -20,15 +20,15 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from runqueue import events
-from runqueue.clock import db_now
 from runqueue.conf import Settings, get_settings
+from runqueue.db import db_now
 from runqueue.errors import RunqueueError
 from runqueue.models import Run, Schedule, ScheduleSource, ScheduleTick, TickOutcome
 from runqueue.schedules import cron
 from runqueue.schedules.spec import ScheduleSpec, configured
 
 if TYPE_CHECKING:
-    from runqueue.submission import Submission
+    from runqueue.submission.keys import Submission
 
 logger = logging.getLogger("runqueue.schedules")
 
@@ -187,7 +187,7 @@ def resume(schedule_id: int, *, actor: str, reason: str = "") -> Schedule:
 def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Submission:
     """A normal submit of the schedule's run, outside its ticks: the
     idempotency key makes a repeated request (a double click) one run."""
-    from runqueue.submission import submit
+    from runqueue.submission.submit import submit
 
     schedule = Schedule.objects.get(pk=schedule_id)
     sub = submit(

@@ -18,8 +18,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from runqueue import events, leases
-from runqueue.clock import db_now
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.errors import (
     IdempotencyConflict,
     InvalidSubmission,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from runqueue.models import Overlap, Schedule
 from runqueue.schedules import cron
 from runqueue.schedules.spec import RESERVED_PREFIX
-from runqueue.submission_rules import Problem, check_submission
+from runqueue.submission.rules import Problem, check_submission
 from runqueue.types import JSON
 
 #: The names of API and handler schedules: this prefix and a UUID (the

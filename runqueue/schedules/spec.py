@@ -29,7 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from runqueue.conf import Settings, get_settings, register_parser
 from runqueue.models import PRIORITY_MAX, CatchUp, Overlap, PriorityClass, Schedule
 from runqueue.schedules import cron
-from runqueue.submission_rules import check_submission
+from runqueue.submission.rules import check_submission
 from runqueue.types import JSON
 
 #: The names of API and handler schedules start with it (``requests.NAME_PREFIX``).

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, IntegrityError, transaction
 
 from runqueue import events
-from runqueue.clock import db_now
-from runqueue.db import constraint_name
+from runqueue.db import constraint_name, db_now
 from runqueue.errors import ActiveRunConflict, RunqueueError, SessionQueueFull
 from runqueue.models import (
     ACTIVE_STATUSES,
@@ -177,7 +176,7 @@ def still_active(schedule: Schedule) -> list[uuid.UUID]:
 def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
     """The tick's row, then its run, in the schedule's transaction; with
     a run of an earlier tick still active, what ``schedule.overlap`` says."""
-    from runqueue.submission import submit_in_transaction
+    from runqueue.submission.submit import submit_in_transaction
 
     active = [] if schedule.overlap == Overlap.ALLOW else still_active(schedule)
     skip = bool(active) and schedule.overlap == Overlap.SKIP

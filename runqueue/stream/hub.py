@@ -33,8 +33,9 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
-from runqueue import db, wakeups
+from runqueue import db
 from runqueue.conf import get_settings
+from runqueue.events import wakeups
 from runqueue.sql import execute
 from runqueue.stream import text
 

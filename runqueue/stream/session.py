@@ -42,8 +42,9 @@ import uuid
 
 from django.db.models import Q
 
-from runqueue import clock, sessions
+from runqueue import db as clock
 from runqueue.models import LIVE_STATUSES, EventLog, Run
+from runqueue.reads import sessions
 from runqueue.stream.hub import Hub, Place
 from runqueue.stream.sse import (
     BATCH,

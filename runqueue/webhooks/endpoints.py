@@ -22,7 +22,7 @@ from runqueue.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from runqueue.submission import submit_in_transaction
+from runqueue.submission.submit import submit_in_transaction
 from runqueue.tokens import principal_of
 from runqueue.webhooks.addresses import check
 from runqueue.webhooks.sending import DELIVER

@@ -1,5 +1,5 @@
 """Which endpoint signs a submit's own webhook URL: what the submit path
-checks (``runqueue.submission_rules``), below everything that submits."""
+checks (``runqueue.submission.rules``), below everything that submits."""
 
 from __future__ import annotations
 

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from runqueue import budgets, concurrency, housekeeping, leases, schedules
+from runqueue import leases, schedules
+from runqueue.capacity import budgets, concurrency
 from runqueue.conf import get_settings
+from runqueue.history import housekeeping
 from runqueue.observability import metrics
 from runqueue.worker.config import PoolConfig
 from runqueue.worker.deadlines import Deadlines

@@ -60,9 +60,9 @@ from django.db import DatabaseError, DataError, IntegrityError, connection
 from runqueue import leases
 from runqueue.db import connection_lost
 from runqueue.errors import PERMANENT
-from runqueue.failures import failure_record
+from runqueue.leases.failures import failure_record
+from runqueue.leases.outcomes import Failed, Outcome, Reported, Succeeded
 from runqueue.models import PriorityClass
-from runqueue.outcomes import Failed, Outcome, Reported, Succeeded
 from runqueue.worker.services import ConnectionCheck, reconnect_delay, retrying
 
 logger = logging.getLogger("runqueue.worker")

@@ -17,7 +17,8 @@ import psycopg
 from django.db import connection
 from psycopg import sql
 
-from runqueue import db, wakeups
+from runqueue import db
+from runqueue.events import wakeups
 from runqueue.sql import execute
 from runqueue.worker.services import reconnect_delay
 

@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from django.db import DatabaseError, connection
 from django.db.models.functions import Now
 
-from runqueue import aio, budgets, concurrency, leases, registry, wakeups
+from runqueue import leases, registry
+from runqueue.capacity import budgets, concurrency
 from runqueue.db import connection_lost
 from runqueue.errors import MAX_DURATION
+from runqueue.events import wakeups
+from runqueue.leases.outcomes import Reported
 from runqueue.models import Worker
 from runqueue.observability import observe
-from runqueue.outcomes import Reported
+from runqueue.runtime import aio
 from runqueue.worker import background
 from runqueue.worker.config import (
     CLAIM_AHEAD,
@@ -121,7 +124,7 @@ class Pool:
         return [lease for group in self.groups for lease in group.held()]
 
     def wake(self, payload: str) -> None:
-        """Act on a NOTIFY's wake-up (runqueue.wakeups): wake the groups that
+        """Act on a NOTIFY's wake-up (runqueue.events.wakeups): wake the groups that
         may claim the class it names (all for none), read the limits or
         budgets again and claim, or stop the handler of a run it cancels."""
         wakeup = wakeups.parse(payload)

@@ -23,10 +23,11 @@ import threading
 
 from django.db import DatabaseError, connection
 
-from runqueue import aio, leases, registry, runtime
+from runqueue import leases, registry, runtime
 from runqueue.errors import UnknownKind
+from runqueue.leases.outcomes import Outcome
 from runqueue.observability import observe
-from runqueue.outcomes import Outcome
+from runqueue.runtime import aio
 from runqueue.worker.group import Box, Dispatch, Done, Group, LoopBox
 from runqueue.worker.services import ConnectionCheck
 

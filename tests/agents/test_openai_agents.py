@@ -15,10 +15,11 @@ pytest.importorskip("agents")
 from agents import Agent, RunHooks, function_tool, handoff, set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, events, leases, testing  # noqa: E402
+from runqueue import events, leases, testing  # noqa: E402
 from runqueue.contrib import openai_agents  # noqa: E402
 from runqueue.contrib.openai_agents import Runner  # noqa: E402
 from runqueue.models import EventLog, Run, ToolInvocation, Usage  # noqa: E402
+from runqueue.runtime import aio
 from tests.agents.openai_support import (  # noqa: E402
     ScriptedModel,
     call,

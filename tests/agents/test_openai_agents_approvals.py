@@ -15,8 +15,9 @@ pytest.importorskip("agents")
 from agents import Agent, function_tool, set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, testing  # noqa: E402
+from runqueue import testing  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
+from runqueue.runtime import aio
 from tests.agents.openai_support import ScriptedModel, call, calls, outputs, say  # noqa: E402
 from tests.helpers import claimed  # noqa: E402
 

@@ -14,8 +14,9 @@ pytest.importorskip("agents")
 from agents import set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, events, registry, testing  # noqa: E402
+from runqueue import events, registry, testing  # noqa: E402
 from runqueue.models import EventLog, Run, ToolInvocation, Usage  # noqa: E402
+from runqueue.runtime import aio
 from tests.agents.openai_support import ScriptedModel, call, calls, outputs, say  # noqa: E402
 from tests.database.docs.docs_blocks import named  # noqa: E402
 from tests.helpers import claimed  # noqa: E402

@@ -16,9 +16,10 @@ pytest.importorskip("agents")
 from agents import Agent, function_tool, set_tracing_disabled  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, leases, testing  # noqa: E402
+from runqueue import leases, testing  # noqa: E402
 from runqueue.contrib.openai_agents import SESSION_STEP, Runner  # noqa: E402
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation  # noqa: E402
+from runqueue.runtime import aio
 from tests.agents.openai_support import ScriptedModel, call, calls, say  # noqa: E402
 from tests.agents.test_openai_agents import CrashAfter  # noqa: E402
 from tests.helpers import (

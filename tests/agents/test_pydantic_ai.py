@@ -14,10 +14,11 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 import runqueue  # noqa: E402
-from runqueue import aio, leases, testing  # noqa: E402
+from runqueue import leases, testing  # noqa: E402
 from runqueue.contrib import steps  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent, model_request  # noqa: E402
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Usage  # noqa: E402
+from runqueue.runtime import aio
 from tests.agents import pydantic_agents as agents  # noqa: E402
 from tests.helpers import (
     claimed,  # noqa: E402

@@ -25,9 +25,10 @@ from pydantic_ai.messages import (  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, testing  # noqa: E402
+from runqueue import testing  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
+from runqueue.runtime import aio
 from tests.helpers import claimed  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -30,9 +30,10 @@ from pydantic_ai.messages import (  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import aio, leases, testing  # noqa: E402
+from runqueue import leases, testing  # noqa: E402
 from runqueue.contrib.pydantic_ai import MCP_META_KEY, RunqueueAgent  # noqa: E402
 from runqueue.models import Run, ToolInvocation  # noqa: E402
+from runqueue.runtime import aio
 from tests.helpers import (
     claimed,  # noqa: E402
     expire_lease,  # noqa: E402

@@ -22,8 +22,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import runqueue
-from runqueue import aio
 from runqueue.contrib.pydantic_ai import RunqueueAgent
+from runqueue.runtime import aio
 from tests.handlers import ledger
 
 RUN = "worker-agent"

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 import runqueue
 from runqueue import leases, schedules, testing
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.models import EventLog, PausedKind, QueueEvent, Run, RunStatus, Schedule
 from tests.browser.test_admin_browser import browser, page, playwright, screenshot  # noqa: F401
 from tests.database.admin.test_admin_scheduled_work import failed_runs

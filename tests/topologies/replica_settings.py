@@ -9,4 +9,4 @@ from tests.worker_settings import *  # noqa: F403
 from tests.worker_settings import DATABASES
 
 DATABASES["replica"] = json.loads(os.environ["RUNQUEUE_TEST_REPLICA_DATABASE"])
-DATABASE_ROUTERS = ["runqueue.routing.ReadReplicaRouter"]
+DATABASE_ROUTERS = ["runqueue.reads.routing.ReadReplicaRouter"]

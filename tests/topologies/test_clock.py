@@ -19,7 +19,7 @@ from django.utils import timezone
 
 import runqueue
 from runqueue import leases
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.models import (
     Idempotency,
     IdempotencyKey,

@@ -63,7 +63,7 @@ def test_caps_are_held_per_class_and_a_class_left_out_has_none() -> None:
     """Caps are keyed by the class itself, not by a position in a tuple of
     three: every class of ``PriorityClass`` has one, in class order for the
     claim's parameter."""
-    from runqueue import concurrency
+    from runqueue.capacity import concurrency
 
     conf = parse({"CONCURRENCY": {"async": 1}})
     assert [conf.default_cap(member) for member in PriorityClass] == [

@@ -11,9 +11,9 @@ from django.test import override_settings
 
 from runqueue import checks, reads
 from runqueue.models import Run
-from runqueue.routing import ReadReplicaRouter
+from runqueue.reads.routing import ReadReplicaRouter
 
-ROUTER = "runqueue.routing.ReadReplicaRouter"
+ROUTER = "runqueue.reads.routing.ReadReplicaRouter"
 
 
 class EveryReadToAReplica:

@@ -1,4 +1,4 @@
-"""A submit's fields are declared once (runqueue.submission_fields): every
+"""A submit's fields are declared once (runqueue.submission.fields): every
 place that spells them out holds to the table, and the idempotency hash of
 a request is the one keys stored before the table hold."""
 
@@ -10,10 +10,11 @@ import inspect
 from decimal import Decimal
 from typing import get_type_hints
 
-from runqueue import submission_fields
 from runqueue.api import parsing
-from runqueue.submission import SubmitRequest, _hash, submit, submit_in_transaction
-from runqueue.submission_rules import CheckedSubmission, check_submission
+from runqueue.submission import fields as submission_fields
+from runqueue.submission.keys import request_hash_of as _hash
+from runqueue.submission.rules import CheckedSubmission, check_submission
+from runqueue.submission.submit import SubmitRequest, submit, submit_in_transaction
 
 NAMES = list(submission_fields.NAMES)
 

@@ -12,7 +12,7 @@ import pytest
 import runqueue
 from runqueue.api.openapi import document
 from runqueue.models import PRIORITY_MAX, IdempotencyKey, PriorityClass, Run
-from runqueue.submission_rules import (
+from runqueue.submission.rules import (
     KEY_MAX_LENGTH,
     KEY_PATTERN,
     TEXT_LIMITS,
@@ -137,6 +137,6 @@ def test_one_json_check_for_every_jsonb_write(value: object, problem: str | None
 
 
 def test_runqueue_submit_is_the_function_whatever_is_imported() -> None:
-    module = importlib.import_module("runqueue.submission")
+    module = importlib.import_module("runqueue.submission.submit")
     assert runqueue.submit is module.submit
-    assert runqueue.submission is module
+    assert runqueue.submission.submit is module

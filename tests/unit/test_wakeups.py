@@ -1,7 +1,7 @@
-"""The worker channel's wake-ups (runqueue.wakeups): each payload reads back
+"""The worker channel's wake-ups (runqueue.events.wakeups): each payload reads back
 as what was sent, one not runqueue's reads as nothing, and the texts are
 the ones the SQL's own NOTIFYs send; and the per-process cache the claim
-choice reads (runqueue.cached)."""
+choice reads (runqueue.capacity.cached)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from runqueue import wakeups
-from runqueue.cached import Cached
+from runqueue.capacity.cached import Cached
+from runqueue.events import wakeups
 from runqueue.models import PriorityClass
 
 RUN = uuid.UUID("12345678-1234-5678-1234-567812345678")

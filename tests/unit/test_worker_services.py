@@ -12,10 +12,10 @@ import pytest
 from django.db import OperationalError
 
 from runqueue.conf.table import BY_NAME
+from runqueue.leases.outcomes import Reported
 from runqueue.management.commands.runworker import Command
 from runqueue.models import PriorityClass
 from runqueue.observability import metrics
-from runqueue.outcomes import Reported
 from runqueue.worker import background
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.services import Periodic, Service

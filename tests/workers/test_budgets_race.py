@@ -17,9 +17,10 @@ import pytest
 from django.db import connection, transaction
 
 import runqueue
-from runqueue import budgets, events, leases, runtime
+from runqueue import events, leases, runtime
+from runqueue.capacity import budgets
+from runqueue.leases.outcomes import Succeeded
 from runqueue.models import Budget, Run, RunStatus
-from runqueue.outcomes import Succeeded
 from runqueue.sql import execute
 from tests.helpers import Worker, is_blocked, wait_until
 from tools.chaos.verify import budget_charges, budget_overruns

@@ -19,10 +19,11 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import concurrency, leases
+from runqueue import leases
+from runqueue.capacity import concurrency
 from runqueue.errors import ActiveRunConflict, InvalidTransition
+from runqueue.leases.outcomes import Failed, Succeeded
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Failed, Succeeded
 from tests.helpers import Worker
 from tools.chaos.verify import cap_violations
 

@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from runqueue import schedules
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.models import Run, RunStatus, Schedule, ScheduleTick
 from tests.database.schedules.test_schedules import HOUR, T0, make, ticks_fired
 from tests.helpers import Worker, wait_until

@@ -17,12 +17,13 @@ from django.core.checks import run_checks
 from django.db import connection, connections
 
 import runqueue
-from runqueue import db, leases, partitions
+from runqueue import db, leases
+from runqueue.history import partitions
 from runqueue.leases.fence import idle_timeout
 from runqueue.models import PriorityClass, Run, RunStatus
 from runqueue.observability import queue_metrics
 from runqueue.sql import queries
-from runqueue.submission import SubmitRequest
+from runqueue.submission.submit import SubmitRequest
 from runqueue.worker.listener import Listener
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
@@ -81,7 +82,7 @@ def test_a_workers_and_a_submits_statements_leave_no_setting_on_the_connection(h
         assert leases.give_up(others[0], ValueError("flaky"))
         assert leases.wait_for_user(others[1], {"ask": "?"})
         assert leases.release(others[2], "stopping")
-        from runqueue.outcomes import Succeeded
+        from runqueue.leases.outcomes import Succeeded
 
         assert leases.finish_and_claim(
             [(lease, Succeeded.of({}))], leases.claim_spec("w", [PriorityClass.ASYNC], limit=1)

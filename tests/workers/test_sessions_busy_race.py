@@ -20,7 +20,7 @@ from runqueue import leases, testing
 from runqueue.errors import InvalidTransition
 from runqueue.models import TERMINAL_STATUSES, EventLog, Run, RunStatus
 from runqueue.sql import functions, queries
-from runqueue.submission import submit_in_transaction
+from runqueue.submission.submit import submit_in_transaction
 from tests.helpers import Worker, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 import runqueue
-from runqueue import aio, leases, testing, usage
+from runqueue import leases, testing
+from runqueue.history import usage
 from runqueue.models import EventLog, Run, RunStatus, TreeSpend, Usage
+from runqueue.runtime import aio
 from tests.handlers import ledger
 from tests.helpers import expire_lease, wait_until
 

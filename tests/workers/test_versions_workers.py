@@ -16,8 +16,8 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import versions
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Worker
+from runqueue.reads import versions
 from tests.handlers import ledger
 from tests.helpers import wait_until
 from tests.workers.test_runworker import ledger_rows

@@ -17,9 +17,9 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, runtime, testing
+from runqueue.leases.outcomes import Reported, Succeeded, Suspended, Waiting
 from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.models import PriorityClass, Run, RunStatus
-from runqueue.outcomes import Reported, Succeeded, Suspended, Waiting
 from runqueue.worker.group import Group, GroupConfig
 from tests.helpers import claimed, wait_until
 

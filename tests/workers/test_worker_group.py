@@ -11,9 +11,10 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import budgets, leases
+from runqueue import leases
+from runqueue.capacity import budgets
+from runqueue.leases.outcomes import Reported, Succeeded
 from runqueue.models import Budget, EventLog, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Reported, Succeeded
 from runqueue.testing import ready
 from runqueue.worker import group as group_module
 from runqueue.worker.group import Box, Group, GroupConfig

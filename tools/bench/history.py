@@ -206,7 +206,7 @@ def _make_days(now: object, days: float, echo=print) -> None:
     every row lands in the default partition and retention has no day to
     drop). A layout without partitions has nothing to make."""
     try:
-        from runqueue import partitions
+        from runqueue.history import partitions
     except ImportError:
         return
     import datetime as dt

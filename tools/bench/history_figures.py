@@ -177,7 +177,7 @@ def retention(url: str) -> None:
         cursor.execute("SELECT to_regclass('runqueue_run_finished') IS NOT NULL")
         partitioned = cursor.fetchone()[0]
     if partitioned:
-        from runqueue import housekeeping, partitions
+        from runqueue.history import housekeeping, partitions
 
         days = partitions._days(partitions.RUNS, attached=True)
         oldest = min(days)
@@ -196,7 +196,7 @@ def retention(url: str) -> None:
         )
         live = "runqueue_run_live"
     else:
-        from runqueue import housekeeping
+        from runqueue.history import housekeeping
 
         with connection.cursor() as cursor:
             cursor.execute(

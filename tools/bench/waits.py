@@ -34,9 +34,10 @@ def _park(n: int, reason: str, *, priority: int = 10) -> None:
     run, which the bench pools have no slot for (and ``_park`` never claims
     from that class), so it stays queued and its parent waiting."""
     import runqueue
-    from runqueue import leases, submission
+    from runqueue import leases
+    from runqueue.leases.outcomes import Suspended
     from runqueue.models import PriorityClass
-    from runqueue.outcomes import Suspended
+    from runqueue.submission import spawning
 
     cls = PriorityClass.of(priority)
     rq_db.bulk_load(n, kind="bench.noop", priority=priority, notify=False)
@@ -47,7 +48,7 @@ def _park(n: int, reason: str, *, priority: int = 10) -> None:
                 continue
             if reason == "children":
                 # A maintenance child no bench pool claims: the parent stays waiting.
-                submission.spawn(lease, 0, kind="bench.noop", priority=PriorityClass.MAINTENANCE)
+                spawning.spawn(lease, 0, kind="bench.noop", priority=PriorityClass.MAINTENANCE)
             leases.write(
                 lease,
                 Suspended(reason=reason, wait_name="go", until=_far(), state={"b": 1}),

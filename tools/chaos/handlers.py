@@ -227,8 +227,8 @@ async def gather(ctx: Any) -> Any:
     replayed (``replay_mismatches``). With ``fail_once`` it dead-letters
     after spawning, until an operator requeued it: the requeued parent
     replays its spawns and must still resume once its children end."""
-    from runqueue import aio
     from runqueue.errors import PermanentError
+    from runqueue.runtime import aio
 
     payload = fields.fields(KIND_GATHER, ctx.payload, ("children", "work_ms", "fail_once"))
     n = fields.integer(payload, "children", 3, 0, 20)

@@ -22,8 +22,9 @@ from urllib.parse import quote
 from django.db import DatabaseError, connection
 
 import runqueue
-from runqueue import leases, partitions, testing
+from runqueue import leases, testing
 from runqueue.conf import ON_BUSY
+from runqueue.history import partitions
 from runqueue.models import (
     LIVE_STATUSES,
     TERMINAL_STATUSES,

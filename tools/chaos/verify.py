@@ -293,7 +293,7 @@ def figures(submitted: set[Any]) -> dict[str, Any]:
     )
     attempts = Counter(Run.objects.filter(id__in=submitted).values_list("attempts", flat=True))
     statuses = Counter(runs[r] for r in submitted if r in runs)
-    from runqueue import concurrency
+    from runqueue.capacity import concurrency
 
     violations, peaks = cap_violations(concurrency.cap_for)
     streamed, mismatched = stream_mismatches(submitted)

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runqueue import housekeeping
 from runqueue.conf import get_settings
+from runqueue.history import housekeeping
 
 
 def retention(text: str) -> float:

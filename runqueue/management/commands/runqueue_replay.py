@@ -1,6 +1,6 @@
 """``manage.py runqueue_replay --kind K --last N [--handler-version V]``: replay the
 last N finished runs of a kind against the handler as it is now, writing
-nothing (``runqueue.replay``), and say per run whether it matched or where
+nothing (``runqueue.history.replay``), and say per run whether it matched or where
 it diverged. Exit status 1 if any diverged: a check to run before a deploy."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runqueue import registry, replay
+from runqueue import registry
 from runqueue.errors import UnknownKind
+from runqueue.history import replay
 from runqueue.management.options import whole_number
 
 #: The most runs one command replays.

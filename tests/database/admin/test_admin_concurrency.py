@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 
 import runqueue
-from runqueue import concurrency, leases
+from runqueue import leases
+from runqueue.capacity import concurrency
 from runqueue.models import ConcurrencyLimit, PriorityClass
 from tests.admin_support import PASSWORD, staff
 

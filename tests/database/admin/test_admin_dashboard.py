@@ -93,7 +93,7 @@ def test_the_dashboard_page_draws_svg_and_is_linked(django_assert_max_num_querie
     # workers, one capped count per class no worker serves, budgets without
     # room (one statement), the slot holders; and the waiting runs by
     # reason, in one statement; the live workers' kinds for the causes and
-    # the active runs by kind and version (runqueue.versions); in a
+    # the active runs by kind and version (runqueue.reads.versions); in a
     # transaction planned without JIT (its set_config, and the savepoint
     # of the bounded reads inside it).
     with django_assert_max_num_queries(29):

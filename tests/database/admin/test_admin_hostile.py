@@ -16,8 +16,9 @@ from django.test import Client, RequestFactory
 from django.urls import URLPattern
 
 import runqueue
-from runqueue import pausing, schedules
+from runqueue import schedules
 from runqueue.api import tokens
+from runqueue.capacity import pausing
 from runqueue.models import ConcurrencyLimit, PriorityClass
 from tests.admin_support import PASSWORD, dead_lettered, uncertain
 

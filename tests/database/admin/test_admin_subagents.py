@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import runqueue
 from runqueue import leases, runtime
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import PriorityClass, Run
-from runqueue.outcomes import Suspended
 from tests.database.admin.test_admin import login
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 import runqueue
-from runqueue import leases, registry, versions, waiting
+from runqueue import leases, registry
 from runqueue.models import PriorityClass, Run, RunStatus, Worker
+from runqueue.reads import versions, waiting
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.database.admin.test_admin import DASHBOARD, login

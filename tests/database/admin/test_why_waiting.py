@@ -8,8 +8,10 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 import runqueue
-from runqueue import leases, pausing, registry, waiting
+from runqueue import leases, registry
+from runqueue.capacity import pausing
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, Worker
+from runqueue.reads import waiting
 from tests.database.admin.test_admin import DASHBOARD, login
 
 pytestmark = pytest.mark.django_db
@@ -212,7 +214,7 @@ def test_a_parent_waiting_for_its_children_is_named_everywhere() -> None:
     """A parent does not start again before its children end: the dashboard
     counts it, its page names the open children, /metrics counts it."""
     from runqueue import runtime
-    from runqueue.outcomes import Suspended
+    from runqueue.leases.outcomes import Suspended
 
     _worker("w-live", slots=LIVE)
     runqueue.submit(kind="test.fanout")

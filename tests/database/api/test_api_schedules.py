@@ -13,7 +13,7 @@ import pytest
 
 import runqueue
 from runqueue import schedules
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.models import QueueEvent, Run, RunStatus, Schedule, ScheduleTick
 from tests.api_helpers import ApiCaller, make_caller, problem
 

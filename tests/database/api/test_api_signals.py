@@ -10,8 +10,8 @@ import pytest
 
 import runqueue
 from runqueue import leases, runtime
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import PriorityClass, Run, Signal
-from runqueue.outcomes import Suspended
 from tests.api_helpers import ApiCaller, make_caller, problem
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,8 @@ import pytest
 
 import runqueue
 from runqueue import leases, testing
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus, Signal
-from runqueue.outcomes import Suspended
 from tests.api_helpers import ApiCaller, make_caller, problem, submit
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.db import connection, transaction
 import runqueue
 from runqueue import leases
 from runqueue.leases.claim import _statement
-from runqueue.outcomes import Succeeded
+from runqueue.leases.outcomes import Succeeded
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

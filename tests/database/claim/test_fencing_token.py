@@ -19,8 +19,8 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, testing
+from runqueue.leases.outcomes import Succeeded
 from runqueue.models import Checkpoint, EventLog, Run, RunStatus, ToolInvocation
-from runqueue.outcomes import Succeeded
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

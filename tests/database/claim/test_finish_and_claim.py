@@ -14,8 +14,8 @@ from django.db import connection
 
 import runqueue
 from runqueue import leases, testing
+from runqueue.leases.outcomes import Failed, Succeeded
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Failed, Succeeded
 from tests.database.claim.test_fencing import Pause
 from tests.helpers import Worker, event_types, expire_lease, is_blocked, wait_until
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 import runqueue
 from runqueue import leases, testing
 from runqueue.errors import InvalidTransition, RunNotFound, ToolInvocationNotFound
-from runqueue.failures import Failure, FailureSummary, failure_summary
+from runqueue.leases.failures import Failure, FailureSummary, failure_summary
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus
 from tests.helpers import Worker, event_types, expire_lease, numbered
 

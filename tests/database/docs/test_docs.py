@@ -32,8 +32,9 @@ from django.core.management import get_commands
 from django.urls import Resolver404, resolve
 
 import runqueue
-from runqueue import aio, conf, leases, registry, testing
+from runqueue import conf, leases, registry, testing
 from runqueue.models import Run
+from runqueue.runtime import aio
 from tests.database.docs.docs_blocks import REPO, Block, all_blocks, doc_files
 
 #: Fence languages the docs use; a block without one is an error.

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import runqueue
-from runqueue import leases, testing, usage
+from runqueue import leases, testing
+from runqueue.history import usage
 from runqueue.models import Run, RunStatus
 from tests.database.docs.docs_blocks import named
 

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import runqueue
-from runqueue import Idempotency, aio, events, leases, testing
+from runqueue import Idempotency, events, leases, testing
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation
+from runqueue.runtime import aio
 from tests.database.docs.docs_blocks import named
 from tests.helpers import wait_until
 

@@ -1,4 +1,4 @@
-"""History and retention (migration 0009, runqueue.partitions): finished runs
+"""History and retention (migration 0009, runqueue.history.partitions): finished runs
 and events live in day partitions dropped whole; what is not terminal is
 never dropped; an insert on a day nobody made a partition for succeeds; the
 migration keeps the rows it found; the console and the metrics read
@@ -21,10 +21,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases, partitions, testing
+from runqueue import leases, testing
 from runqueue.admin.pagination import COUNT_CAP
 from runqueue.admin.runs import id_range
 from runqueue.errors import ActiveRunConflict, InvalidTransition
+from runqueue.history import partitions
 from runqueue.models import (
     Checkpoint,
     EventLog,
@@ -34,7 +35,7 @@ from runqueue.models import (
     RunStatus,
     ToolInvocation,
 )
-from runqueue.submission import SubmitRequest
+from runqueue.submission.submit import SubmitRequest
 from tests.helpers import Worker, event_types, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db

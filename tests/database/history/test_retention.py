@@ -1,4 +1,4 @@
-"""Retention and run trees (runqueue.partitions): a finished run is kept
+"""Retention and run trees (runqueue.history.partitions): a finished run is kept
 while any run of its tree is not terminal or not past the retention, so a
 parent never resumes with fewer children than it spawned (a root's totals:
 tests/database/history/test_usage_retention.py); every table
@@ -16,8 +16,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 import runqueue
-from runqueue import housekeeping, leases, partitions, runtime, testing
+from runqueue import leases, runtime, testing
 from runqueue.errors import ChildrenGone
+from runqueue.history import housekeeping, partitions
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import (
     Checkpoint,
     EventLog,
@@ -29,7 +31,6 @@ from runqueue.models import (
     StreamWatch,
     ToolInvocation,
 )
-from runqueue.outcomes import Suspended
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Retention and a tree's totals (runqueue.partitions, runqueue.usage): a
+"""Retention and a tree's totals (runqueue.history.partitions, runqueue.history.usage): a
 tree goes whole, so its totals row (the root's) always sums the usage
 records that name that root, and a run still live keeps its tree's spend
 cap. The run-tree model's ``a_trees_totals_are_its_usage_records`` found
@@ -16,10 +16,11 @@ import pytest
 from django.utils import timezone
 
 import runqueue
-from runqueue import leases, partitions, runtime, testing, usage
+from runqueue import leases, runtime, testing
 from runqueue.errors import SpendCapReached
+from runqueue.history import partitions, usage
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import PriorityClass, Run, RunStatus, TreeSpend, Usage
-from runqueue.outcomes import Suspended
 from tests.helpers import claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,10 +13,11 @@ from django.db import connection
 from django.utils import timezone
 
 import runqueue
-from runqueue import budgets, leases, runtime
+from runqueue import leases, runtime
+from runqueue.capacity import budgets
 from runqueue.errors import InvalidArgument, InvalidSubmission
+from runqueue.leases.outcomes import BudgetWait, Reported
 from runqueue.models import Budget, Checkpoint, EventLog, Run, RunStatus
-from runqueue.outcomes import BudgetWait, Reported
 
 pytestmark = pytest.mark.django_db
 

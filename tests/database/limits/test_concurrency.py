@@ -16,9 +16,11 @@ import pytest
 from django.db import connection
 
 import runqueue
-from runqueue import concurrency, leases, testing, wakeups
+from runqueue import leases, testing
+from runqueue.capacity import concurrency
+from runqueue.events import wakeups
+from runqueue.leases.outcomes import Succeeded
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Succeeded
 from runqueue.sql import functions as sql_functions
 from runqueue.sql import queries
 from runqueue.sql.classes import functions as class_functions
@@ -90,7 +92,7 @@ def test_the_key_is_part_of_the_request_an_idempotency_key_stands_for() -> None:
 def test_submit_many_and_submit_in_transaction_take_a_key() -> None:
     from django.db import transaction
 
-    from runqueue.submission import submit_in_transaction
+    from runqueue.submission.submit import submit_in_transaction
 
     subs = runqueue.submit_many(
         [runqueue.SubmitRequest(kind="k", tenant="t"), _requests("x", 1)[0]]

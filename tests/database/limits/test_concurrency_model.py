@@ -22,8 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 import runqueue
 from runqueue import leases, testing
+from runqueue.leases.outcomes import Succeeded
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Succeeded
 from tests.helpers import expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)

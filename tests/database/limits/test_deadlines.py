@@ -19,10 +19,10 @@ from django.test import override_settings
 import runqueue
 from runqueue import leases, registry, runtime
 from runqueue.errors import EXPIRED, ActiveRunConflict, InvalidSubmission
+from runqueue.leases.outcomes import Suspended
 from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus
-from runqueue.outcomes import Suspended
-from runqueue.submission import SubmitRequest
+from runqueue.submission.submit import SubmitRequest
 from tests.helpers import Worker, expire_lease, is_blocked, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 import runqueue
 from runqueue import leases, testing
+from runqueue.capacity.pausing import is_paused, pause_kind, resume_kind
 from runqueue.models import PausedKind, PriorityClass, QueueEvent, Run, RunStatus
-from runqueue.pausing import is_paused, pause_kind, resume_kind
 from runqueue.sql import queries
 
 pytestmark = pytest.mark.django_db

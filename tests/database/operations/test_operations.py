@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 import runqueue
-from runqueue import housekeeping, leases, testing
+from runqueue import leases, testing
 from runqueue.errors import ActiveRunConflict, InvalidTransition
+from runqueue.history import housekeeping
 from runqueue.models import EventLog, Idempotency, IdempotencyKey, Run, ToolStatus
 from tests.helpers import event_types
 

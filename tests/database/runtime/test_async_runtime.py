@@ -9,8 +9,9 @@ import asyncio
 import pytest
 
 import runqueue
-from runqueue import Idempotency, aio, leases, runtime, testing
+from runqueue import Idempotency, leases, runtime, testing
 from runqueue.models import Run, RunStatus, ToolInvocation
+from runqueue.runtime import aio
 from tests.helpers import claimed, event_types, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)

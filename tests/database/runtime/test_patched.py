@@ -12,8 +12,9 @@ import asyncio
 import pytest
 
 import runqueue
-from runqueue import aio, leases, runtime, testing
+from runqueue import leases, runtime, testing
 from runqueue.models import Run, RunStatus, ToolInvocation
+from runqueue.runtime import aio
 from tests.helpers import claimed, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,6 +1,6 @@
 """``manage.py runqueue_replay``: finished runs replayed against the code as
 it is now, writing nothing; per run "match", or "diverged at step k" with
-the difference, and exit status 1 if any diverged (runqueue.replay)."""
+the difference, and exit status 1 if any diverged (runqueue.history.replay)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import runqueue
-from runqueue import leases, registry, replay, testing
+from runqueue import leases, registry, testing
+from runqueue.history import replay
 from runqueue.models import Checkpoint, EventLog, Run, ToolInvocation
 from runqueue.registry import Served
 

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 import runqueue
-from runqueue import Idempotency, aio, leases, runtime, submission, testing
+from runqueue import Idempotency, leases, runtime, testing
+from runqueue.leases import payload_digest
 from runqueue.models import PriorityClass, Run, RunStatus, ToolInvocation
+from runqueue.runtime import aio
 from tests.helpers import claimed, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -207,7 +209,7 @@ def test_the_same_spawn_replays_its_child(fast_retry, kind) -> None:
     assert run.status == RunStatus.SUCCEEDED
     (record,) = ToolInvocation.objects.filter(run_id=run.id)
     assert run.result == [record.result["run_id"]]
-    assert record.arguments["payload_sha256"] == submission.payload_digest({"x": 1})
+    assert record.arguments["payload_sha256"] == payload_digest({"x": 1})
 
 
 @pytest.mark.parametrize("kind", ["order.spawn_as", "order.async_spawn_as"])

@@ -13,7 +13,8 @@ from django.db import connection
 from django.db.models.functions import Now
 
 import runqueue
-from runqueue import concurrency, leases, registry, testing
+from runqueue import leases, registry, testing
+from runqueue.capacity import concurrency
 from runqueue.errors import UnknownKind
 from runqueue.leases.claim import statement_params
 from runqueue.models import Checkpoint, ConcurrencyLimit, PriorityClass, Run, RunStatus

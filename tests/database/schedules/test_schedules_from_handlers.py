@@ -11,7 +11,7 @@ import pytest
 
 import runqueue
 from runqueue import leases, runtime, schedules, testing
-from runqueue.clock import db_now
+from runqueue.db import db_now
 from runqueue.errors import InvalidSubmission, PermanentError, ScheduleRefused
 from runqueue.models import Run, RunStatus, Schedule, ToolInvocation
 from runqueue.runtime import RunContext

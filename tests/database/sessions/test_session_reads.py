@@ -1,6 +1,6 @@
 """A session you can read and stream: ``runqueue.session``, ``GET
 /api/sessions/<id>/``, ``GET /api/sessions/<id>/stream/`` and the admin's
-session page (runqueue/sessions.py, runqueue/stream/session.py)."""
+session page (runqueue/reads/sessions.py, runqueue/stream/session.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from django.db import connection
 from django.test import Client
 
 import runqueue
-from runqueue import leases, runtime, sessions, testing
+from runqueue import leases, runtime, testing
 from runqueue.models import EventLog, Run, RunStatus
+from runqueue.reads import sessions
 from runqueue.stream import hub as hub_module
 from tests.api_helpers import ApiCaller, make_caller, new_key, problem, submit
 from tests.database.admin.test_admin import login

@@ -14,13 +14,15 @@ from django.db import connection
 from django.test import override_settings
 
 import runqueue
-from runqueue import leases, partitions, runtime, testing
+from runqueue import leases, runtime, testing
 from runqueue.errors import (
     ActiveRunConflict,
     InvalidSubmission,
     SessionQueueFull,
 )
-from runqueue.failures import permanent_failure
+from runqueue.history import partitions
+from runqueue.leases.failures import permanent_failure
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import (
     LIVE_STATUSES,
     EventLog,
@@ -29,7 +31,7 @@ from runqueue.models import (
     RunStatus,
     ToolInvocation,
 )
-from runqueue.submission import SubmitRequest, submit_many, turn_payloads
+from runqueue.submission.submit import SubmitRequest, submit_many
 from tests.helpers import event_types, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -164,7 +166,7 @@ def test_every_way_the_active_run_ends_queues_the_next_turn() -> None:
     _turn("e1")
     _turn("e2")
     lease = _claim()
-    from runqueue.outcomes import Succeeded
+    from runqueue.leases.outcomes import Succeeded
 
     spec = leases.claim_spec("w1", leases.ALL_CLASSES, limit=1)
     (ok,), claimed = leases.finish_and_claim([(lease, Succeeded.of(None))], spec)

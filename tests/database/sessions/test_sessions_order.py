@@ -12,8 +12,8 @@ from django.db.models import F
 import runqueue
 from runqueue import leases, runtime, testing
 from runqueue.errors import ActiveRunConflict
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation
-from runqueue.submission import turn_payloads
 from tests.database.sessions.test_sessions_busy import _claim, _invariants, _line, _turn
 from tests.helpers import expire_lease
 

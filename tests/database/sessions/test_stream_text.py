@@ -13,8 +13,9 @@ from django.db import connection
 from django.test import Client
 
 import runqueue
-from runqueue import aio, events, leases, runtime, testing
+from runqueue import events, leases, runtime, testing
 from runqueue.models import EventLog
+from runqueue.runtime import aio
 from runqueue.sql import execute
 from runqueue.stream import hub as hub_module
 from runqueue.stream import sse, text

@@ -56,7 +56,7 @@ from hypothesis.stateful import (
 )
 
 import runqueue
-from runqueue import aio, forking, leases, partitions, registry, runtime, testing
+from runqueue import leases, registry, runtime, testing
 from runqueue.conf import ON_BUSY
 from runqueue.errors import (
     ActiveRunConflict,
@@ -69,9 +69,11 @@ from runqueue.errors import (
     SpendCapReached,
     TransientError,
 )
+from runqueue.history import forking, partitions
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import EventLog, Idempotency, Run, RunStatus, ToolInvocation
 from runqueue.registry import Served
-from runqueue.turns import turn_payloads
+from runqueue.runtime import aio
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

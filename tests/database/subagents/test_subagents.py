@@ -16,9 +16,9 @@ from django.db.models.functions import Now
 import runqueue
 from runqueue import leases, runtime, testing
 from runqueue.errors import InvalidTransition, RunCancelled, RunNotFound
-from runqueue.failures import failure_record
+from runqueue.leases.failures import failure_record
+from runqueue.leases.outcomes import Succeeded, Suspended
 from runqueue.models import EventLog, PriorityClass, Run, RunStatus, Signal
-from runqueue.outcomes import Succeeded, Suspended
 from tests.helpers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_ledger")]

@@ -13,10 +13,10 @@ from django.db import connection, transaction
 
 import runqueue
 from runqueue import leases, runtime, testing
-from runqueue.failures import failure_record
+from runqueue.leases.failures import failure_record
+from runqueue.leases.outcomes import Succeeded, Suspended
 from runqueue.leases.writes import finish_params
 from runqueue.models import EventLog, PriorityClass, Run
-from runqueue.outcomes import Succeeded, Suspended
 from runqueue.sql import execute
 from tests.helpers import Worker, is_blocked, wait_until
 

@@ -208,7 +208,7 @@ def test_a_spend_cap_given_as_a_string_is_refused_from_python_as_from_the_api(ca
 def test_record_usage_refuses_a_cost_given_as_a_string() -> None:
     from decimal import Decimal
 
-    from runqueue import usage
+    from runqueue.history import usage
 
     with pytest.raises(ValueError, match="cost must be a number"):
         usage.checked("m", 1, 1, "12.5")

@@ -37,7 +37,7 @@ def test_submit_creates_a_queued_run_with_its_event() -> None:
 
 def test_public_name_is_the_function() -> None:
     assert callable(runqueue.submit)
-    assert runqueue.submit.__module__ == "runqueue.submission"
+    assert runqueue.submit.__module__ == "runqueue.submission.submit"
 
 
 def test_same_key_same_request_returns_the_original_run() -> None:

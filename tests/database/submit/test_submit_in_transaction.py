@@ -9,7 +9,7 @@ from django.db import transaction
 import runqueue
 from runqueue.errors import ActiveRunConflict
 from runqueue.models import EventLog, Run
-from runqueue.submission import submit_in_transaction
+from runqueue.submission.submit import submit_in_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -73,7 +73,7 @@ def test_a_bad_request_is_reported_by_its_index_and_nothing_is_written() -> None
 @pytest.mark.django_db
 def test_requests_alike_but_their_payload_are_checked_as_one_by_one() -> None:
     """submit_many checks the members a request shares with an earlier one
-    once (runqueue.submission_rules.BatchChecks): the payload of each is
+    once (runqueue.submission.rules.BatchChecks): the payload of each is
     still checked and stored as its own, a value equal to an earlier one
     but of another type (True == 1) is checked again, and an unhashable
     member is checked alone."""
@@ -118,7 +118,7 @@ def test_a_conflict_rolls_back_the_whole_call() -> None:
 
 @pytest.mark.django_db
 def test_chunks_are_written_a_statement_each_and_a_taken_key_is_routed(monkeypatch) -> None:
-    module = importlib.import_module("runqueue.submission")  # the module, not the function
+    module = importlib.import_module("runqueue.submission.submit")  # the module, not the function
     monkeypatch.setattr(module, "SUBMIT_MANY_CHUNK", 3)
     requests = [R(kind="k", payload={"i": i}, idempotency_key=f"c{i}") for i in range(7)]
     # Request 5 (in the second chunk) retries request 1 (in the first).

@@ -16,7 +16,9 @@ from django.db.models.functions import Now
 from django.test import Client
 
 import runqueue
-from runqueue import events_in, leases, registry, testing
+from runqueue import leases, registry, testing
+from runqueue.events import inbound as events_in
+from runqueue.leases.outcomes import Suspended
 from runqueue.models import (
     EventDelivery,
     EventLog,
@@ -25,7 +27,6 @@ from runqueue.models import (
     PriorityClass,
     Run,
 )
-from runqueue.outcomes import Suspended
 from tests.api_helpers import ApiCaller, make_caller, problem
 from tests.helpers import Worker, is_blocked, wait_until
 

@@ -7,7 +7,7 @@ an old version once no run is pinned to that version (docs/decisions/run-trees.m
 
 The counts are one grouped read of the active runs (the live partition,
 as the dashboard's depth is); the held runs are read from the head of each
-class's due runs, as the other causes' are (``runqueue.waiting``).
+class's due runs, as the other causes' are (``runqueue.reads.waiting``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from runqueue.models import (
 )
 from runqueue.sql import execute
 
-#: Live workers read, at most (as ``runqueue.waiting.MOST``).
+#: Live workers read, at most (as ``runqueue.reads.waiting.MOST``).
 MOST = 100
 
 

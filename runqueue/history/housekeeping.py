@@ -5,14 +5,14 @@ Each job lives in a session of its own, so however many workers schedule it,
 at most one is queued or running at a time (the session constraint).
 Dropping finished runs past their retention is the one write to the runs
 table outside ``runqueue.submission`` and ``runqueue.leases``: it drops whole
-day partitions of finished runs (``runqueue.partitions``), never a live run,
+day partitions of finished runs (``runqueue.history.partitions``), never a live run,
 so it needs no lease and bumps no epoch. ``maintain_partitions`` makes the
 days ahead; the worker's housekeeping calls it through ``schedule``.
 The mailbox (``runqueue_signal``) keeps a signal only for a wait of its
 run: the signals of runs no longer live are deleted by their own job, so a
 run that finished without waiting for what was sent to it leaves nothing
 behind for long. Inbound events are kept ``EVENT_RETENTION_SECONDS`` and
-deleted by theirs (``runqueue.events_in.prune``).
+deleted by theirs (``runqueue.events.inbound.prune``).
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from django.db import DatabaseError
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 
-from runqueue import events_in, partitions
 from runqueue.conf import get_settings
 from runqueue.errors import ActiveRunConflict
+from runqueue.events import inbound as events_in
+from runqueue.history import partitions
 from runqueue.models import LIVE_STATUSES, IdempotencyKey, PriorityClass, Run, Signal
 from runqueue.registry import handler
 from runqueue.runtime import RunContext
-from runqueue.submission import submit
+from runqueue.submission.submit import submit
 
 PRUNE_KEYS = "runqueue.prune_idempotency_keys"
 PRUNE_RUNS = "runqueue.prune_terminal_runs"
@@ -38,7 +39,7 @@ PRUNE_SIGNALS = "runqueue.prune_signals"
 PRUNE_EVENTS = "runqueue.prune_inbound_events"
 TENANT = "runqueue"
 
-logger = logging.getLogger("runqueue.housekeeping")
+logger = logging.getLogger("runqueue.history.housekeeping")
 
 
 def maintain_partitions() -> list[str]:

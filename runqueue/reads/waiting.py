@@ -1,6 +1,6 @@
 """Why runs wait: due runs held back by paused kinds, keys at their cap,
 budgets whose window has no room for their call, classes no worker claims,
-kinds and versions no live worker has (``runqueue.versions``);
+kinds and versions no live worker has (``runqueue.reads.versions``);
 and runs that wait by their own choice (their children, a signal, a time,
 the user), counted by reason.
 
@@ -21,9 +21,9 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runqueue import db, reads, versions
-from runqueue.clock import db_now
+from runqueue import db, reads
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.models import (
     ConcurrencyLimit,
     PausedKind,
@@ -32,6 +32,7 @@ from runqueue.models import (
     RunStatus,
     WaitReason,
 )
+from runqueue.reads import versions
 from runqueue.sql import execute
 
 #: Runs held back are counted up to this many per cause.

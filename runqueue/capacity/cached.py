@@ -1,6 +1,6 @@
 """A value read from the database and kept per process: whether a claim
-must take the capped walk (``runqueue.concurrency``'s limits,
-``runqueue.budgets``' budgets) is asked on every claim, and changes
+must take the capped walk (``runqueue.capacity.concurrency``'s limits,
+``runqueue.capacity.budgets``' budgets) is asked on every claim, and changes
 rarely. A change made here, or heard of (a ``wakeups.Changed`` NOTIFY),
 invalidates it; the worker's sweeper tick refreshes it, so a NOTIFY missed
 costs at most one tick."""

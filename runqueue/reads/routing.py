@@ -1,5 +1,5 @@
 """The database router of reads from a replica: add
-``"runqueue.routing.ReadReplicaRouter"`` to ``DATABASE_ROUTERS``, first,
+``"runqueue.reads.routing.ReadReplicaRouter"`` to ``DATABASE_ROUTERS``, first,
 with ``RUNQUEUE["READ_DATABASE"]`` naming the replica's alias.
 
 It routes runqueue's models only. Their reads go to the replica inside

@@ -7,7 +7,7 @@ paths enter: the console's lists and dashboard, ``/metrics``, the API's
 event, step and session reads. Everything else (workers, the fence,
 submissions, actions, a run's own page, the run the API's ``Location``
 names) reads the primary, where its own writes are. Inside the scope
-``runqueue.routing.ReadReplicaRouter`` sends runqueue's ORM reads to
+``runqueue.reads.routing.ReadReplicaRouter`` sends runqueue's ORM reads to
 ``read_alias()``; raw statements take ``read_connection()``.
 docs/decisions/schedules-webhooks.md, "Reads from a replica".
 """

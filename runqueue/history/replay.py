@@ -33,15 +33,16 @@ from typing import Any, Literal, NoReturn
 
 from django.db import connection, transaction
 
-from runqueue import aio, events, leases, registry
+from runqueue import events, leases, registry
 from runqueue.errors import PermanentError
+from runqueue.leases.outcomes import BudgetWait, ToolOutcome
 from runqueue.models import Run, RunEvent, RunStatus, ToolInvocation
-from runqueue.outcomes import BudgetWait, ToolOutcome
 from runqueue.runtime import (
     AskUser,
     AsyncRunContext,
     RunContext,
     Wait,
+    aio,
     respawned,
     same_tool_call,
 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
-from runqueue.failures import Failure
+from runqueue.leases.failures import Failure
 from runqueue.limits import MAX_WAIT_SECONDS
 from runqueue.types import JSON
 from runqueue.validation import as_utc, check_state, json_text

@@ -19,7 +19,8 @@ from typing import Any
 
 from django.db import models
 
-from runqueue import budgets, registry
+from runqueue import registry
+from runqueue.capacity import budgets
 from runqueue.conf import ON_BUSY, Settings, get_settings
 from runqueue.errors import InvalidSubmission, RunqueueError, UnknownKind
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_ATTEMPTS_MAX
@@ -429,7 +430,7 @@ def _type_name(value: object, *, from_json: bool) -> str:
 def _budget(value: object, *, from_json: bool) -> tuple[tuple[str, int] | None, str | None]:
     """A budget declaration's shape: (key, tokens), or from JSON an object
     {"key": ..., "tokens": ...}. Whether the budget exists is submit's to
-    check (runqueue.budgets.declared): it reads the database."""
+    check (runqueue.capacity.budgets.declared): it reads the database."""
     if value is None:
         return None, None
     if from_json and isinstance(value, dict):

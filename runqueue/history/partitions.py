@@ -43,7 +43,7 @@ from psycopg import sql
 from runqueue.db import sqlstate
 from runqueue.sql import set_config
 
-logger = logging.getLogger("runqueue.partitions")
+logger = logging.getLogger("runqueue.history.partitions")
 
 #: Days made ahead of today by each maintenance.
 AHEAD_DAYS = 3

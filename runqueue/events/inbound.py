@@ -34,7 +34,7 @@ from runqueue.types import JSON
 if TYPE_CHECKING:
     from runqueue.models import InboundEvent
 
-logger = logging.getLogger("runqueue.events_in")
+logger = logging.getLogger("runqueue.events.inbound")
 
 #: A signature check: the request's headers and its raw body; true to accept.
 Verifier = Callable[[Mapping[str, str], bytes], bool]
@@ -88,7 +88,7 @@ def check(name: object, key: object, data: object) -> tuple[str, str, dict[str, 
     data a JSON object of at most ``EVENT_MAX_BYTES``."""
     from runqueue.conf import get_settings
     from runqueue.leases import signal_name_problem
-    from runqueue.submission_rules import KEY_RULE, is_idempotency_key
+    from runqueue.submission.rules import KEY_RULE, is_idempotency_key
     from runqueue.validation import json_text
 
     if (problem := signal_name_problem(name)) is not None:
@@ -177,7 +177,7 @@ def _fire(event: InboundEvent, principal: str) -> list[tuple[str, uuid.UUID]]:
 
     from runqueue import registry
     from runqueue.sql import execute
-    from runqueue.submission import submit_in_transaction
+    from runqueue.submission.submit import submit_in_transaction
 
     as_input = event_input(event)
     todo: list[tuple[str, str, JSON, int]] = []

@@ -95,7 +95,7 @@ def submit_in_background(
     its progress after each: a web request cannot outlive its timeout, a run
     can (and resumes from its last batch if its worker dies). ``user_id``
     names the staff member whose admin history records each change."""
-    from runqueue.submission import submit
+    from runqueue.submission.submit import submit
 
     if verb not in VERBS:
         raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")

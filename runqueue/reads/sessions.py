@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from runqueue import events, reads, usage
+from runqueue import events, reads
 from runqueue.errors import InvalidArgument
+from runqueue.history import usage
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import Run, RunEvent, RunStatus
-from runqueue.turns import turn_payloads
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 

@@ -54,7 +54,7 @@ class Cancelled:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Paused:
-    """A running run was paused (runqueue.pausing.pause_run): its handler is
+    """A running run was paused (runqueue.capacity.pausing.pause_run): its handler is
     given back at its next step (``ctx`` call). Its lease stays good."""
 
     run_id: uuid.UUID

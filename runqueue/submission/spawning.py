@@ -11,7 +11,7 @@ import uuid
 from runqueue import leases
 from runqueue.models import PriorityClass
 from runqueue.observability import tracing
-from runqueue.submission_rules import check_submission, require
+from runqueue.submission.rules import check_submission, require
 from runqueue.types import JSON
 
 

@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 from django.db import IntegrityError, connection, transaction
 
-from runqueue import events, wakeups
+from runqueue import events
 from runqueue.errors import InvalidTransition, RunNotFound
+from runqueue.events import wakeups
 from runqueue.leases import notify
 from runqueue.leases.base import retry_deadlocks
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import PausedKind, PriorityClass, Run
 from runqueue.sql import execute
-from runqueue.submission_rules import TEXT_LIMITS
+from runqueue.submission.rules import TEXT_LIMITS
 
 
 def _check(kind: object, priority_class: object) -> tuple[str, int | None]:

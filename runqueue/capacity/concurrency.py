@@ -25,9 +25,9 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from runqueue import wakeups
-from runqueue.cached import Cached
+from runqueue.capacity.cached import Cached
 from runqueue.conf import get_settings
+from runqueue.events import wakeups
 from runqueue.models import ConcurrencyLimit, PriorityClass, Run, RunStatus
 
 

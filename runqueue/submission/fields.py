@@ -22,7 +22,7 @@ from runqueue.conf import ON_BUSY
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX, MAX_WAIT_SECONDS
 from runqueue.models import PRIORITY_MAX, PriorityClass
 from runqueue.models.webhooks import URL_MAX_LENGTH
-from runqueue.submission_rules import TEXT_LIMITS, CheckedSubmission
+from runqueue.submission.rules import TEXT_LIMITS, CheckedSubmission
 from runqueue.types import JSON
 
 _NO_NUL = "^[^\\u0000]+$"

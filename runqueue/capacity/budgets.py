@@ -9,7 +9,7 @@ walk of ``runqueue_claim_capped``; docs/decisions/queue.md, "Budgets"). The plai
 claim never takes such a run, so a worker that does not know of budgets yet
 cannot claim past one; a claim takes the walk while budgets may apply (a
 Budget row, a ``RUNQUEUE["BUDGETS"]`` entry, or a queued run with a budget),
-cached per process like the caps (``runqueue.concurrency``): read again
+cached per process like the caps (``runqueue.capacity.concurrency``): read again
 after a budget is saved or deleted here (a ``NOTIFY`` tells other
 processes) and on every sweeper tick.
 """
@@ -24,11 +24,12 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from runqueue import reads, wakeups
-from runqueue.cached import Cached
-from runqueue.clock import db_now
+from runqueue import reads
+from runqueue.capacity.cached import Cached
 from runqueue.conf import get_settings
+from runqueue.db import db_now
 from runqueue.errors import InvalidArgument
+from runqueue.events import wakeups
 from runqueue.limits import BUDGET_KEY_MAX_LENGTH, BUDGET_TOKENS_MAX
 from runqueue.models import Budget, Run, RunStatus
 from runqueue.sql import execute

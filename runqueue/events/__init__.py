@@ -69,7 +69,7 @@ MERGED = "run.merged"
 #: A fork was made (on the fork: forked_from, from_step, ...; on the
 #: original: fork, from_step, ...; the statement fork_run writes both).
 FORKED = "run.forked"
-#: The run was paused, or resumed from a pause (runqueue.pausing.pause_run;
+#: The run was paused, or resumed from a pause (runqueue.capacity.pausing.pause_run;
 #: data: actor, reason, tree_from; resumed: paused_seconds).
 PAUSED = "run.paused"
 UNPAUSED = "run.unpaused"

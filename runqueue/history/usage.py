@@ -33,13 +33,13 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from runqueue.conf import Price, get_settings
 from runqueue.errors import SPEND_CAP, SpendCapReached
-from runqueue.failures import failure_record
+from runqueue.leases.failures import failure_record
 from runqueue.limits import USAGE_MODEL_MAX_LENGTH, USAGE_TOKENS_MAX
 from runqueue.models import Run, TreeSpend, Usage
 from runqueue.sql import execute
 from runqueue.validation import COST_QUANTUM, money, text_problem
 
-logger = logging.getLogger("runqueue.usage")
+logger = logging.getLogger("runqueue.history.usage")
 
 #: Prices are per this many tokens.
 PER_TOKENS = 1_000_000

@@ -29,7 +29,7 @@ from runqueue.models.rows import inserted_run
 from runqueue.sql import json_rows, prepared
 
 if TYPE_CHECKING:
-    from runqueue.submission_rules import CheckedSubmission
+    from runqueue.submission.rules import CheckedSubmission
 
 #: The unique constraints a new run can meet: one active run per session,
 #: one key per (tenant, principal).
