@@ -99,7 +99,7 @@ SELECT b.key, b.requests, b.tokens, b.per_seconds,
  LIMIT %(limit)s;
 
 -- name: budget_held --
--- Why due runs wait, budgets (runqueue.waiting): per budget (the first
+-- Why due runs wait, budgets (runqueue.reads.waiting): per budget (the first
 -- %(most)s by key) and class, the due queued runs whose call cannot be
 -- reserved now: the key paused, no request left in its window, or their
 -- tokens do not fit (as runqueue_budget_take decides, but a tenant's turn).

@@ -124,7 +124,7 @@ WITH
 -- statement, so in autocommit it is a transaction of its own with the fence
 -- first: one round trip per finish. Zero rows: fenced, nothing written.
 -- JSON travels as text, as in finish_and_claim; a failure is a
--- runqueue.failures.Failure built in Python. A run with a parent counts in
+-- runqueue.leases.failures.Failure built in Python. A run with a parent counts in
 -- it (runqueue_join), and a run in a session queues its session's next
 -- pending turn (runqueue_promote), in this statement. A success writes no
 -- event row, as in finish_and_claim (its finish fragment says why); the

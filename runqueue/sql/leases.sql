@@ -57,7 +57,7 @@ RETURNING id;
 -- name: fence_renew_many --
 -- The heartbeat of every lease a worker holds, in one statement: each row
 -- keeps its own fence, and an id missing from the result was fenced. Each
--- row says whether its run was paused (runqueue.pausing.pause_run): the
+-- row says whether its run was paused (runqueue.capacity.pausing.pause_run): the
 -- handler is given back at its next step, should the NOTIFY be missed.
 UPDATE runqueue_run r
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
@@ -73,7 +73,7 @@ RETURNING r.id, r.paused_at IS NOT NULL;
 -- A transient failure gives the lease up and takes the expiry path at once:
 -- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
 -- up, as on every transition the next owner must not confuse with this one.
--- %(failure)s is a runqueue.failures.Failure built in Python.
+-- %(failure)s is a runqueue.leases.failures.Failure built in Python.
 UPDATE runqueue_run r
    -- include: expire_set --
   FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
@@ -126,7 +126,7 @@ SELECT id, lease_epoch, attempts, max_attempts
 -- renewed in between is left alone. A row its owner is writing right now is
 -- stepped over (SKIP LOCKED), so a frozen worker never blocks the sweeper;
 -- the next sweep re-reads it. Events in the same statement. Each run's
--- dead letter is a runqueue.failures.Failure built in Python from the
+-- dead letter is a runqueue.leases.failures.Failure built in Python from the
 -- attempts and max_attempts read (lease_expired_failure), as JSON text: the
 -- epoch re-check guarantees they are still the row's, since every change of
 -- attempts bumps the epoch.

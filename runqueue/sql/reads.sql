@@ -59,7 +59,7 @@ SELECT r.reason,
  ORDER BY r.n;
 
 -- name: due_by_handler --
--- Why due runs wait (runqueue.versions): the first %(cap)s due runs of each
+-- Why due runs wait (runqueue.reads.versions): the first %(cap)s due runs of each
 -- class in claim order (the claim index), by kind and pinned version, with
 -- how many of the pinned ones are between turns (runqueue_between_turns,
 -- fn_claim.sql) and how many runs of the class were read. Runs no live

@@ -394,6 +394,14 @@ def test_the_map_names_every_top_level_module() -> None:
     assert _top_level() - top == set()
 
 
+def test_the_package_root_holds_at_most_twelve_modules() -> None:
+    """Everything else lives in a folder named for its concept (the map's
+    folder table): a thirteenth module at the root is a new concept's
+    first file, and belongs in a folder."""
+    root = sorted(p.stem for p in (REPO / "runqueue").glob("*.py") if p.stem != "__init__")
+    assert len(root) <= 12, root
+
+
 def _is_module(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
