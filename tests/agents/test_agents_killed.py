@@ -33,10 +33,10 @@ pytest.importorskip("agents")
 from django.db import connection  # noqa: E402
 
 import runqueue  # noqa: E402
-from runqueue import versions  # noqa: E402
 from runqueue.errors import NotAwaitingApproval  # noqa: E402
 from runqueue.models import TERMINAL_STATUSES, Run, ToolInvocation, Usage  # noqa: E402
 from runqueue.models import Worker as WorkerRow  # noqa: E402
+from runqueue.reads import versions  # noqa: E402
 from tests.agents import killed_openai_agents, killed_pydantic_ai  # noqa: E402, F401 - kinds
 from tests.agents.killed_agents import ANSWER, DEPLOYS, KINDS, MODEL, SDKS, TAG  # noqa: E402
 from tests.handlers import ledger  # noqa: E402
