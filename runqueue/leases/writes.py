@@ -163,22 +163,7 @@ def record_step(lease: Lease, *, seq: int, tool: str, arguments: JSON, result: J
     """Record a step with no side effect (a patch decision, ``ctx.patched``)
     as completed, in one fenced transaction; False once fenced. Replayed as
     any completed tool call is."""
-
-    def write(_row: tuple) -> None:
-        write_call(
-            lease,
-            seq,
-            tool=tool,
-            idempotency=Idempotency.IDEMPOTENT,
-            status=ToolStatus.COMPLETED,
-            arguments=arguments,
-            result=result,
-            finished=True,
-        )
-        events.append(lease.run_id, events.TOOL_COMPLETED, lease.epoch, {"seq": seq, "tool": tool})
-
-    check_json(arguments, "step arguments")
-    return fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is not None
+    return _record_completed(lease, seq, tool, arguments, lambda: result) is not None
 
 
 def record_effect(
@@ -188,6 +173,15 @@ def record_effect(
     ``ctx.schedule`` makes): ``effect()`` writes it in the same fenced
     transaction, its value the step's result; None once fenced (nothing
     written). An attempt run again replays the recorded result."""
+    made = _record_completed(lease, seq, tool, arguments, effect)
+    return None if made is None else made[0]
+
+
+def _record_completed(
+    lease: Lease, seq: int, tool: str, arguments: JSON, effect: Callable[[], JSON]
+) -> list[JSON] | None:
+    """A completed idempotent step whose result ``effect()`` gives, written
+    in one fenced transaction: ``[result]``, or None once fenced."""
     made: list[JSON] = []
 
     def write(_row: tuple) -> None:
@@ -208,7 +202,7 @@ def record_effect(
     check_json(arguments, "step arguments")
     if fenced(lease, "tool.completed", "fence_renew", renew_params(lease), write) is None:
         return None
-    return made[0]
+    return made
 
 
 #: The tool name a spawn is recorded under, in the parent's tool-call order.
