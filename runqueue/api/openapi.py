@@ -1,4 +1,5 @@
-"""The OpenAPI 3.1 document of the API, built from the URLconf and registry.
+"""The OpenAPI 3.1 document of the API, built from the URLconf and registry,
+and served at ``/api/openapi.json``.
 
 Paths come from ``reverse`` (true to where the API is mounted); the ``kind``
 enum lists the kinds this deployment can run. The problem types are listed
@@ -7,11 +8,13 @@ under ``x-problem-types``.
 
 from __future__ import annotations
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
 
 from runqueue import registry, submission_fields
 from runqueue.api import openapi_schedules
-from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS
+from runqueue.api.errors import PROBLEM_BASE, PROBLEM_CONTENT_TYPE, PROBLEMS, ApiError
 from runqueue.api.parsing import KEY_RULE, MAX_REASON
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, RESERVED_KIND_PREFIXES, get_settings
 from runqueue.models import PriorityClass, RunStatus, ToolDecision, ToolStatus
@@ -898,3 +901,13 @@ def document() -> dict[str, JSON]:
             for slug, (status, title) in PROBLEMS.items()
         },
     }
+
+
+@csrf_exempt
+def openapi_json(request: HttpRequest) -> HttpResponse:
+    """The OpenAPI 3 document (public: it describes, it reveals no data)."""
+    if request.method not in ("GET", "HEAD"):
+        return ApiError("method-not-allowed", "Use GET.", headers={"Allow": "GET, HEAD"}).render(
+            request
+        )
+    return JsonResponse(document(), json_dumps_params={"indent": 1})
