@@ -1,26 +1,25 @@
-"""Run changelists (all, dead-lettered, uncertain) and the run detail page.
+"""Run changelists (all, dead-lettered, uncertain): their columns, filters,
+search and actions, and the run admin's URLs.
 
 Runs are read-only here: no add, no delete, no hand edits of status, epoch or
 lease. State changes go through the actions (actions.py) and the resolve
-view (resolve.py), which call the service layer.
+view (resolve.py), which call the service layer. A run's own page, its
+sections, is ``RunPage`` (run_page.py), mixed into ``RunAdmin``.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
-from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions, tree
+from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions
 from runqueue.admin.actions import cancel_runs, pause_runs, requeue_runs, resume_runs
 from runqueue.admin.bulk import OperatorMixin
 from runqueue.admin.filters import (
@@ -36,57 +35,21 @@ from runqueue.admin.filters import (
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.pagination import CappedCountPaginator
 from runqueue.admin.paused import pause_kinds
-from runqueue.admin.permissions import NoBulkDelete, RunPermissionsMixin
+from runqueue.admin.permissions import NoBulkDelete
+from runqueue.admin.run_page import RunPage
 from runqueue.history import usage
-from runqueue.models import (
-    Checkpoint,
-    DeadLetteredRun,
-    EventLog,
-    Run,
-    ToolInvocation,
-    ToolStatus,
-    UncertainRun,
-)
+from runqueue.models import DeadLetteredRun, Run, ToolInvocation, ToolStatus, UncertainRun
 
 if TYPE_CHECKING:
     # The stubs' name for what get_list_display returns.
     from django.contrib.admin.options import _ListDisplayT
 
-#: Events shown on a run's page, newest first; a looping run can log many.
-TIMELINE_LIMIT = 200
 #: Characters of a list cell before it is shortened (the rest in its title),
 #: so Status and the columns after it fit a 1366 px screen.
 KIND_WIDTH = 28
 SESSION_WIDTH = 16
 TENANT_WIDTH = 14
 FAILURE_WIDTH = 60
-#: Characters of a tool call's arguments or error on the run page.
-TOOL_JSON_LIMIT = 1500
-
-
-@dataclass(frozen=True)
-class ToolLine:
-    """A tool invocation as the run page's table shows it."""
-
-    tool: ToolInvocation
-    unresolved: bool
-    resolve_url: str
-    arguments_html: SafeString
-    error_html: SafeString
-    #: "Fork from here" on a finished run's step (staff who may fork).
-    fork_url: str = ""
-
-    @classmethod
-    def of(cls, tool: ToolInvocation, fork_url: str = "") -> ToolLine:
-        return cls(
-            tool=tool,
-            unresolved=tool.status == ToolStatus.UNCERTAIN and tool.resolution is None,
-            resolve_url=reverse("admin:runqueue_run_resolve", args=[tool.pk]),
-            arguments_html=display.pretty_json(tool.arguments, TOOL_JSON_LIMIT),
-            error_html=display.pretty_json(tool.error, TOOL_JSON_LIMIT),
-            fork_url=fork_url,
-        )
-
 
 #: The shortest run id prefix searched as one: the list shows 8 characters.
 ID_PREFIX_MIN = 8
@@ -116,7 +79,7 @@ def unresolved_uncertain() -> Exists:
 
 
 @admin.register(Run)
-class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
+class RunAdmin(OperatorMixin, RunPage, NoBulkDelete, GuardedAdmin):
     list_display = [
         "short_id",
         "status_display",
@@ -131,7 +94,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     # Lists read the replica when one is set; a run's page, whose actions
     # need the run as it is now, reads the primary.
     replica_pages = ("changelist", "dashboard", "session")
-    change_form_template = "admin/runqueue/run/change_form.html"
     list_filter = [
         "status",
         PriorityClassFilter,
@@ -151,63 +113,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
     actions = [requeue_runs, cancel_runs, pause_runs, resume_runs, pause_kinds]
-    readonly_fields = [
-        "lineage_display",
-        "usage_display",
-        "status_display",
-        "class_display",
-        "attempts_display",
-        "budget_display",
-        "failure_display",
-        "tools_display",
-        "conversation_display",
-        "timeline_display",
-        "checkpoints_display",
-        "payload_display",
-        "input_display",
-        "result_display",
-        "parent_display",
-        "children_display",
-        "wait_display",
-        "session_display_line",
-    ]
-    fieldsets = [
-        (
-            None,
-            {
-                "fields": [
-                    ("id", "status_display"),
-                    ("kind", "handler_version", "class_display"),
-                    ("tenant", "principal", "session_id"),
-                    "concurrency_key",
-                    ("created_at", "started_at", "finished_at"),
-                ]
-            },
-        ),
-        (
-            "Lease",
-            {
-                "fields": [
-                    ("attempts_display", "lease_epoch"),
-                    ("lease_owner", "lease_expires_at", "heartbeat_at"),
-                    "scheduled_for",
-                ]
-            },
-        ),
-        ("Budget", {"fields": ["budget_display"]}),
-        (
-            "Tree and wait",
-            {"fields": ["parent_display", "children_display", "lineage_display", "wait_display"]},
-        ),
-        ("Session", {"fields": ["session_display_line"]}),
-        ("Usage and cost", {"fields": ["usage_display"]}),
-        ("Failure (the dead letter)", {"fields": ["failure_display"]}),
-        ("Conversation", {"fields": ["conversation_display"]}),
-        ("Tool invocations", {"fields": ["tools_display"]}),
-        ("Event timeline", {"fields": ["timeline_display"]}),
-        ("Checkpoints", {"fields": ["checkpoints_display"]}),
-        ("Data", {"fields": ["payload_display", "input_display", "result_display"]}),
-    ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         """Every list and the run page know which runs are uncertain, and
@@ -264,46 +169,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     def decide_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
         return approvals.view(self, request, tool_id)
 
-    def get_object(
-        self, request: HttpRequest, object_id: str, from_field: str | None = None
-    ) -> Run | None:
-        """The detail page prefetches its tables: three queries, not one per row."""
-        queryset = self.get_queryset(request).prefetch_related(
-            Prefetch(
-                "log",
-                queryset=EventLog.objects.order_by("-id")[:TIMELINE_LIMIT],
-                to_attr="recent_events",
-            ),
-            Prefetch("tool_invocations", queryset=ToolInvocation.objects.order_by("seq")),
-            Prefetch("checkpoints", queryset=Checkpoint.objects.order_by("-seq")),
-        )
-        model = queryset.model
-        field = model._meta.pk if from_field is None else model._meta.get_field(from_field)
-        try:
-            run = queryset.get(**{field.name: field.to_python(object_id)})
-        except (model.DoesNotExist, ValidationError, ValueError):
-            return None
-        # Display methods see the run, not the request: carry the answer.
-        run.can_resolve = self.has_resolve_permission(request)
-        run.can_fork = run.is_terminal and self.has_fork_permission(request)
-        run.can_decide = self.has_decide_permission(request)
-        run.unresolved_tools = [
-            t
-            for t in run.tool_invocations.all()
-            if t.status == ToolStatus.UNCERTAIN and t.resolution is None
-        ]
-        run.header = render_to_string(
-            "admin/runqueue/run/header.html",
-            {
-                "run": run,
-                "status": display.status_badge(run.status, run.get_status_display()),
-                "marker": display.uncertain_marker(len(run.unresolved_tools))
-                if run.unresolved_tools
-                else "",
-            },
-        )
-        return run
-
     # -- list columns -------------------------------------------------------
 
     @admin.display(description="run", ordering="id")
@@ -337,10 +202,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
         return display.short(run.tenant, TENANT_WIDTH)
 
     @admin.display(description="class", ordering="priority")
-    def class_display(self, run: Run) -> str:
-        return f"{run.priority_class.label} ({run.priority})"
-
-    @admin.display(description="class", ordering="priority")
     def class_short(self, run: Run) -> SafeString:
         """The class in a list, its priority in the title (narrower)."""
         return format_html(
@@ -350,16 +211,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     @admin.display(description="attempts")
     def attempts_display(self, run: Run) -> str:
         return f"{run.attempts}/{run.max_attempts}"
-
-    @admin.display(description="model calls")
-    def budget_display(self, run: Run) -> str:
-        """What the run reserved and used on budgets, and its next call's."""
-        if run.budget_key is None and not run.budget_reserved and not run.budget_used:
-            return "no budget"
-        done = f"reserved {run.budget_reserved:,} tokens, used {run.budget_used:,}"
-        if run.budget_key is None:
-            return done
-        return f"{done}; each claim reserves {run.budget_tokens:,} tokens on {run.budget_key}"
 
     @admin.display(description="cost")
     def cost_display(self, run: Run) -> SafeString | str:
@@ -384,98 +235,6 @@ class RunAdmin(OperatorMixin, RunPermissionsMixin, NoBulkDelete, GuardedAdmin):
     @admin.display(description="age", ordering="created_at")
     def age_display(self, run: Run) -> str:
         return display.age(run.created_at)
-
-    # -- detail page ---------------------------------------------------------
-
-    @admin.display(description="failure")
-    def failure_display(self, run: Run) -> SafeString:
-        if not run.failure:
-            return format_html("<span>{}</span>", "No failure recorded.")
-        return render_to_string("admin/runqueue/run/failure.html", {"failure": run.failure})
-
-    @admin.display(description="events (newest first)")
-    def timeline_display(self, run: Run) -> SafeString:
-        events = getattr(run, "recent_events", None)
-        if events is None:
-            events = list(run.log.order_by("-id")[:TIMELINE_LIMIT])
-        return render_to_string(
-            "admin/runqueue/run/timeline.html", {"events": events, "limit": TIMELINE_LIMIT}
-        )
-
-    @admin.display(description="tool invocations (the run's steps)")
-    def tools_display(self, run: Run) -> SafeString:
-        records = list(run.tool_invocations.all())
-        can_fork = getattr(run, "can_fork", False)
-        links = dict(forks.fork_links(run, len(records))) if can_fork else {}
-        tools = [ToolLine.of(tool, links.get(tool.seq, "")) for tool in records]
-        return render_to_string(
-            "admin/runqueue/run/tools.html",
-            {
-                "tools": tools,
-                "can_resolve": getattr(run, "can_resolve", False),
-                "fork_links": bool(links),
-                "fork_after": links.get(len(records), ""),
-            },
-        )
-
-    @admin.display(description="what the agent did, step by step")
-    def conversation_display(self, run: Run) -> SafeString:
-        records = list(run.tool_invocations.all())
-        return approvals.conversation_html(records, getattr(run, "can_decide", False))
-
-    @admin.display(description="forks")
-    def lineage_display(self, run: Run) -> SafeString:
-        return tree.lineage_html(run)
-
-    @admin.display(description="model calls")
-    def usage_display(self, run: Run) -> SafeString:
-        return tree.usage_html(run)
-
-    @admin.display(description="checkpoints (newest first)")
-    def checkpoints_display(self, run: Run) -> SafeString:
-        checkpoints = list(run.checkpoints.all())
-        if not checkpoints:
-            return format_html("<span>{}</span>", "No checkpoints.")
-        return format_html(
-            "<table><tr><th>seq</th><th>tool seq</th><th>epoch</th><th>at</th>"
-            "<th>state</th></tr>{}</table>",
-            format_html_join(
-                "",
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                (
-                    (c.seq, c.tool_seq, c.lease_epoch, c.created_at, display.pretty_json(c.state))
-                    for c in checkpoints
-                ),
-            ),
-        )
-
-    @admin.display(description="parent")
-    def parent_display(self, run: Run) -> SafeString:
-        return tree.parent_html(run)
-
-    @admin.display(description="children")
-    def children_display(self, run: Run) -> SafeString:
-        return tree.children_html(run)
-
-    @admin.display(description="its line: active run, then pending turns")
-    def session_display_line(self, run: Run) -> SafeString:
-        return tree.session_html(run)
-
-    @admin.display(description="wait, or why it waits")
-    def wait_display(self, run: Run) -> SafeString:
-        return tree.wait_html(run)
-
-    @admin.display(description="payload")
-    def payload_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.payload)
-
-    @admin.display(description="input")
-    def input_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.input)
-
-    @admin.display(description="result")
-    def result_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.result)
 
 
 @admin.register(DeadLetteredRun)

@@ -140,6 +140,14 @@ def not_found(what: str = "run") -> ApiError:
     return ApiError("not-found", f"No {what} with this id.")
 
 
+def refused_in_status(slug: str, exc: InvalidTransition, rule: str) -> ApiError:
+    """A write the run's status refuses: the status it is in, then ``rule``,
+    what the write needs."""
+    return ApiError(
+        slug, f"The run is {exc.status}; {rule}", extensions={"run_status": exc.status}
+    )
+
+
 def validation_failed(errors: list[FieldError]) -> ApiError:
     return ApiError(
         "validation-failed",
@@ -202,9 +210,7 @@ def from_service_error(
     if isinstance(exc, RunNotFound):
         return not_found()
     if isinstance(exc, InvalidTransition):
-        return ApiError(
-            "run-not-cancellable",
-            f"The run is {exc.status}; only queued, running or waiting runs can be cancelled.",
-            extensions={"run_status": exc.status},
+        return refused_in_status(
+            "run-not-cancellable", exc, "only queued, running or waiting runs can be cancelled."
         )
     return None

@@ -20,9 +20,9 @@ from django.urls import reverse
 from runqueue import registry
 from runqueue.api import admission, parsing
 from runqueue.api.auth import Caller
+from runqueue.api.endpoint import api_view, int_param, mapped
 from runqueue.api.errors import ApiError, FieldError, not_found, validation_failed
 from runqueue.api.render import run_url
-from runqueue.api.views import _int_param, _mapped, api_view
 from runqueue.conf import RESERVED_KIND_PREFIXES
 from runqueue.db import db_now
 from runqueue.errors import RunqueueError
@@ -177,7 +177,7 @@ def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
             extensions={"limit": exc.limit},
         ) from exc
     except RunqueueError as exc:
-        raise _mapped(exc) from exc
+        raise mapped(exc) from exc
     response = JsonResponse(schedule_body(_found_again(caller, schedule)), status=201)
     response["Location"] = schedule_url(id_of(schedule))
     if not made:
@@ -229,7 +229,7 @@ def _checked(caller: Caller, body: JSON) -> ScheduleRequest:
 def _list(request: HttpRequest, caller: Caller) -> HttpResponse:
     """Sorted by id; ``session_id`` and ``kind`` filter, ``after`` (an id)
     continues from the page that ended there."""
-    limit = _int_param(request, "limit", parsing.SCHEDULE_PAGE, 1, parsing.MAX_SCHEDULE_PAGE)
+    limit = int_param(request, "limit", parsing.SCHEDULE_PAGE, 1, parsing.MAX_SCHEDULE_PAGE)
     rows = _rows(caller)
     for name in ("session_id", "kind"):
         value = request.GET.get(name)

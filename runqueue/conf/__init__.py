@@ -17,7 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from runqueue.conf.table import BY_NAME, MAX_EVENTS_PAGE_SIZE, SETTINGS
+from runqueue.conf.table import BY_NAME, SETTINGS
+from runqueue.conf.table_http import MAX_EVENTS_PAGE_SIZE
 from runqueue.conf.values import (
     ON_BUSY,
     POOLERS,

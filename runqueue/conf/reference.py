@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from runqueue.conf.table import SETTINGS, Setting
+from runqueue.conf.setting import Setting
+from runqueue.conf.table import SETTINGS
 
 INTRODUCTION = """\
 # Settings

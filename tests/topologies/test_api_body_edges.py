@@ -11,7 +11,7 @@ import socket
 import pytest
 from django.test import RequestFactory
 
-from runqueue.api import views
+from runqueue.api import runs
 from runqueue.api.parsing import MAX_DIGITS
 from tests.api_helpers import RUNS, make_caller, problem, submit
 from tests.topologies.test_stream_gunicorn import gunicorn  # noqa: F401 - fixture
@@ -62,7 +62,7 @@ def test_a_chunked_body_the_server_does_not_end_is_411() -> None:
     del request.META["CONTENT_LENGTH"]
     request.META["HTTP_TRANSFER_ENCODING"] = "chunked"
     request.META["wsgi.input"] = io.BytesIO(b'{"kind": "k"}')
-    problem(views.submit_run(request), 411, "length-required")
+    problem(runs.submit_run(request), 411, "length-required")
 
 
 def test_a_too_long_integer_gets_its_own_message(client) -> None:

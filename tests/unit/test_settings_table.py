@@ -16,7 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 from runqueue import checks
 from runqueue.conf import Settings, parse
 from runqueue.conf.reference import default_text, reference
-from runqueue.conf.table import BY_NAME, SETTINGS, Setting
+from runqueue.conf.setting import Setting
+from runqueue.conf.table import BY_NAME, SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 

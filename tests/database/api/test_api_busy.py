@@ -101,7 +101,7 @@ def test_an_interrupts_201_shows_the_run_and_its_session_at_one_moment(
     was read in the submit's transaction, its session later, after a worker
     claimed it. Both are read in one snapshot now."""
     import runqueue
-    from runqueue.api import views
+    from runqueue.api import runs
 
     first = _turn(client, alice, "one").json()
     real_submit = runqueue.submit
@@ -112,7 +112,7 @@ def test_an_interrupts_201_shows_the_run_and_its_session_at_one_moment(
         assert lease is not None and lease.run_id == done.run.id
         return done
 
-    monkeypatch.setattr(views.runqueue, "submit", submit_then_a_worker_claims)
+    monkeypatch.setattr(runs.runqueue, "submit", submit_then_a_worker_claims)
     response = _turn(client, alice, "stop", "interrupt")
     assert response.status_code == 201
     body = response.json()

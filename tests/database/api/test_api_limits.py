@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client, RequestFactory
 
 import runqueue
-from runqueue.api import views
+from runqueue.api import runs
 from runqueue.models import IdempotencyKey, Run
 from tests.api_helpers import RUNS, ApiCaller, make_caller, problem, submit
 from tests.helpers import Worker, is_blocked, wait_until
@@ -74,7 +74,7 @@ def test_read_is_bounded_without_a_content_length(alice, small_limit) -> None:
     stream = CountingStream()
     request._stream = stream
     del request.META["CONTENT_LENGTH"]
-    response = views.submit_run(request)
+    response = runs.submit_run(request)
     problem(response, 413, "payload-too-large")
     assert stream.served == LIMIT + 1
 

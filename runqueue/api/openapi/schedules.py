@@ -1,19 +1,24 @@
-"""The OpenAPI paths and schemas of ``/api/schedules/`` (``openapi.document``
-merges them), built from the same constants the endpoints check."""
+"""The OpenAPI document's schedules: the paths and schemas of
+``/api/schedules/``, built from the same constants the endpoints check.
+Apart from the other resources so that each reads whole; the package
+assembles them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from django.urls import reverse
-
-from runqueue.api.parsing import KEY_RULE, MAX_PAUSE_REASON, MAX_SCHEDULE_PAGE, SCHEDULE_PAGE
+from runqueue.api.openapi.parts import (
+    NULLABLE_TIME,
+    idempotency_key,
+    json_content,
+    page,
+    problems,
+    replayed,
+)
+from runqueue.api.parsing import MAX_PAUSE_REASON, MAX_SCHEDULE_PAGE, SCHEDULE_PAGE
 from runqueue.conf import ON_BUSY
 from runqueue.models import PRIORITY_MAX, Overlap, PriorityClass
-from runqueue.submission.rules import KEY_PATTERN, TEXT_LIMITS
+from runqueue.submission.rules import TEXT_LIMITS
 from runqueue.types import JSON
 
-_REF = "#/components/schemas/"
 _NO_NUL = "^[^\\u0000]+$"
 _ID = {
     "name": "schedule_id",
@@ -21,23 +26,6 @@ _ID = {
     "required": True,
     "schema": {"type": "string", "format": "uuid"},
 }
-_REPLAYED = {
-    "Idempotent-Replayed": {
-        "schema": {"type": "string", "enum": ["true"]},
-        "description": "present on a replay of an earlier create with the same key",
-    }
-}
-
-
-def _path(name: str) -> str:
-    if name == "schedules":
-        return reverse("runqueue-api:schedules")
-    url = reverse(f"runqueue-api:{name}", kwargs={"schedule_id": "SCHEDULEID"})
-    return url.replace("SCHEDULEID", "{schedule_id}")
-
-
-def _json(schema: str) -> dict[str, JSON]:
-    return {"application/json": {"schema": {"$ref": _REF + schema}}}
 
 
 def _pause_body() -> dict[str, JSON]:
@@ -55,11 +43,11 @@ def _pause_body() -> dict[str, JSON]:
     }
 
 
-def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
-    """The schedule paths; ``problems(*codes)`` the problem answers."""
-    one = {"200": {"description": "the schedule", "content": _json("Schedule")}}
+def paths() -> dict[str, JSON]:
+    """By route name: the schedules, one schedule, its pause and resume."""
+    one = {"200": {"description": "the schedule", "content": json_content("Schedule")}}
     return {
-        _path("schedules"): {
+        "schedules": {
             "post": {
                 "operationId": "createSchedule",
                 "summary": "Make a schedule: a cron in a time zone, or once at run_at",
@@ -69,24 +57,16 @@ def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
                 "submitted with on_busy (default enqueue). A token owns at most "
                 "RUNQUEUE['API_SCHEDULES_PER_TOKEN'] schedules that can still fire (409 "
                 "schedule-limit-reached). The Idempotency-Key works as on a submit.",
-                "parameters": [
-                    {
-                        "name": "Idempotency-Key",
-                        "in": "header",
-                        "required": True,
-                        "description": KEY_RULE,
-                        "schema": {"type": "string", "pattern": KEY_PATTERN},
-                    }
-                ],
-                "requestBody": {"required": True, "content": _json("CreateSchedule")},
+                "parameters": [idempotency_key(required=True)],
+                "requestBody": {"required": True, "content": json_content("CreateSchedule")},
                 "responses": {
                     "201": {
                         "description": "made (or a replay of that)",
                         "headers": {
                             "Location": {"schema": {"type": "string"}},
-                            **_REPLAYED,
+                            **replayed("create"),
                         },
-                        "content": _json("Schedule"),
+                        "content": json_content("Schedule"),
                     },
                     **problems(400, 401, 405, 409, 411, 413, 415, 422, 429, 500, 503),
                 },
@@ -112,12 +92,12 @@ def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
                     },
                 ],
                 "responses": {
-                    "200": {"description": "a page", "content": _json("SchedulePage")},
+                    "200": {"description": "a page", "content": json_content("SchedulePage")},
                     **problems(400, 401, 405, 500, 503),
                 },
             },
         },
-        _path("schedule"): {
+        "schedule": {
             "get": {
                 "operationId": "getSchedule",
                 "parameters": [_ID],
@@ -133,7 +113,7 @@ def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
                 },
             },
         },
-        _path("schedule-pause"): {
+        "schedule-pause": {
             "post": {
                 "operationId": "pauseSchedule",
                 "summary": "Stop firing; ticks while paused are not caught up (a paused "
@@ -143,7 +123,7 @@ def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
                 "responses": {**one, **problems(400, 401, 404, 405, 413, 415, 422, 429, 500, 503)},
             }
         },
-        _path("schedule-resume"): {
+        "schedule-resume": {
             "post": {
                 "operationId": "resumeSchedule",
                 "summary": "Fire again from now on; a one-shot whose time passed fires now "
@@ -158,7 +138,6 @@ def paths(problems: Callable[..., dict[str, JSON]]) -> dict[str, JSON]:
 
 def schemas(kinds: list[str]) -> dict[str, JSON]:
     """CreateSchedule, Schedule and SchedulePage."""
-    time = {"type": ["string", "null"], "format": "date-time"}
     text = {"type": ["string", "null"]}
     return {
         "CreateSchedule": {
@@ -225,27 +204,20 @@ def schemas(kinds: list[str]) -> dict[str, JSON]:
                 "priority": {"type": "integer"},
                 "cron": text,
                 "timezone": text,
-                "run_at": time,
+                "run_at": NULLABLE_TIME,
                 "session_id": text,
                 "on_busy": text,
                 "overlap": {"type": "string"},
                 "runs_may_schedule": {"type": "boolean"},
                 "state": {"type": "string", "enum": ["active", "paused", "done"]},
-                "paused_at": time,
+                "paused_at": NULLABLE_TIME,
                 "pause_reason": {"type": "string"},
-                "next_fire_at": time,
+                "next_fire_at": NULLABLE_TIME,
                 "last_run": {**text, "description": "the URL of its last tick's run"},
                 "source": {"type": "string", "enum": ["api", "handler"]},
                 "created_by": {"type": "string"},
-                "created_at": time,
+                "created_at": NULLABLE_TIME,
             },
         },
-        "SchedulePage": {
-            "type": "object",
-            "required": ["schedules", "next"],
-            "properties": {
-                "schedules": {"type": "array", "items": {"$ref": _REF + "Schedule"}},
-                "next": {"type": ["string", "null"], "description": "URL of the next page"},
-            },
-        },
+        "SchedulePage": page("schedules", "Schedule"),
     }

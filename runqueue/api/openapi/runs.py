@@ -1,0 +1,377 @@
+"""The OpenAPI document's runs: ``/api/runs/`` (submit), a run read,
+cancelled, paused, resumed, signalled or answered, and the schemas of a run
+and of those requests. Apart from the other resources so that each reads
+whole; the package assembles them."""
+
+from __future__ import annotations
+
+from runqueue.api.openapi.parts import (
+    NULLABLE_TIME,
+    REF,
+    RUN_ID,
+    idempotency_key,
+    json_content,
+    problems,
+    replayed,
+)
+from runqueue.api.parsing import MAX_REASON
+from runqueue.models import PriorityClass, RunStatus
+from runqueue.submission import fields as submission_fields
+from runqueue.types import JSON
+
+_REASON = {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"}
+_LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the run's URL"}}
+_OUTCOME = {
+    "Submit-Outcome": {
+        "schema": {"type": "string"},
+        "description": "what became of the submit: created, enqueued, merged, steered, "
+        "interrupted, rolled_back or input_delivered (a replay: the first request's)",
+    }
+}
+
+
+def schemas(kinds: list[str]) -> dict[str, JSON]:
+    """SubmitRun (its ``kind`` one of ``kinds``), CancelRun, PauseRun,
+    Signalled, and the Run with its Wait, Failure and Usage."""
+    return {
+        "SubmitRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["kind"],
+            "properties": submission_fields.api_properties(kinds),
+        },
+        "CancelRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "reason": _REASON,
+                "cascade": {
+                    "type": "boolean",
+                    "description": "cancel the run's descendants too (default true)",
+                },
+            },
+        },
+        "PauseRun": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "reason": _REASON,
+                "tree": {
+                    "type": "boolean",
+                    "description": "the run's descendants too (default false)",
+                },
+            },
+        },
+        "Signalled": {
+            "type": "object",
+            "required": ["delivery", "run"],
+            "properties": {
+                "delivery": {
+                    "type": "string",
+                    "enum": ["delivered", "kept"],
+                    "description": "delivered: the run waited for this signal and is queued "
+                    "again with its data as input; kept: in the run's mailbox until a wait "
+                    "names it",
+                },
+                "run": {"$ref": REF + "Run"},
+            },
+        },
+        "Wait": {
+            "type": ["object", "null"],
+            "description": "what a waiting run waits for (null unless it waits)",
+            "properties": {
+                "reason": {
+                    "type": "string",
+                    "enum": ["children", "signal", "timer", "user", "event"],
+                },
+                "name": {"type": "string", "description": "the signal's or the event's name"},
+                "match": {
+                    "type": ["object", "null"],
+                    "description": "what the event's data must contain (reason event); null "
+                    "otherwise",
+                },
+                "since": NULLABLE_TIME,
+                "until": NULLABLE_TIME,
+                "question": {
+                    "description": "what the run asked the user (ctx.ask_user) while it waits "
+                    "for the user (reason user); null otherwise. Answer it at links.input"
+                },
+            },
+        },
+        "Failure": {
+            "type": ["object", "null"],
+            "properties": {
+                "classification": {"type": ["string", "null"]},
+                "error_type": {"type": ["string", "null"]},
+                "message": {"type": ["string", "null"]},
+                "attempt": {"type": ["integer", "null"]},
+            },
+        },
+        "Usage": {
+            "type": "object",
+            "properties": {
+                "input_tokens": {"type": "integer", "minimum": 0},
+                "output_tokens": {"type": "integer", "minimum": 0},
+                "cost": {
+                    "type": "string",
+                    "description": "a decimal number, in the prices' currency: the calls "
+                    "with a known cost",
+                },
+                "calls": {"type": "integer", "minimum": 0},
+                "unpriced_calls": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "calls recorded without a cost (not in cost)",
+                },
+            },
+        },
+        "Run": {
+            "type": "object",
+            "required": ["id", "kind", "status", "priority", "links"],
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "kind": {"type": "string"},
+                "status": {"type": "string", "enum": list(RunStatus.values)},
+                "parent_id": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the run that spawned this one (ctx.spawn)",
+                },
+                "forked_from": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the finished run this one was forked from (runqueue.fork)",
+                },
+                "forks": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "uuid"},
+                    "description": "the runs forked from this one, newest first (at most 100)",
+                },
+                "children_open": {"type": "integer", "minimum": 0},
+                "handler_version": {
+                    "type": ["integer", "null"],
+                    "description": "the version of its kind's handler the run is pinned to "
+                    "(set by its first claim; null until then)",
+                },
+                "wait": {"$ref": REF + "Wait"},
+                "timed_out": {"type": "boolean"},
+                "session_id": {"type": ["string", "null"]},
+                "place": {
+                    "type": ["integer", "null"],
+                    "description": "a pending run's place in its session's line (lowest "
+                    "first); kept once it is queued",
+                },
+                "interrupted_id": {
+                    "type": ["string", "null"],
+                    "format": "uuid",
+                    "description": "the run this one interrupted (on_busy interrupt)",
+                },
+                "session": {"$ref": REF + "SessionLine"},
+                "concurrency_key": {
+                    "type": "string",
+                    "description": "runs with the same key share a concurrency cap per class "
+                    "(the tenant unless the submitting code chose another)",
+                },
+                "priority": {"type": "integer"},
+                "priority_class": {"type": "string", "enum": list(PriorityClass.slugs())},
+                "payload": {"description": "the first message's payload"},
+                "payloads": {
+                    "type": "array",
+                    "description": "the turn's messages in order: several when on_busy merge "
+                    "joined them",
+                },
+                "input": {},
+                "result": {},
+                "failure": {"$ref": REF + "Failure"},
+                "attempts": {"type": "integer"},
+                "max_attempts": {"type": "integer"},
+                "scheduled_for": NULLABLE_TIME,
+                "paused_at": {
+                    "type": ["string", "null"],
+                    "format": "date-time",
+                    "description": "when it was paused (null: not paused): not claimed, its "
+                    "start deadline frozen, until resumed",
+                },
+                "start_by": {
+                    **NULLABLE_TIME,
+                    "description": "until when the run may first be claimed (start_within); "
+                    "null once claimed, or without a start deadline",
+                },
+                "max_duration": {
+                    "type": ["number", "null"],
+                    "description": "the longest an attempt may run, in seconds: past it the "
+                    "handler is cancelled and the run fails with reason max_duration",
+                },
+                "created_at": NULLABLE_TIME,
+                "started_at": NULLABLE_TIME,
+                "finished_at": NULLABLE_TIME,
+                "usage": {"$ref": REF + "Usage", "description": "what this run recorded"},
+                "tree_usage": {
+                    "$ref": REF + "Usage",
+                    "description": "what the run's tree (its root and every descendant) recorded",
+                },
+                "spend_cap": {
+                    "type": ["string", "null"],
+                    "description": "the tree's spend cap, a decimal number (null: none)",
+                },
+                "links": {
+                    "type": "object",
+                    "properties": {
+                        "self": {"type": "string"},
+                        "events": {"type": "string"},
+                        "stream": {"type": "string"},
+                        "cancel": {"type": "string"},
+                        "pause": {"type": "string"},
+                        "resume": {"type": "string"},
+                        "steps": {"type": "string"},
+                        "input": {
+                            "type": "string",
+                            "description": "where to answer the run's question: present "
+                            "only while it waits for the user",
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def paths() -> dict[str, JSON]:
+    """By route name: a run submitted, read, and each write on it."""
+    return {
+        "runs": {
+            "post": {
+                "operationId": "submitRun",
+                "summary": "Create a run, or deliver input to the session's waiting run",
+                "parameters": [idempotency_key(required=True)],
+                "requestBody": {"required": True, "content": json_content("SubmitRun")},
+                "responses": {
+                    "201": {
+                        "description": "run created: queued, pending behind the "
+                        "session's active run (on_busy enqueue or steer), or interrupting "
+                        "it (or a replay of that)",
+                        "headers": _LOCATION | _OUTCOME | replayed("request"),
+                        "content": json_content("Run"),
+                    },
+                    "202": {
+                        "description": "input delivered to the session's waiting run, "
+                        "or the payload merged into its turn not started yet (on_busy "
+                        "merge)",
+                        "headers": _LOCATION | _OUTCOME | replayed("request"),
+                        "content": json_content("Run"),
+                    },
+                    **problems(400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),
+                },
+            }
+        },
+        "run": {
+            "get": {
+                "operationId": "getRun",
+                "parameters": [RUN_ID],
+                "responses": {
+                    "200": {"description": "the run", "content": json_content("Run")},
+                    **problems(401, 404, 405, 500, 503),
+                },
+            }
+        },
+        "run-cancel": _run_write(
+            "cancelRun",
+            None,
+            "CancelRun",
+            "the cancelled run",
+            (401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+        ),
+        "run-pause": _run_write(
+            "pauseRun",
+            "Pause a run (tree: and every run below it): not claimed, its start deadline "
+            "frozen; a running one is given back at its next step. Pausing a paused run again "
+            "changes nothing.",
+            "PauseRun",
+            "the run",
+            (401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+        ),
+        "run-resume": _run_write(
+            "resumeRun",
+            "Resume a paused run (tree: and every run below it).",
+            "PauseRun",
+            "the run",
+            (401, 403, 404, 405, 413, 415, 422, 429, 500, 503),
+        ),
+        "run-signal": {
+            "post": {
+                "operationId": "signalRun",
+                "description": "Send a signal to a run of your tenant; the body (any JSON, "
+                "or none) is its data, the run's input when a wait for that name ends.",
+                "parameters": [
+                    RUN_ID,
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    },
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": {}}},
+                },
+                "responses": {
+                    "202": {
+                        "description": "delivered or kept",
+                        "content": json_content("Signalled"),
+                    },
+                    **problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                },
+            }
+        },
+        "run-input": {
+            "post": {
+                "operationId": "answerRun",
+                "summary": "Answer a run waiting for the user, whatever its session",
+                "description": "The body (any JSON, or none for null) is the run's input, "
+                "as the payload of a submit to its session would be: the run is queued "
+                "again and its handler resumes with it as ctx.input. Its question is "
+                "wait.question in the run. 409 run-not-waiting-for-user once answered. "
+                "An Idempotency-Key (optional) makes a retry safe, as on a submit: the "
+                "same answer again is the first response with Idempotent-Replayed: true; "
+                "the key with another answer or run is 422 idempotency-key-reused.",
+                "parameters": [
+                    RUN_ID,
+                    idempotency_key(required=False),
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": {}}},
+                },
+                "responses": {
+                    "202": {
+                        "description": "the answer is the run's input; the run is queued "
+                        "(or a replay of that)",
+                        "headers": _LOCATION | replayed("request"),
+                        "content": json_content("Run"),
+                    },
+                    **problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                },
+            }
+        },
+    }
+
+
+def _run_write(
+    operation_id: str,
+    description: str | None,
+    body: str,
+    answer: str,
+    codes: tuple[int, ...],
+) -> JSON:
+    """A POST on a run with an optional ``body`` schema, answered with the run."""
+    operation: dict[str, JSON] = {"operationId": operation_id}
+    if description is not None:
+        operation["description"] = description
+    operation["parameters"] = [RUN_ID]
+    operation["requestBody"] = {"required": False, "content": json_content(body)}
+    operation["responses"] = {
+        "200": {"description": answer, "content": json_content("Run")},
+        **problems(*codes),
+    }
+    return {"post": operation}

@@ -1,0 +1,79 @@
+"""A run's events: a page of them (``/api/runs/<id>/events/``) and their
+Server-Sent Events stream (``/api/runs/<id>/stream/``), both read in the
+caller's tenant. The stream itself is ``runqueue.stream``'s."""
+
+from __future__ import annotations
+
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+)
+
+from runqueue import events
+from runqueue.api.auth import Caller
+from runqueue.api.endpoint import (
+    api_view,
+    event_stream_response,
+    int_param,
+    is_operator,
+    stream_limit_error,
+    stream_owners,
+)
+from runqueue.api.errors import ApiError
+from runqueue.api.render import events_url
+from runqueue.api.runs import run_or_404
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
+from runqueue.models import EventLog
+from runqueue.stream import StreamLimit, open_stream
+from runqueue.stream.sse import parse_cursor
+
+
+@api_view("GET", replica=True)
+def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
+    """A page of the run's events, oldest first; ``next`` continues after the last."""
+    run = run_or_404(caller, run_id)
+    after = int_param(request, "after", 0, 0, 2**63 - 1)
+    limit = int_param(
+        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
+    )
+    page = list(EventLog.objects.filter(run_id=run.id, id__gt=after).order_by("id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
+    operator = is_operator(caller)
+    return JsonResponse(
+        {"events": [events.event_body(e, operator=operator) for e in page], "next": next_url}
+    )
+
+
+@api_view("GET")
+def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponseBase:
+    """Server-Sent Events: the run's events after ``Last-Event-ID`` (or
+    ``?after=``), then each new one as it commits, until a terminal event."""
+    run = run_or_404(caller, run_id)
+    header = (request.headers.get("Last-Event-ID") or "").strip()
+    mark = None
+    if header:
+        try:
+            after, mark = parse_cursor(header)
+        except ValueError as exc:
+            raise ApiError(
+                "invalid-parameter",
+                f"Last-Event-ID must be an id: of this stream ({exc}).",
+                extensions={"parameter": "Last-Event-ID"},
+            ) from None
+    else:
+        after = int_param(request, "after", 0, 0, 2**63 - 1)
+    try:
+        stream = open_stream(
+            run, after, stream_owners(caller), mark=mark, operator=is_operator(caller)
+        )
+    except StreamLimit as exc:
+        raise stream_limit_error(exc, "runs") from None
+    if stream is None:
+        # Finished, and the client has every event: 204 tells a browser's
+        # EventSource to stop reconnecting.
+        return HttpResponse(status=204)
+    return event_stream_response(stream)
