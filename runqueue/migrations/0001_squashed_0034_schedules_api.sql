@@ -1,10 +1,12 @@
 -- runqueue's schema as migrations 0001_initial to 0034_schedules_api leave it:
 -- what 0001_squashed_0034_schedules_api.py installs on a database that has none
 -- of them (its docstring says when Django uses it). Frozen, as every migration
--- is: taken with pg_dump --schema-only from a database migrated through the 34,
--- runqueue's objects only (no owner, no privileges, no schema name), in
--- pg_dump's order; tests/database/history/test_baseline.py migrates a database
--- each way and compares them.
+-- is: taken from a database migrated through the 34 (PostgreSQL 15) with
+-- pg_dump --schema-only --no-owner --no-privileges -Fc, its pg_restore -l list
+-- cut to runqueue's objects less the events' default partition and the day
+-- partitions (made at the end, below), pg_restore -L; then the SET lines and
+-- the schema name taken out. In pg_dump's order; tests/database/history/
+-- test_baseline.py migrates a database each way and compares them.
 --
 -- Four markers in double braces stand for the project's user model
 -- (AUTH_USER_MODEL is swappable), put in at migrate time: user_id_type the
