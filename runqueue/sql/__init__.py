@@ -41,10 +41,16 @@ tests/unit/test_sql_fragments.py checks that none is written out anywhere
 else.
 
 A migration is history, so it holds a frozen copy of the functions' text,
-not a call: to change a function (or a fragment one includes), edit it in
-its file and add a migration that runs the new text (``functions_sql()``,
-pasted in; see 0006_function_source). tests/database/sql/test_functions.py
-checks that the migrated database's functions are exactly the files'.
+not a call (the baseline, 0001_squashed_0034_schedules_api, all of them
+once). To change a function (or a fragment one includes), edit it in its
+file and add a migration that runs the new text, pasted in: a function the
+statements call changes under a new name (``runqueue_claim_capped_v2``, the
+statements switched to it, the old name kept for the previous release's
+workers until a later migration drops it); one only the database calls (a
+trigger's, a helper of other functions) is replaced in place; no migration
+imports another (docs/decisions/project.md, "Migrations and database
+functions"). tests/database/sql/test_functions.py checks that the migrated
+database's functions are exactly the files'.
 """
 
 from __future__ import annotations
@@ -190,8 +196,9 @@ def functions() -> dict[str, str]:
 
 def functions_sql() -> str:
     """Every function in one text (in load order: a LANGUAGE sql function
-    after those it calls, in its own file): what a migration that changes
-    one of them holds, frozen."""
+    after those it calls, in its own file): what the migrations from 0006 to
+    0033 pasted, frozen, to change one of them (a later migration pastes the
+    texts it installs, ``functions()[name]``)."""
     return "\n".join(functions().values())
 
 
