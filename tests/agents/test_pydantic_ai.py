@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 import runqueue  # noqa: E402
-from runqueue import leases, testing  # noqa: E402
+from runqueue import leases, registry, testing  # noqa: E402
 from runqueue.contrib import steps  # noqa: E402
 from runqueue.contrib.pydantic_ai import RunqueueAgent, model_request  # noqa: E402
 from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Usage  # noqa: E402
@@ -301,11 +301,20 @@ def test_the_docs_conversion_runs_as_written() -> None:
         "model": FunctionModel(agents.script, model_name=agents.MODEL),
         "payments": SimpleNamespace(refund=lambda order: refunds.append(order) or "refunded"),
     }
-    exec(compile(block.code, "docs/agents.md", "exec"), namespace)  # noqa: S102 - our docs
-    run = runqueue.submit(kind="support.turn", payload={"prompt": "refund 7"}).run
-    assert testing.execute(claimed(lease_seconds=30)) == "waiting"  # the refund awaits approval
-    runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
-    assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
+    # The block registers support.turn, as the versions guide's example does
+    # (tests/database/docs): this test has the kind to itself, then gives it back.
+    saved = {kind: dict(versions) for kind, versions in registry._handlers.items()}
+    registry.unregister("support.turn")
+    try:
+        exec(compile(block.code, "docs/agents.md", "exec"), namespace)  # noqa: S102 - our docs
+        run = runqueue.submit(kind="support.turn", payload={"prompt": "refund 7"}).run
+        assert testing.execute(claimed(lease_seconds=30)) == "waiting"  # the refund: approval
+        runqueue.decide_tool(run.id, 3, "approve", actor="user:ana")
+        assert testing.execute(claimed(lease_seconds=30)) == "succeeded"
+    finally:
+        registry._handlers.clear()
+        registry._handlers.update(saved)
+        registry._served = None
     assert Run.objects.get(id=run.id).result == "refund of order 7: refunded"
     assert refunds == [7]
 

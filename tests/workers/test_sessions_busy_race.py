@@ -18,6 +18,7 @@ from django.db import transaction
 import runqueue
 from runqueue import leases, testing
 from runqueue.errors import InvalidTransition
+from runqueue.leases.turns import turn_payloads
 from runqueue.models import TERMINAL_STATUSES, EventLog, Run, RunStatus
 from runqueue.sql import functions, queries
 from runqueue.submission.submit import submit_in_transaction
@@ -295,7 +296,7 @@ def test_double_texts_racing_a_worker_each_run_once_in_order(settings) -> None:
                 ):
                     return
                 continue
-            ran.append(runqueue.submission.turn_payloads(lease.run))
+            ran.append(turn_payloads(lease.run))
             assert testing.succeed(lease)
             for found in (testing.double_actives(), testing.unpromoted_sessions()):
                 if found:
