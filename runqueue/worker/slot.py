@@ -27,7 +27,8 @@ from runqueue import aio, leases, registry, runtime
 from runqueue.errors import UnknownKind
 from runqueue.observability import observe
 from runqueue.outcomes import Outcome
-from runqueue.worker.group import Box, Dispatch, Done, Group, LoopBox
+from runqueue.worker.boxes import Box, Dispatch, Done, LoopBox
+from runqueue.worker.group import Group
 from runqueue.worker.services import ConnectionCheck
 
 logger = logging.getLogger("runqueue.worker")
