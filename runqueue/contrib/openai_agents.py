@@ -63,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     ) from exc
 
 from runqueue import aio
-from runqueue.contrib import steps
+from runqueue.contrib import on_loop, steps
 from runqueue.errors import PermanentError, RunCancelled
 from runqueue.leases import payload_digest
 from runqueue.models import Idempotency, Run, RunStatus, ToolInvocation, ToolStatus
@@ -235,7 +235,7 @@ def _begin(
         for name in ("previous_response_id", "conversation_id", "auto_previous_response_id")
     )
     return _Durable(
-        ctx=steps.as_async(ctx),
+        ctx=on_loop.as_async(ctx),
         idempotent=frozenset(idempotent),
         stream=stream,
         steer=steer,
@@ -869,7 +869,7 @@ class RunqueueSession(SessionABC):
     (``on_busy="rollback"``) is not part of it."""
 
     def __init__(self, ctx: RunContext | AsyncRunContext, session_id: str | None = None) -> None:
-        self.ctx = steps.as_async(ctx)
+        self.ctx = on_loop.as_async(ctx)
         self.session_id = session_id or self.ctx.run.session_id or ""
         if not self.session_id:
             raise ValueError("RunqueueSession needs a session_id: the run has none")
