@@ -63,8 +63,8 @@ def fail(lease: leases.Lease, failure: Failure) -> bool:
 
 def ready(group: Group) -> list[leases.Lease]:
     """Leases ``group`` claimed ahead that no slot has started yet."""
-    with group._cond:
-        return list(group._ready)
+    with group.state.cond:
+        return list(group.state.ready)
 
 
 # --- the run tree's invariants (docs/decisions/run-trees.md, "Rules a run-tree feature keeps")

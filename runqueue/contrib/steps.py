@@ -1,5 +1,7 @@
 """A model request as a recorded step of a run, the record every agent
-adapter writes, so the admin and the API read one shape whatever the SDK.
+adapter writes, so the admin and the API read one shape whatever the SDK;
+and the other steps every adapter takes the same way (the steering
+messages read before a request, a step the fence refused).
 
 A model request is a tool call of the run (``ToolInvocation``) named
 ``model:<model>``, idempotent (sending it again has no side effect, only a
@@ -24,7 +26,6 @@ from runqueue.errors import RunCancelled
 from runqueue.leases import payload_digest
 from runqueue.models import Idempotency, ToolInvocation
 from runqueue.runtime.async_context import AsyncRunContext
-from runqueue.runtime.context import RunContext
 from runqueue.runtime.tools import MODEL_STEP_PREFIX
 from runqueue.types import JSON
 
@@ -84,10 +85,18 @@ def is_model_step(record: ToolInvocation) -> bool:
     return record.tool.startswith(MODEL_STEP_PREFIX)
 
 
-def as_async(ctx: RunContext | AsyncRunContext) -> AsyncRunContext:
-    """The async face of a handler's context: an adapter runs the agent on
-    the loop whichever kind of handler called it."""
-    return ctx if isinstance(ctx, AsyncRunContext) else AsyncRunContext(ctx)
+async def steer_texts(ctx: AsyncRunContext, to_text: Callable[[JSON], str]) -> list[str]:
+    """The messages sent to steer the turn since it last looked
+    (``ctx.steers()``, itself a step, so a replay reads the same ones at the
+    same point), each as the user's words (``to_text``: ``steer_text`` or
+    the caller's own)."""
+    return [to_text(payload) for payload in await ctx.steers()]
+
+
+def fenced(ctx: AsyncRunContext) -> RunCancelled:
+    """What an adapter raises for a step the fence refused: the run is no
+    longer this handler's, and nothing of the step was written."""
+    return RunCancelled(ctx.lease.run_id, ctx.lease.cancel_reason or "fenced")
 
 
 async def model_request(
@@ -130,5 +139,5 @@ async def model_request(
     if outcome.status == "failed" and raised:
         raise raised[0]
     if outcome.status == "fenced":
-        raise RunCancelled(ctx.lease.run_id, ctx.lease.cancel_reason or "fenced")
+        raise fenced(ctx)
     raise RuntimeError(f"model request #{outcome.seq} ended {outcome.status}: {outcome.error}")

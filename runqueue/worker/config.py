@@ -46,7 +46,7 @@ class PoolConfig:
     #: its idle slots only, so this caps the batch of a large group.
     claim_batch: int = CLAIM_BATCH
     #: At most this many leases held beyond the idle slots of a group, while
-    #: its runs are short (``group.AHEAD_BELOW_SECONDS``); 0 turns it off.
+    #: its runs are short (``claim_ahead.AHEAD_BELOW_SECONDS``); 0 turns it off.
     claim_ahead: int = CLAIM_AHEAD
     #: A non-interactive ``--slots`` group runs as up to this many slot
     #: groups (lanes), each with its own claim thread and connection.

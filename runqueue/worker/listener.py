@@ -1,7 +1,7 @@
 """LISTEN on a dedicated autocommit connection; wake the slots a NOTIFY names.
 
 ``wake`` runs on this thread: a group that never claims ahead claims for
-its idle slots right here (``runqueue.worker.group``), on the thread's own
+its idle slots right here (``runqueue.worker.wake_claims``), on the thread's own
 Django connection, so an interactive run starts one thread hop after its
 NOTIFY arrives."""
 

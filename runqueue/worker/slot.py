@@ -28,7 +28,8 @@ from runqueue.errors import UnknownKind
 from runqueue.leases.outcomes import Outcome
 from runqueue.observability import observe
 from runqueue.runtime import aio
-from runqueue.worker.group import Box, Dispatch, Done, Group, LoopBox
+from runqueue.worker.boxes import Box, Dispatch, Done, LoopBox
+from runqueue.worker.group import Group
 from runqueue.worker.services import ConnectionCheck
 
 logger = logging.getLogger("runqueue.worker")

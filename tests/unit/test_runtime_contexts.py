@@ -23,7 +23,14 @@ _COROUTINE = re.compile(r"^Coroutine\[Any, Any, (.*)\]$")
 
 
 def _public(cls: type) -> dict[str, object]:
-    return {name: value for name, value in vars(cls).items() if not name.startswith("_")}
+    """The public members of ``cls`` and its bases (``RunContext``'s parts
+    are mixins), the nearest definition winning."""
+    return {
+        name: value
+        for base in reversed(cls.__mro__[:-1])
+        for name, value in vars(base).items()
+        if not name.startswith("_")
+    }
 
 
 def _awaited(annotation: object) -> object:

@@ -16,8 +16,9 @@ from runqueue.capacity import budgets
 from runqueue.leases.outcomes import Reported, Succeeded
 from runqueue.models import Budget, EventLog, PriorityClass, Run, RunStatus
 from runqueue.testing import ready
-from runqueue.worker import group as group_module
-from runqueue.worker.group import Box, Group, GroupConfig
+from runqueue.worker import claim_ahead
+from runqueue.worker.boxes import Box
+from runqueue.worker.group import Group, GroupConfig
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
 from tests.helpers import event_types, wait_until
@@ -148,7 +149,7 @@ def test_a_wake_up_claims_for_an_idle_interactive_slot_in_the_waking_thread(
     monkeypatch,
 ) -> None:
     group = _group(1, classes=(INTERACTIVE,))
-    assert group.claims_on_wake
+    assert group.on_wake is not None
     slot = _started(group)
     claimers: list[str] = []
     claim = leases.finish_and_claim
@@ -168,7 +169,7 @@ def test_a_wake_up_claims_for_an_idle_interactive_slot_in_the_waking_thread(
         waker.join(30)
         # The waking thread claimed and handed the lease over; the group
         # thread made no round for it.
-        assert claimers[-1] == "waker" and group.claims_on_wakes == 1
+        assert claimers[-1] == "waker" and group.on_wake.claims == 1
         assert group.rounds == rounds
         assert [lease.run_id for lease in group.held()] == [run_id]
     finally:
@@ -282,7 +283,7 @@ def test_claims_ahead_only_once_runs_are_short_and_never_starts_a_lost_lease(
 
 
 def test_a_lease_claimed_ahead_that_waits_too_long_is_given_back(monkeypatch) -> None:
-    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(claim_ahead, "AHEAD_WAIT_SECONDS", 0.2)
     _submit(4)
     group = _group(1, ahead=1)
     slot = _started(group)
@@ -319,7 +320,7 @@ def test_a_budgeted_lease_claimed_ahead_and_given_back_refunds_its_call(monkeypa
     """One request a minute: the lease claimed ahead of a busy slot is given
     back unstarted, with its request and tokens, so another worker claims
     the run at once instead of a minute later."""
-    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(claim_ahead, "AHEAD_WAIT_SECONDS", 0.2)
     Budget.objects.create(key="b", tokens=1000, requests=1, per_seconds=60)
     _submit(2)
     budgeted = _budgeted(100)
@@ -351,11 +352,11 @@ def test_a_stopping_group_refunds_the_calls_of_the_leases_it_never_started(
     """Shutdown gives back every lease still held: the one a slot is
     running keeps its reservation (the call may have been made), the one
     claimed ahead and never started gives its back."""
-    monkeypatch.setattr(group_module, "AHEAD_WAIT_SECONDS", 600)
+    monkeypatch.setattr(claim_ahead, "AHEAD_WAIT_SECONDS", 600)
     # A run counts as short below AHEAD_BELOW_SECONDS (0.1 s): a loaded CI
     # host stretched the first one past it once, and no lease was claimed
     # ahead. The threshold is not what this test is about.
-    monkeypatch.setattr(group_module, "AHEAD_BELOW_SECONDS", 30.0)
+    monkeypatch.setattr(claim_ahead, "AHEAD_BELOW_SECONDS", 30.0)
     Budget.objects.create(key="b", tokens=1000, requests=2, per_seconds=60)
     _submit(1)
     running, waiting = _budgeted(100), _budgeted(200)
@@ -429,7 +430,7 @@ def test_a_run_handed_to_the_loop_keeps_its_room_until_its_outcome_comes() -> No
         lease = slot.got()
         assert lease.run_id == first
         slot.exchange()  # handed to the loop: the thread is idle, the room is not
-        wait_until(lambda: len(group._idle) == 1, what="the slot to idle")
+        wait_until(lambda: len(group.state.idle) == 1, what="the slot to idle")
         _wake(group)  # a NOTIFY: the waking thread finds no room
         group.wake()  # and the group thread, woken, neither
         rounds = group.rounds
@@ -453,7 +454,7 @@ def test_a_lease_claimed_ahead_starts_when_a_run_on_the_loop_hands_over() -> Non
     an idle slot, at once."""
     ids = _submit(3)
     group = _group(1, ahead=1)
-    group._run_seconds = 0.0  # runs known to be short: the group claims ahead
+    group.ahead.run_seconds = 0.0  # runs known to be short: the group claims ahead
     slot = _started(group)
     try:
         lease = slot.got()
