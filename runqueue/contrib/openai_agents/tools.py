@@ -15,9 +15,10 @@ from agents.items import ItemHelpers
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, FunctionTool
 
 from runqueue.contrib.openai_agents.durable import ACTIVE, IDEMPOTENT_MARK, KEY, Durable, jsonable
-from runqueue.errors import RunCancelled
+from runqueue.contrib.steps import fenced
 from runqueue.leases.outcomes import ToolOutcome
 from runqueue.models import Idempotency
+from runqueue.runtime import AsyncRunContext
 from runqueue.types import JSON
 
 #: What the model reads for a call whose worker died while it ran.
@@ -96,7 +97,7 @@ async def durable_tool(
                 approval=True,
             )
             if gate.status != "completed":
-                return _FunctionToolInvocationResult(*_tool_output(tool.name, gate))
+                return _FunctionToolInvocationResult(*_tool_output(durable.ctx, tool.name, gate))
             value = gate.value
             if not (isinstance(value, dict) and set(value) == {"approved"}):
                 return _FunctionToolInvocationResult(value)  # a person's response stands for it
@@ -134,7 +135,7 @@ async def durable_tool(
     outcome: ToolOutcome = await durable.ctx.invoke_tool(
         tool.name, call, args=args, idempotency=idempotency, **options
     )
-    return _FunctionToolInvocationResult(*_tool_output(tool.name, outcome))
+    return _FunctionToolInvocationResult(*_tool_output(durable.ctx, tool.name, outcome))
 
 
 def _approved(**arguments: JSON) -> JSON:
@@ -142,7 +143,7 @@ def _approved(**arguments: JSON) -> JSON:
     return {"approved": dict(arguments)}
 
 
-def _tool_output(tool: str, outcome: ToolOutcome) -> tuple[Any, bool]:
+def _tool_output(ctx: AsyncRunContext, tool: str, outcome: ToolOutcome) -> tuple[Any, bool]:
     """What the model reads for a call's outcome, and whether it stands for a failure."""
     error = outcome.error if isinstance(outcome.error, dict) else {}
     message = str(error.get("message") or "")
@@ -158,7 +159,7 @@ def _tool_output(tool: str, outcome: ToolOutcome) -> tuple[Any, bool]:
     status: str = outcome.status  # "rejected" comes with approvals (ctx.invoke_tool(approval=))
     if status == "rejected":
         return message or DEFAULT_APPROVAL_REJECTION_MESSAGE, True
-    raise RunCancelled(tool, "fenced")
+    raise fenced(ctx)  # no outcome the model can read: the run is no longer this handler's
 
 
 class ToolFailed(Exception):  # noqa: N818 - the SDK's own word for it is an error
