@@ -74,6 +74,11 @@ def check_state(state: object) -> None:
     json_text(state, "checkpoint state")
 
 
+#: ``json.dumps(value, allow_nan=False)``'s encoder, made once (dumps makes
+#: one per call for a non-default option: half its cost on a small payload).
+_STRICT = json.JSONEncoder(allow_nan=False)
+
+
 def json_problem(value: object) -> tuple[str, str | None]:
     """``value`` as JSON text, and why jsonb cannot store it (or None).
 
@@ -81,7 +86,7 @@ def json_problem(value: object) -> tuple[str, str | None]:
     writes go through it. The text is ``""`` when it cannot be made.
     """
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = _STRICT.encode(value)
     except (TypeError, ValueError) as exc:
         return "", f"must be JSON-serialisable: {exc}"
     # json.dumps escapes NUL as \u0000 and a lone surrogate as \udXXX: text

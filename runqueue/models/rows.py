@@ -4,7 +4,7 @@ so both read a row as ``Run.objects.get`` would."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 
 from django.db import connection
@@ -46,16 +46,36 @@ def run_from_row(names: Sequence[str], row: tuple) -> Run:
     return _built([attname for _i, attname, _c in loaders], values)
 
 
-def inserted_run(values: dict[str, object]) -> Run:
-    """The Run an insert wrote with ``values`` (by attname), every other
-    column as the model's default makes it (status queued, epoch 0, ...),
-    as the insert statement does."""
+def inserted_runs(given: Iterable[dict[str, object]]) -> list[Run]:
+    """The Runs an insert wrote, each with its values (by attname) and
+    every other column as the model's default makes it (status queued,
+    epoch 0, ...), as the insert statement does."""
     names, constant, per_run = _defaults()
-    row = constant | values
-    for field in per_run:
-        if field.attname not in values:
-            row[field.attname] = field.get_default()
-    return _built(names, [row[name] for name in names])
+    if pre_init.has_listeners(Run) or post_init.has_listeners(Run):
+        return [_built(names, [row[name] for name in names]) for row in _rows(given)]
+    alias = connection.alias
+    runs = []
+    for row in _rows(given):
+        # _built's instance, its fields set in one update
+        run = Run.__new__(Run)
+        state = ModelState()
+        state.adding = False
+        state.db = alias
+        run.__dict__.update(row)
+        run._state = state
+        runs.append(run)
+    return runs
+
+
+def _rows(given: Iterable[dict[str, object]]) -> Iterator[dict[str, object]]:
+    """Each run's values over the defaults: every attname once."""
+    _names, constant, per_run = _defaults()
+    for values in given:
+        row = constant | values
+        for field in per_run:
+            if field.attname not in values:
+                row[field.attname] = field.get_default()
+        yield row
 
 
 def _built(names: Sequence[str], values: Sequence[object]) -> Run:

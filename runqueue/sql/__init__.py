@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -227,14 +227,7 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
     set so high that only these statements, which ask, are prepared:
     Django's own queries are left as they were.
     """
-    # What Django's cursor() does first: the health check (once per request
-    # cycle, i.e. per slot loop) and the connection itself.
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    prepare = get_settings().prepares
-    if prepare and raw.prepare_threshold is None:
-        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    raw, prepare = _raw()
     with connection.wrap_database_errors:
         with psycopg.Cursor(raw) as cursor:
             try:
@@ -250,6 +243,40 @@ def prepared(name: str, params: Params) -> Iterator[psycopg.Cursor]:
                     raw.execute("DEALLOCATE ALL")
                 raise
             yield cursor
+
+
+def _raw() -> tuple[psycopg.Connection, bool]:
+    """Django's psycopg connection, as its cursor() would find it (the
+    health check, once per request cycle, i.e. per slot loop, and the
+    connection itself), and whether statements that ask are prepared."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    prepare = get_settings().prepares
+    if prepare and raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    return raw, prepare
+
+
+@contextmanager
+def pipelined() -> Iterator[Callable[[str, Params], psycopg.Cursor]]:
+    """Send named statements without waiting for each one's result (psycopg's
+    pipeline mode): the server runs one while this process makes the next.
+    Inside the caller's transaction only (``submit_many``'s chunks: all or
+    nothing); each sent statement's cursor has its rows once the block has
+    ended, and an error of any of them is raised there, mapped to Django's.
+    Prepared as ``prepared`` prepares."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("pipelined() runs inside a transaction")
+    raw, prepare = _raw()
+
+    def send(name: str, params: Params) -> psycopg.Cursor:
+        cursor = psycopg.Cursor(raw)
+        cursor.execute(queries()[name], params, prepare=prepare)
+        return cursor
+
+    with connection.wrap_database_errors, raw.pipeline():
+        yield send
 
 
 def array_literal(values: Iterable[str | int]) -> str:

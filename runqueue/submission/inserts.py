@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+import psycopg
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -25,8 +26,8 @@ from runqueue.models import (
     TreeSpend,
     WebhookTarget,
 )
-from runqueue.models.rows import inserted_run
-from runqueue.sql import json_rows, prepared
+from runqueue.models.rows import inserted_runs
+from runqueue.sql import json_rows, pipelined, prepared
 
 if TYPE_CHECKING:
     from runqueue.submission.rules import CheckedSubmission
@@ -50,50 +51,123 @@ def insert_runs(
     """``create_runs``: the runs, their events, keys and NOTIFYs in one
     statement. With a ``place`` (one request): a pending turn, which wakes
     no worker."""
-    now = timezone.now()
-    due = {
-        # The class's NOTIFY payload (leases.notify_payload).
-        PriorityClass.of(r.priority).slug
-        for r in requests
-        if place is None and (not r.scheduled_for or r.scheduled_for <= now)
-    }
     ids = [uuid.uuid4() for _ in requests]
-    params = {
+    params = _params(
+        requests,
+        ids,
+        hashes,
+        traceparent=traceparent,
+        parent_id=parent_id,
+        place=place,
+        key_outcome=key_outcome,
+        interrupted_id=interrupted_id,
+    )
+    with transaction.atomic() if _has_rows_beside(requests) else nullcontext():
+        with prepared("create_runs", params) as cursor:
+            runs = _inserted(requests, ids, traceparent, parent_id)
+            _set_server_values(runs, cursor)
+        _insert_rows_beside(requests, ids)
+    if place is not None:
+        for run in runs:
+            run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
+    return runs
+
+
+def insert_plain(chunks: Iterable[Sequence[CheckedSubmission]], *, traceparent: str) -> list[Run]:
+    """``create_runs`` for each chunk of new runs without an idempotency key
+    or a session (``submit_many``'s fan-out: no unique constraint to meet,
+    so no chunk needs a savepoint to fall back from), pipelined: the server
+    inserts one chunk while this process checks (``chunks`` may check as it
+    yields), encodes and builds the Runs of the next. Inside the caller's
+    transaction, which an error of any chunk leaves to roll back."""
+    sent: list[tuple[psycopg.Cursor, list[Run]]] = []
+    requests: list[CheckedSubmission] = []
+    ids: list[uuid.UUID] = []
+    with pipelined() as send:
+        for chunk in chunks:
+            if any(r.idempotency_key is not None or r.session_id is not None for r in chunk):
+                raise ValueError("insert_plain takes runs without a key or a session")
+            chunk_ids = [uuid.uuid4() for _ in chunk]
+            cursor = send(
+                "create_runs",
+                _params(chunk, chunk_ids, [""] * len(chunk), traceparent=traceparent),
+            )
+            sent.append((cursor, _inserted(chunk, chunk_ids, traceparent, None)))
+            requests.extend(chunk)
+            ids.extend(chunk_ids)
+    runs: list[Run] = []
+    for cursor, chunk_runs in sent:
+        with cursor:
+            _set_server_values(chunk_runs, cursor)
+        runs.extend(chunk_runs)
+    _insert_rows_beside(requests, ids)
+    return runs
+
+
+def _params(
+    requests: Sequence[CheckedSubmission],
+    ids: Sequence[uuid.UUID],
+    hashes: Sequence[str],
+    *,
+    traceparent: str,
+    parent_id: uuid.UUID | None = None,
+    place: int | None = None,
+    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
+    interrupted_id: uuid.UUID | None = None,
+) -> dict[str, object]:
+    """``create_runs``'s parameters."""
+    conf = get_settings()
+    due: set[str] = set()
+    if place is None:
+        now = timezone.now()
+        # The classes' NOTIFY payloads (leases.notify_payload), looked up
+        # once per priority.
+        priorities = {
+            r.priority for r in requests if not r.scheduled_for or r.scheduled_for <= now
+        }
+        due = {PriorityClass.of(p).slug for p in priorities}
+    return {
         "runs": _runs_document(requests, ids, hashes),
         "traceparent": traceparent,
         "parent_id": parent_id,
         "place": place,
         "interrupted_id": interrupted_id,
         "key_outcome": str(key_outcome),
-        "key_retention_seconds": float(get_settings().IDEMPOTENCY_KEY_RETENTION_SECONDS),
-        "channel": get_settings().NOTIFY_CHANNEL,
+        "key_retention_seconds": float(conf.IDEMPOTENCY_KEY_RETENTION_SECONDS),
+        "channel": conf.NOTIFY_CHANNEL,
         "notify": sorted(due),
-        "lock_timeout": f"{get_settings().SUBMIT_LOCK_TIMEOUT_MS}ms"
+        "lock_timeout": f"{conf.SUBMIT_LOCK_TIMEOUT_MS}ms"
         if any(r.idempotency_key is not None for r in requests)
         else None,
     }
-    capped = [(i, r.spend_cap) for i, r in zip(ids, requests, strict=True) if r.spend_cap]
-    hooked = [(i, r.webhook) for i, r in zip(ids, requests, strict=True) if r.webhook]
-    with transaction.atomic() if capped or hooked else nullcontext():
-        with prepared("create_runs", params) as cursor:
-            made = {run_id: (at, start_by, event_id) for run_id, at, start_by, event_id in cursor}
-        # The trees' spend caps, in the runs' transaction (usage.py).
-        TreeSpend.objects.bulk_create(TreeSpend(run_id=i, spend_cap=cap) for i, cap in capped)
-        # The runs' own webhook URLs, in their transaction too (webhooks).
-        WebhookTarget.objects.bulk_create(
-            WebhookTarget(run_id=i, endpoint_id=hook[0], url=hook[1]) for i, hook in hooked if hook
-        )
-    # The rows hold what was sent, and the defaults; only created_at,
-    # start_by and created_event_id come from the server. (Hydrating
-    # RETURNING * cost more than the insert.)
-    runs = [
-        _inserted(r, run_id, *made[run_id], traceparent, parent_id)
-        for r, run_id in zip(requests, ids, strict=True)
-    ]
-    if place is not None:
-        for run in runs:
-            run.status, run.place, run.interrupted_id = RunStatus.PENDING, place, interrupted_id
-    return runs
+
+
+def _has_rows_beside(requests: Sequence[CheckedSubmission]) -> bool:
+    return any(r.spend_cap or r.webhook for r in requests)
+
+
+def _insert_rows_beside(requests: Sequence[CheckedSubmission], ids: Sequence[uuid.UUID]) -> None:
+    """The trees' spend caps (usage.py) and the runs' own webhook URLs
+    (webhooks), in the runs' transaction."""
+    if not _has_rows_beside(requests):
+        return
+    pairs = list(zip(ids, requests, strict=True))
+    TreeSpend.objects.bulk_create(
+        TreeSpend(run_id=i, spend_cap=r.spend_cap) for i, r in pairs if r.spend_cap
+    )
+    WebhookTarget.objects.bulk_create(
+        WebhookTarget(run_id=i, endpoint_id=r.webhook[0], url=r.webhook[1])
+        for i, r in pairs
+        if r.webhook
+    )
+
+
+def _set_server_values(runs: Sequence[Run], cursor: psycopg.Cursor) -> None:
+    """What only the server knows of a new run: created_at, start_by and
+    created_event_id, from ``create_runs``'s rows."""
+    made = {run_id: rest for run_id, *rest in cursor}
+    for run in runs:
+        run.created_at, run.start_by, run.created_event_id = made[run.id]
 
 
 def _runs_document(
@@ -142,16 +216,15 @@ def insert_child(request: CheckedSubmission, *, parent_id: uuid.UUID, traceparen
 
 
 def _inserted(
-    request: CheckedSubmission,
-    run_id: uuid.UUID,
-    created_at: object,
-    start_by: object,
-    created_event_id: object,
+    requests: Sequence[CheckedSubmission],
+    ids: Sequence[uuid.UUID],
     tp: str,
-    parent_id: uuid.UUID | None = None,
-) -> Run:
-    """The Run ``create_runs`` inserted, as ``Run.objects.get`` would read it."""
-    return inserted_run(
+    parent_id: uuid.UUID | None,
+) -> list[Run]:
+    """The Runs ``create_runs`` inserts, as ``Run.objects.get`` would read
+    them once ``_set_server_values`` has put in what the server chose.
+    (Hydrating RETURNING * cost more than the insert.)"""
+    return inserted_runs(
         {
             "id": run_id,
             "tenant": request.tenant,
@@ -166,10 +239,8 @@ def _inserted(
             "concurrency_key": request.concurrency_key,
             "budget_key": request.budget[0] if request.budget else None,
             "budget_tokens": request.budget[1] if request.budget else None,
-            "created_at": created_at,
             "parent_id": parent_id,
             "max_duration": request.max_duration,
-            "start_by": start_by,
-            "created_event_id": created_event_id,
         }
+        for request, run_id in zip(requests, ids, strict=True)
     )

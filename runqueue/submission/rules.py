@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -267,33 +268,43 @@ class BatchChecks:
     the same requests: a combination seen before passed every check but
     the payload's, which is the last one."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str]) -> None:
         self._conf = get_settings()
-        #: members' values -> the checked submission's fields
+        #: ``require``'s values are one per name, in this order.
+        self._names = tuple(names)
+        self._at = self._names.index("payload")
+        #: the other members' values and their types -> the checked fields
         self._passed: dict[tuple[object, ...], dict[str, object]] = {}
 
-    def require(self, members: dict[str, Any]) -> CheckedSubmission:
+    def require(self, values: Sequence[Any]) -> CheckedSubmission:
+        """The checked submission of ``values`` (one per name)."""
+        at = self._at
+        others = (*values[:at], *values[at + 1 :])
         # Types are part of the key: True == 1 and 1.0 == 1, but a check
         # may refuse one and take the other.
-        others = tuple((n, type(v), v) for n, v in members.items() if n != "payload")
+        key = (others, tuple(map(type, others)))
         try:
-            seen = self._passed.get(others)
+            seen = self._passed.get(key)
         except TypeError:  # an unhashable member (a list for a budget): checked alone
-            return require(check_submission(**members, conf=self._conf))
+            return self._check(values)
         if seen is None:
-            checked = require(check_submission(**members, conf=self._conf))
-            self._passed[others] = {
+            checked = self._check(values)
+            self._passed[key] = {
                 name: getattr(checked, name)
                 for name in CheckedSubmission.__slots__
                 if name not in ("payload", "payload_text")
             }
             return checked
-        payload = members.get("payload")
+        payload = values[at]
         text, detail = _payload({} if payload is None else payload, self._conf.MAX_PAYLOAD_BYTES)
         if detail is not None:
             raise InvalidSubmission("payload", detail)
         # Built from the fields (dataclasses.replace costs three times more).
         return CheckedSubmission(**seen, payload=json.loads(text), payload_text=text)  # type: ignore[arg-type]
+
+    def _check(self, values: Sequence[Any]) -> CheckedSubmission:
+        members = dict(zip(self._names, values, strict=True))
+        return require(check_submission(**members, conf=self._conf))
 
 
 def on_busy_problem(value: object, *, from_json: bool = False) -> str | None:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
+from itertools import batched
+from operator import attrgetter
 
 from django.db import IntegrityError, OperationalError, connection, transaction
 
@@ -31,8 +33,9 @@ from runqueue.leases.base import moved_by_another
 from runqueue.models import (
     PriorityClass,
 )
+from runqueue.observability import tracing
 from runqueue.submission import fields as submission_fields
-from runqueue.submission.inserts import KEY_CONSTRAINT, SESSION_CONSTRAINT
+from runqueue.submission.inserts import KEY_CONSTRAINT, SESSION_CONSTRAINT, insert_plain
 from runqueue.submission.keys import (
     Retry,
     Submission,
@@ -80,6 +83,9 @@ class SubmitRequest:
 
 #: ``submit_many`` writes this many runs per statement.
 SUBMIT_MANY_CHUNK = 1000
+#: ... and this many when it pipelines (a fan-out without keys or sessions):
+#: chunks small enough that the server inserts one while the next is made.
+PIPELINE_CHUNK = 100
 
 
 def submit(
@@ -319,26 +325,31 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
     request, in order, all or nothing.
 
     Each request follows ``submit``'s rules (its key replays or conflicts,
-    one active run per session). Runs without a key to replay or a session
-    to deliver to are written ``SUBMIT_MANY_CHUNK`` to a statement; the rest
-    one by one, in the same transaction. An error raised for a request
-    (InvalidSubmission, UnknownKind, ActiveRunConflict, IdempotencyConflict,
-    ...) carries its position as ``.index`` and nothing of the call is
-    written. Idle workers are woken once, on commit.
+    one active run per session). A call without keys or sessions is
+    written ``PIPELINE_CHUNK`` runs to a statement, each statement sent
+    while the next chunk is checked; otherwise ``SUBMIT_MANY_CHUNK`` to a
+    statement once all are checked, the requests of a chunk that meets a
+    taken key or session one by one, in the same transaction. An error
+    raised for a request (InvalidSubmission, UnknownKind,
+    ActiveRunConflict, IdempotencyConflict, ...) carries its position as
+    ``.index`` and nothing of the call is written. Idle workers are woken
+    once, on commit.
     """
-    checked: list[CheckedSubmission] = []
-    names = submission_fields.NAMES
-    checks = BatchChecks()
-    try:
-        for item in requests:
-            if not isinstance(item, SubmitRequest):
-                raise InvalidSubmission(
-                    "requests", f"expected SubmitRequest, got {type(item).__name__}"
-                )
-            checked.append(checks.require({n: getattr(item, n) for n in names}))
-    except RunqueueError as exc:
-        _tag(exc, len(checked))  # the requests before it all passed
-        raise
+    items = list(requests)
+    checks = BatchChecks(submission_fields.NAMES)
+    if not any(
+        getattr(item, "idempotency_key", None) is not None
+        or getattr(item, "session_id", None) is not None
+        for item in items
+    ):
+        # A fan-out: no key or session can be taken, so nothing to route.
+        with transaction.atomic(durable=True):
+            runs = insert_plain(
+                batched(_checked(items, checks), PIPELINE_CHUNK),
+                traceparent=tracing.current_traceparent(),
+            )
+        return [Submission(run=run, outcome="created", original_outcome="created") for run in runs]
+    checked = list(_checked(items, checks))
     out: list[Submission] = []
     with transaction.atomic(durable=True):
         for start in range(0, len(checked), SUBMIT_MANY_CHUNK):
@@ -362,6 +373,23 @@ def submit_many(requests: Iterable[SubmitRequest]) -> list[Submission]:
                 Submission(run=run, outcome="created", original_outcome="created") for run in runs
             )
     return out
+
+
+def _checked(items: Iterable[object], checks: BatchChecks) -> Iterator[CheckedSubmission]:
+    """Each request checked, in order, as it is asked for; an error tagged
+    with its request's position (the requests before it all passed)."""
+    values = attrgetter(*submission_fields.NAMES)
+    index = 0
+    try:
+        for index, item in enumerate(items):  # noqa: B007 (read by the handler)
+            if not isinstance(item, SubmitRequest):
+                raise InvalidSubmission(
+                    "requests", f"expected SubmitRequest, got {type(item).__name__}"
+                )
+            yield checks.require(values(item))
+    except RunqueueError as exc:
+        _tag(exc, index)
+        raise
 
 
 @contextmanager

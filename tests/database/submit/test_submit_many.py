@@ -192,3 +192,90 @@ def test_the_returned_run_is_the_row_as_stored() -> None:
         for field in Run._meta.concrete_fields:
             name = field.attname
             assert getattr(sub.run, name) == getattr(stored, name), name
+
+
+def _pipeline_chunk(monkeypatch, size: int) -> None:
+    module = importlib.import_module("runqueue.submission.submit")  # the module, not the function
+    monkeypatch.setattr(module, "PIPELINE_CHUNK", size)
+
+
+@pytest.mark.django_db
+def test_a_fan_out_is_written_chunk_by_chunk_each_run_as_stored(monkeypatch) -> None:
+    """A call without keys or sessions is pipelined: its chunks are sent one
+    after another before any result is read; the runs come back in order,
+    each the row as stored (server values included), the rows beside them
+    written in the same call."""
+    from decimal import Decimal
+
+    from runqueue.models import TreeSpend
+
+    _pipeline_chunk(monkeypatch, 3)
+    when = _later()
+    requests = [
+        R(
+            kind="k",
+            payload={"i": i},
+            priority=(0, 10, 20)[i % 3],
+            scheduled_for=when if i % 4 == 0 else None,
+            start_within=60 if i % 5 == 0 else None,
+            spend_cap=Decimal("1.50") if i == 7 else None,
+        )
+        for i in range(11)
+    ]
+    subs = runqueue.submit_many(requests)
+    assert [s.run.payload for s in subs] == [{"i": i} for i in range(11)]
+    assert len({s.run.id for s in subs}) == 11
+    for sub in subs:
+        stored = Run.objects.get(id=sub.run.id)
+        for field in Run._meta.concrete_fields:
+            name = field.attname
+            assert getattr(sub.run, name) == getattr(stored, name), name
+        assert event_types(sub.run.id) == ["run.created"]
+    assert list(TreeSpend.objects.values_list("run_id", "spend_cap")) == [
+        (subs[7].run.id, Decimal("1.50"))
+    ]
+
+
+@pytest.mark.django_db
+def test_a_bad_request_in_a_later_chunk_writes_nothing_of_the_call(monkeypatch) -> None:
+    """The chunks before it were sent already: the call's transaction takes
+    them back."""
+    _pipeline_chunk(monkeypatch, 2)
+    before = (Run.objects.count(), EventLog.objects.count())
+    requests = [R(kind="k", payload={"i": i}) for i in range(7)]
+    requests[5] = R(kind="k", payload={"i": 5}, max_attempts=0)
+    with pytest.raises(runqueue.InvalidSubmission) as bad:
+        runqueue.submit_many(requests)
+    assert (bad.value.index, bad.value.field) == (5, "max_attempts")
+    assert (Run.objects.count(), EventLog.objects.count()) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_in_a_pipelined_chunk_rolls_back_the_call(monkeypatch) -> None:
+    """A statement the server refuses (here a trigger's) raises Django's
+    error for it, nothing of the call stays, and the connection serves the
+    next call."""
+    from django.db import DatabaseError
+
+    _pipeline_chunk(monkeypatch, 2)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.payload ? 'boom' THEN RAISE EXCEPTION 'refused'; END IF;"
+            " RETURN NEW; END $$;"
+            " CREATE TRIGGER test_refuse_boom BEFORE INSERT ON runqueue_run"
+            " FOR EACH ROW EXECUTE FUNCTION test_refuse_boom()"
+        )
+    try:
+        requests = [R(kind="k", payload={"i": i}) for i in range(7)]
+        requests[4] = R(kind="k", payload={"boom": 1})
+        with pytest.raises(DatabaseError, match="refused"):
+            runqueue.submit_many(requests)
+        assert Run.objects.count() == 0
+        subs = runqueue.submit_many([R(kind="k", payload={"i": i}) for i in range(5)])
+        assert Run.objects.filter(id__in=[s.run.id for s in subs]).count() == 5
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER test_refuse_boom ON runqueue_run; DROP FUNCTION test_refuse_boom()"
+            )
