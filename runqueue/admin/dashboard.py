@@ -1,8 +1,10 @@
 """The queue dashboard: what is stuck, how fast claims are, who is working.
 
-Every number is one indexed read: queue depth and the oldest due run read
-the partial claim index (active runs only), throughput reads the
-finished_at index over the last hour, claim latency reads the claims of
+Every number is one bounded, indexed read: queue depth is the Prometheus
+scrape's (exact up to ``queue_metrics.CAP`` runs per class and status, the
+planner's estimate above), the kinds and versions table samples as many
+(``runqueue.reads.versions``), the oldest due run reads the partial claim
+index, throughput reads the finished_at index over the last hour, claim latency reads the claims of
 the last hour (event rows by created_at, and runs' rows that hold their
 claim: ``claim_latency``), uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
@@ -51,6 +53,7 @@ from runqueue.models import (
     ToolStatus,
     Worker,
 )
+from runqueue.observability import queue_metrics
 from runqueue.reads import versions, waiting
 from runqueue.sql import execute
 
@@ -94,6 +97,8 @@ class ClassStats:
 
     cls: PriorityClass
     depth: dict[str, int] = field(default_factory=dict)
+    #: The statuses whose depth is the planner's estimate (over the cap).
+    estimated: set[str] = field(default_factory=set)
     oldest_due: str = "-"
     claims: int = 0
     p50_ms: float | None = None
@@ -103,15 +108,14 @@ class ClassStats:
 def class_stats() -> list[ClassStats]:
     """Depth by status, oldest due run, and claim latency, per class."""
     stats = [ClassStats(cls=c) for c in CLASSES]
-    depth = (
-        Run.objects.filter(status__in=DEPTH_STATUSES)
-        .annotate(ci=PriorityClass.orm_index("priority"))
-        .values("ci", "status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in depth:
-        stats[row["ci"]].depth[row["status"]] = row["n"]
+    # The scrape's bounded reads: exact up to queue_metrics.CAP runs per
+    # class and status, the planner's estimate above (a count of every live
+    # run grows with the runs waiting for their user).
+    for (ci, status), n in queue_metrics.live_runs().runs.items():
+        if n:
+            stats[ci].depth[status] = round(n)
+            if n > queue_metrics.CAP:
+                stats[ci].estimated.add(status)
     due = (
         Run.objects.filter(status=RunStatus.QUEUED)
         .filter(Q(scheduled_for__isnull=True) | Q(scheduled_for__lte=Now()))
@@ -236,6 +240,15 @@ def charts(stats: list[ClassStats], buckets: list[tuple[dt.datetime, dict[str, i
     return {"depth": depth, "latency": latency, "throughput": finished}
 
 
+def _by_status(stats: list[ClassStats]) -> dict[str, float]:
+    """The depth's runs per status, every class together."""
+    totals: dict[str, float] = {}
+    for s in stats:
+        for status, n in s.depth.items():
+            totals[status] = totals.get(status, 0) + n
+    return totals
+
+
 def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     """The dashboard page; staff who may view runs may view it."""
     if not permissions.may_view(request):
@@ -256,8 +269,12 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "budgets": budgets.windows(),
         "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
         "holders": waiting.slot_holders(),
-        "kind_versions": versions.table([versions.Handlers.of(w.id, w.kinds) for w in workers]),
+        "kind_versions": versions.table(
+            [versions.Handlers.of(w.id, w.kinds) for w in workers], _by_status(stats)
+        ),
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,
+        "stats_estimated": any(s.estimated for s in stats),
+        "metrics_cap": queue_metrics.CAP,
     }
     return TemplateResponse(request, "admin/runqueue/run/dashboard.html", context)

@@ -80,25 +80,7 @@ def read() -> QueueFigures:
     figures = QueueFigures()
     stale = 3 * get_settings().HEARTBEAT_SECONDS
     with bounded_reads() as cursor:
-        for idx, queued, oldest in execute(
-            cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
-        ).fetchall():
-            low, high = PriorityClass.by_index(idx).bounds
-            if queued > CAP:
-                queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
-            figures.runs[(idx, RunStatus.QUEUED)] = queued
-            figures.oldest_due_seconds[idx] = max(float(oldest or 0), 0.0)
-        sampled: dict[str, dict[int, int]] = {}
-        for status, idx, n in execute(cursor, "metrics_leased", {"cap": CAP + 1}).fetchall():
-            sampled.setdefault(status, {})[idx] = n
-        for status, per_class in sampled.items():
-            total = sum(per_class.values())
-            scale = 1.0
-            if total > CAP:
-                # A capped read: split the estimated total as the sample is.
-                scale = max(_estimate(cursor, status, 0, PRIORITY_MAX), total) / total
-            for idx, n in per_class.items():
-                figures.runs[(idx, status)] = n * scale
+        _live_runs(cursor, figures)
         dead, tools, runs, workers = execute(
             cursor, "metrics_totals", {"cap": CAP + 1, "stale_seconds": stale}
         ).fetchone()
@@ -107,6 +89,38 @@ def read() -> QueueFigures:
     figures.dead_lettered = dead
     figures.uncertain_tools, figures.uncertain_runs, figures.live_workers = tools, runs, workers
     return figures
+
+
+def live_runs() -> QueueFigures:
+    """The live runs per class and status, and the oldest due run's wait,
+    alone (``runs`` and ``oldest_due_seconds``): the dashboard's depth, as
+    bounded as the scrape's."""
+    figures = QueueFigures()
+    with bounded_reads() as cursor:
+        _live_runs(cursor, figures)
+    return figures
+
+
+def _live_runs(cursor: CursorWrapper, figures: QueueFigures) -> None:
+    for idx, queued, oldest in execute(
+        cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
+    ).fetchall():
+        low, high = PriorityClass.by_index(idx).bounds
+        if queued > CAP:
+            queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
+        figures.runs[(idx, RunStatus.QUEUED)] = queued
+        figures.oldest_due_seconds[idx] = max(float(oldest or 0), 0.0)
+    sampled: dict[str, dict[int, int]] = {}
+    for status, idx, n in execute(cursor, "metrics_leased", {"cap": CAP + 1}).fetchall():
+        sampled.setdefault(status, {})[idx] = n
+    for status, per_class in sampled.items():
+        total = sum(per_class.values())
+        scale = 1.0
+        if total > CAP:
+            # A capped read: split the estimated total as the sample is.
+            scale = max(_estimate(cursor, status, 0, PRIORITY_MAX), total) / total
+        for idx, n in per_class.items():
+            figures.runs[(idx, status)] = n * scale
 
 
 class QueueCollector(Collector):

@@ -5,9 +5,10 @@ no worker has that its runs are pinned to). An operator stops a worker of
 an old version once no run is pinned to that version (docs/decisions/run-trees.md,
 "Versions and rolling deploys").
 
-The counts are one grouped read of the active runs (the live partition,
-as the dashboard's depth is); the held runs are read from the head of each
-class's due runs, as the other causes' are (``runqueue.reads.waiting``).
+The counts are one bounded read of the active runs, at most ``CAP`` per
+status in an index's order (as the dashboard's depth and the scrape are);
+the held runs are read from the head of each class's due runs, as the
+other causes' are (``runqueue.reads.waiting``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from runqueue import reads
 from runqueue.conf import get_settings
 from runqueue.models import (
-    ACTIVE_STATUSES,
     WAIT_STATUSES,
     PriorityClass,
     Run,
@@ -33,6 +33,8 @@ from runqueue.sql import execute
 
 #: Live workers read, at most (as ``runqueue.reads.waiting.MOST``).
 MOST = 100
+#: Active runs read per status for the counts, at most (as the scrape's).
+CAP = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +128,14 @@ def moved_by(workers: Iterable[Handlers], kind: str, version: int | None) -> lis
     ]
 
 
-def table(workers: list[Handlers] | None = None) -> list[KindVersion]:
+def table(
+    workers: list[Handlers] | None = None, totals: Mapping[str, float] | None = None
+) -> list[KindVersion]:
     """Every kind and version with active runs or a live worker, by kind
     then version (not claimed yet first); ``workers``: the live workers'
-    handlers, when read already."""
+    handlers, when read already. Counts are exact up to ``CAP`` runs per
+    status; above it, a sample of the status's runs scaled to its total in
+    ``totals`` (the dashboard's depth, by status), else a floor."""
     workers = live_handlers() if workers is None else workers
     rows: dict[tuple[str, int | None], KindVersion] = {}
 
@@ -138,20 +144,24 @@ def table(workers: list[Handlers] | None = None) -> list[KindVersion]:
             rows[(kind, version)] = KindVersion(kind, version)
         return rows[(kind, version)]
 
-    counts = (
-        Run.objects.filter(status__in=ACTIVE_STATUSES)
-        .values("kind", "handler_version", "status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for count in counts:
-        kv = row(count["kind"], count["handler_version"])
-        if count["status"] == RunStatus.QUEUED:
-            kv.queued += count["n"]
-        elif count["status"] == RunStatus.RUNNING:
-            kv.running += count["n"]
-        elif count["status"] in WAIT_STATUSES:
-            kv.waiting += count["n"]
+    sampled: dict[str, list[tuple[str, int | None, int]]] = {}
+    with reads.read_connection().cursor() as cursor:
+        for status, kind, version, n in execute(
+            cursor, "active_by_handler", {"cap": CAP + 1}
+        ).fetchall():
+            sampled.setdefault(status, []).append((kind, version, n))
+    for status, counts in sampled.items():
+        read = sum(n for _k, _v, n in counts)
+        total = (totals or {}).get(status, read)
+        scale = max(total, read) / read if read > CAP else 1.0
+        for kind, version, n in counts:
+            kv = row(kind, version)
+            if status == RunStatus.QUEUED:
+                kv.queued += round(n * scale)
+            elif status == RunStatus.RUNNING:
+                kv.running += round(n * scale)
+            elif status in WAIT_STATUSES:
+                kv.waiting += round(n * scale)
     for w in workers:
         for kind, numbers in w.kinds.items():
             for number in numbers:

@@ -48,12 +48,14 @@ SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
 -- name: waiting_by_reason --
 -- The dashboard and Prometheus: runs waiting (waiting, waiting_for_user) per
--- reason, each counted up to %(cap)s through the waiting index, in one
--- statement; the ORM cannot put a LIMIT inside a per-reason count.
+-- reason, each counted up to %(cap)s through the waiting index (the ORM cannot
+-- put a LIMIT in a per-reason count). Its order keeps the index: the planner
+-- cannot tell one reason from another, and read every waiting run per reason.
 SELECT r.reason,
        (SELECT count(*) FROM (
             SELECT 1 FROM runqueue_run w
              WHERE w.status IN ('waiting', 'waiting_for_user') AND w.wait_reason = r.reason
+             ORDER BY w.wait_reason, w.id
              LIMIT %(cap)s) AS q)
   FROM unnest(%(reasons)s::text[]) WITH ORDINALITY AS r(reason, n)
  ORDER BY r.n;
@@ -80,3 +82,29 @@ SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
       LIMIT %(cap)s) AS s
  GROUP BY c.idx, s.kind, s.handler_version
  ORDER BY c.idx, s.kind, s.handler_version NULLS FIRST;
+
+-- name: active_by_handler --
+-- The dashboard's kinds and versions: active runs by status, kind and pinned
+-- version, at most %(cap)s runs per status, each read in its index's order
+-- (queued: claim order; running, waiting_for_user: the leased index; waiting:
+-- the waiting index). Above the cap a status's counts are a sample, which
+-- runqueue.reads.versions scales to the status's total.
+SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
+  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'queued'
+         ORDER BY priority, created_at LIMIT %(cap)s) AS q
+ GROUP BY 2, 3
+UNION ALL
+SELECT 'running', q.kind, q.handler_version, count(*)
+  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'running'
+         ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2, 3
+UNION ALL
+SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
+  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting_for_user'
+         ORDER BY id LIMIT %(cap)s) AS q
+ GROUP BY 2, 3
+UNION ALL
+SELECT 'waiting', q.kind, q.handler_version, count(*)
+  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting'
+         ORDER BY wait_reason, id LIMIT %(cap)s) AS q
+ GROUP BY 2, 3;

@@ -64,7 +64,7 @@ _RUNS = """
 INSERT INTO runqueue_run (id, tenant, principal, session_id, kind, payload, status, priority,
     attempts, max_attempts, scheduled_for, lease_epoch, lease_owner, lease_expires_at,
     heartbeat_at, failure, result, created_at, started_at, finished_at, traceparent,
-    concurrency_key{held_columns})
+    concurrency_key, wait_reason, waiting_since{held_columns})
 SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
        CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled')
             THEN 'conv-' || (r.i %% 500000) ELSE 'live-' || r.i END,
@@ -87,7 +87,11 @@ SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
        CASE WHEN r.status <> 'queued' THEN r.created_at + interval '50 milliseconds' END,
        CASE WHEN r.status IN ('succeeded', 'failed', 'cancelled')
             THEN r.created_at + make_interval(secs => 0.2 + (r.i %% 97) * 0.37) END,
-       '', 'tenant-' || (r.i %% 50){held_values}
+       '', 'tenant-' || (r.i %% 50),
+       -- A run waiting for its user says so, as the wait's statement writes it.
+       CASE WHEN r.status = 'waiting_for_user' THEN 'user' ELSE '' END,
+       CASE WHEN r.status = 'waiting_for_user'
+            THEN r.created_at + interval '1 second' END{held_values}
   FROM ({rows}) AS r
 """
 #: Events on the run's row (migration 0024): the columns and values the

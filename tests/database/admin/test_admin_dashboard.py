@@ -95,8 +95,9 @@ def test_the_dashboard_page_draws_svg_and_is_linked(django_assert_max_num_querie
     # reason, in one statement; the live workers' kinds for the causes and
     # the active runs by kind and version (runqueue.reads.versions); in a
     # transaction planned without JIT (its set_config, and the savepoint
-    # of the bounded reads inside it).
-    with django_assert_max_num_queries(29):
+    # of the bounded reads inside it); the depth is the scrape's bounded
+    # reads (their savepoint, two settings, two statements, its release).
+    with django_assert_max_num_queries(34):
         page = client.get(DASHBOARD)
     html = page.content.decode()
     assert page.status_code == 200
@@ -129,3 +130,25 @@ def test_a_sessions_pending_turns_count_in_the_depth_and_show_on_the_page(admin_
     assert stats[PriorityClass.INTERACTIVE].depth == {"queued": 1, "pending": 2}
     html = admin_client.get(reverse("admin:runqueue_run_dashboard")).content.decode()
     assert "pending turns" in html and "<td>2</td>" in html
+
+
+def test_a_depth_over_the_cap_is_the_planners_estimate_and_says_so(monkeypatch) -> None:
+    """The depth reads at most queue_metrics.CAP runs per class and status
+    (as the scrape does); above it the figure is an estimate, marked ≈."""
+    from runqueue.observability import queue_metrics
+
+    monkeypatch.setattr(queue_metrics, "CAP", 3)
+    for _ in range(5):
+        runqueue.submit(kind="test.echo", priority=12)
+    runqueue.submit(kind="test.echo", priority=0)
+    stats = {s.cls: s for s in dashboard.class_stats()}
+    assert stats[PriorityClass.ASYNC].estimated == {"queued"}
+    assert stats[PriorityClass.ASYNC].depth["queued"] >= 4
+    interactive = stats[PriorityClass.INTERACTIVE]
+    assert (interactive.depth, interactive.estimated) == ({"queued": 1}, set())
+    staff("ike", "view_run")
+    client = Client()
+    assert client.login(username="ike", password=PASSWORD)
+    html = client.get(DASHBOARD).content.decode()
+    row = html[html.index('id="rq-classes"') :]
+    assert "≈ " in row[: row.index("</table>")]

@@ -123,3 +123,20 @@ def test_with_no_live_worker_the_classes_cause_speaks_alone() -> None:
     _pinned(None, kind="gone.kind")
     assert waiting.unhandled() == []
     assert {c.reason for c in waiting.causes()} == {waiting.NO_WORKER}
+
+
+def test_counts_over_the_cap_are_a_sample_scaled_to_the_status_total(monkeypatch) -> None:
+    """At most versions.CAP runs per status are read (in claim order for
+    queued runs); above it the sample is scaled to the total given (the
+    dashboard's depth), or read as a floor without one."""
+    monkeypatch.setattr(versions, "CAP", 3)
+    for _ in range(4):
+        _pinned(1)
+    for _ in range(4):
+        _pinned(2)
+    _pinned(1, RunStatus.WAITING_FOR_USER)
+    floor = {(kv.kind, kv.version): kv for kv in versions.table([])}
+    assert sum(kv.queued for kv in floor.values()) == 4  # CAP + 1 read
+    assert floor[(TURNS, 1)].waiting == 1  # under the cap: exact
+    scaled = {(kv.kind, kv.version): kv for kv in versions.table([], {"queued": 8})}
+    assert sum(kv.queued for kv in scaled.values()) == 8
