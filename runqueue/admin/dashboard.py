@@ -1,15 +1,18 @@
 """The queue dashboard: what is stuck, how fast claims are, who is working.
 
-Every number is one bounded, indexed read: queue depth is the Prometheus
-scrape's (exact up to ``queue_metrics.CAP`` runs per class and status, the
-planner's estimate above), the kinds and versions table samples as many
-(``runqueue.reads.versions``), the oldest due run reads the partial claim
-index, throughput reads the finished_at index over the last hour, claim latency reads the claims of
-the last hour (event rows by created_at, and runs' rows that hold their
-claim: ``claim_latency``), uncertain invocations their partial index.
+Every number is one bounded, indexed read: queue depth and the oldest due
+run are the Prometheus scrape's (exact up to ``queue_metrics.CAP`` runs per
+class and status, the planner's estimate above; the oldest among the first
+``queue_metrics.HEAD`` due runs of a class), the kinds and versions table
+samples as many (``runqueue.reads.versions``), throughput reads the
+finished_at index over the last hour, claim latency reads the claims of the
+last hour (event rows by created_at, and runs' rows that hold their claim:
+``claim_latency``), uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
-count from when the run last became due (``due_since``), never from its
-creation alone, so a requeued old run does not read as a slow claim.
+count from when the run last became due (created, or ``scheduled_for``,
+which a requeue, an input delivery, a shutdown release or a retry's backoff
+set), never from its creation alone, so a requeued old run does not read as
+a slow claim.
 """
 
 from __future__ import annotations
@@ -17,24 +20,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
-    Aggregate,
     CharField,
     Count,
     DurationField,
     ExpressionWrapper,
     F,
-    FloatField,
-    Min,
-    Q,
     Value,
 )
-from django.db.models.expressions import Combinable
-from django.db.models.functions import Coalesce, Greatest, Now, TruncMinute
+from django.db.models.functions import Now, TruncMinute
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -70,27 +67,6 @@ COLOURS: dict[str, str] = {
 }
 
 
-class PercentileCont(Aggregate):
-    """PostgreSQL's ``percentile_cont(f) WITHIN GROUP (ORDER BY x)``."""
-
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)%(filter)s"
-    output_field = FloatField()
-
-    # ``extra`` goes to Aggregate (filter=, distinct=...), whose stub types
-    # each keyword: Any is what forwarding them all can say.
-    def __init__(self, expression: Combinable | str, fraction: float, **extra: Any) -> None:
-        # float() keeps the literal a number: it is inlined into the SQL.
-        super().__init__(expression, fraction=float(fraction), **extra)
-
-
-def due_since() -> Greatest:
-    """When a queued run last became due: the claim's ``wait_ms`` counts from
-    the same instant (created, or ``scheduled_for``, which a requeue, an
-    input delivery, a shutdown release or a retry's backoff set)."""
-    return Greatest("created_at", Coalesce("scheduled_for", "created_at"))
-
-
 @dataclass(slots=True)
 class ClassStats:
     """One priority class's row on the dashboard."""
@@ -110,27 +86,18 @@ def class_stats() -> list[ClassStats]:
     stats = [ClassStats(cls=c) for c in CLASSES]
     # The scrape's bounded reads: exact up to queue_metrics.CAP runs per
     # class and status, the planner's estimate above (a count of every live
-    # run grows with the runs waiting for their user).
-    for (ci, status), n in queue_metrics.live_runs().runs.items():
+    # run grows with the runs waiting for their user); the oldest due run
+    # among the first queue_metrics.HEAD due runs of its class.
+    figures = queue_metrics.live_runs()
+    for (ci, status), n in figures.runs.items():
         if n:
             stats[ci].depth[status] = round(n)
             if n > queue_metrics.CAP:
                 stats[ci].estimated.add(status)
-    due = (
-        Run.objects.filter(status=RunStatus.QUEUED)
-        .filter(Q(scheduled_for__isnull=True) | Q(scheduled_for__lte=Now()))
-        .annotate(ci=PriorityClass.orm_index("priority"))
-        .values("ci")
-        .annotate(
-            oldest=ExpressionWrapper(
-                Now() - Min(due_since()),
-                output_field=DurationField(),
-            )
-        )
-        .order_by()
-    )
-    for oldest in due:
-        stats[oldest["ci"]].oldest_due = display.duration(oldest["oldest"])
+    for ci, due in enumerate(figures.any_due):
+        if due:
+            seconds = figures.oldest_due_seconds[ci]
+            stats[ci].oldest_due = display.duration(dt.timedelta(seconds=seconds))
     with reads.read_connection().cursor() as cursor:
         window = {"window_seconds": WINDOW.total_seconds()}
         latency = execute(cursor, "claim_latency", window).fetchall()

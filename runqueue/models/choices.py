@@ -140,6 +140,11 @@ class WaitReason(models.TextChoices):
     EVENT = "event", "An inbound event"
 
 
+#: The reasons a run in status ``waiting`` waits for: every one but the
+#: user's (``ask_user`` waits in ``waiting_for_user``).
+WAITING_REASONS: tuple[str, ...] = tuple(r for r in WaitReason.values if r != WaitReason.USER)
+
+
 class Idempotency(models.TextChoices):
     """A tool's declared idempotency class: decides recovery of a started call."""
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
@@ -30,7 +29,14 @@ from prometheus_client.registry import Collector
 from runqueue import reads
 from runqueue.capacity import budgets
 from runqueue.conf import get_settings
-from runqueue.models import ACTIVE_STATUSES, PRIORITY_MAX, PausedKind, PriorityClass, RunStatus
+from runqueue.models import (
+    ACTIVE_STATUSES,
+    PRIORITY_MAX,
+    WAITING_REASONS,
+    PausedKind,
+    PriorityClass,
+    RunStatus,
+)
 from runqueue.reads import waiting
 from runqueue.sql import execute, without_jit
 
@@ -47,6 +53,8 @@ class QueueFigures:
     #: (class index, status) -> runs
     runs: dict[tuple[int, str], float] = field(default_factory=dict)
     oldest_due_seconds: list[float] = field(default_factory=lambda: [0.0] * len(PriorityClass))
+    #: per class: a due run was found (among the first HEAD in claim order)
+    any_due: list[bool] = field(default_factory=lambda: [False] * len(PriorityClass))
     dead_lettered: float = 0
     uncertain_tools: int = 0
     uncertain_runs: int = 0
@@ -61,18 +69,8 @@ def _estimate(cursor: CursorWrapper, status: str, low: int, high: int) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
-@contextmanager
-def bounded_reads() -> Iterator[CursorWrapper]:
-    """A cursor in a transaction where the planner walks indexes, in order,
-    and stops at the LIMIT. With a LIMIT above its row estimate (per-class
-    parameters, stale statistics) it would otherwise build a bitmap of every
-    matching run, or read every queued run of a class and sort them to find
-    the first ``HEAD``: reads that grow with the table."""
-    connection = reads.read_connection()  # the replica's in a read scope
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        for name in ("enable_sort", "enable_bitmapscan"):
-            execute(cursor, "set_config", {"name": name, "value": "off"})
-        yield cursor
+#: The scrape's reads walk indexes in order and stop at their LIMIT.
+bounded_reads = reads.bounded
 
 
 def read() -> QueueFigures:
@@ -110,8 +108,11 @@ def _live_runs(cursor: CursorWrapper, figures: QueueFigures) -> None:
             queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
         figures.runs[(idx, RunStatus.QUEUED)] = queued
         figures.oldest_due_seconds[idx] = max(float(oldest or 0), 0.0)
+        figures.any_due[idx] = oldest is not None
     sampled: dict[str, dict[int, int]] = {}
-    for status, idx, n in execute(cursor, "metrics_leased", {"cap": CAP + 1}).fetchall():
+    for status, idx, n in execute(
+        cursor, "metrics_leased", {"cap": CAP + 1, "waiting_reasons": list(WAITING_REASONS)}
+    ).fetchall():
         sampled.setdefault(status, {})[idx] = n
     for status, per_class in sampled.items():
         total = sum(per_class.values())

@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest, HttpResponseBase
 
 from runqueue.conf import get_settings
@@ -102,6 +103,21 @@ def read_alias() -> str:
 def read_connection() -> BaseDatabaseWrapper:
     """The Django connection a raw read statement takes (``read_alias()``)."""
     return connections[read_alias()]
+
+
+@contextmanager
+def bounded() -> Iterator[CursorWrapper]:
+    """A cursor on the read connection, in a transaction where the planner
+    walks indexes, in order, and stops at the LIMIT. With a LIMIT above its
+    row estimate (per-class parameters, stale statistics) it would otherwise
+    build a bitmap of every matching run, or read every queued run of a
+    class and sort them to find the first few: reads that grow with the
+    table. The scrape's and the dashboard's capped reads run in one."""
+    connection = read_connection()  # the replica's in a read scope
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        for name in ("enable_sort", "enable_bitmapscan"):
+            execute(cursor, "set_config", {"name": name, "value": "off"})
+        yield cursor
 
 
 def current() -> ReadSource | None:

@@ -24,6 +24,7 @@ from runqueue import reads
 from runqueue.conf import get_settings
 from runqueue.models import (
     WAIT_STATUSES,
+    WAITING_REASONS,
     PriorityClass,
     Run,
     RunStatus,
@@ -33,8 +34,9 @@ from runqueue.sql import execute
 
 #: Live workers read, at most (as ``runqueue.reads.waiting.MOST``).
 MOST = 100
-#: Active runs read per status for the counts, at most (as the scrape's).
-CAP = 10_000
+#: Active runs read per status for the counts, at most: a sample this size
+#: splits a status's total among kinds and versions.
+CAP = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,9 @@ def table(
     sampled: dict[str, list[tuple[str, int | None, int]]] = {}
     with reads.read_connection().cursor() as cursor:
         for status, kind, version, n in execute(
-            cursor, "active_by_handler", {"cap": CAP + 1}
+            cursor,
+            "active_by_handler",
+            {"cap": CAP + 1, "waiting_reasons": list(WAITING_REASONS)},
         ).fetchall():
             sampled.setdefault(status, []).append((kind, version, n))
     for status, counts in sampled.items():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -105,23 +105,22 @@ def paused_kinds() -> list[Cause]:
 
 def keys_at_cap() -> list[Cause]:
     """Keys whose running runs fill their cap (a limit row or the class's
-    default), or whose limit is 0, while due runs of theirs wait."""
+    default), or whose limit is 0, while due runs of theirs wait (among
+    the first CAP due runs of their class, as the other causes look)."""
     conf = get_settings()
     limits = {
         (row.key, row.priority_class): row.max_running
         for row in ConcurrencyLimit.objects.order_by("key")[: MOST * 10]
     }
     running: dict[tuple[str, int], int] = {}
-    rows = (
-        Run.objects.filter(status=RunStatus.RUNNING)
-        .annotate(ci=PriorityClass.orm_index("priority"))
-        .values("concurrency_key", "ci")
-        .annotate(n=Count("*"))
-        .order_by("-n")[: MOST * 10]
-    )
-    for row in rows:
-        cls = PriorityClass.by_index(row["ci"])
-        running[(row["concurrency_key"], cls.value)] = row["n"]
+    # The keys of the first CAP due runs of each class, each one's running
+    # runs counted up to one past the largest cap (which it then fills).
+    caps = [*limits.values(), *(conf.default_cap(c) for c in PriorityClass)]
+    largest = max((c for c in caps if c is not None), default=0)
+    params = {"head": CAP, "cap": largest + 1, "most": MOST * 10}
+    with reads.read_connection().cursor() as cursor:
+        for key, idx, n in execute(cursor, "keys_running", params).fetchall():
+            running[(key, PriorityClass.by_index(idx).value)] = n
     candidates = set(running) | {k for k, cap in limits.items() if cap == 0}
     causes = []
     for key, value in sorted(candidates)[:MOST]:
@@ -142,7 +141,7 @@ def budgets_held() -> list[Cause]:
     call of due runs of theirs, per class: paused, no request left, or the
     runs' tokens do not fit (one statement; ``budget_held``)."""
     params = {"cap": CAP + 1, "most": MOST}
-    with reads.read_connection().cursor() as cursor:
+    with reads.bounded() as cursor:  # through the budget index, never a bitmap of every run
         rows = execute(cursor, "budget_held", params).fetchall()
     causes = []
     for (

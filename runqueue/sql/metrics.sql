@@ -1,17 +1,18 @@
 -- Prometheus's bounded reads (/metrics).
 
 -- name: metrics_queued --
--- Prometheus, per class: queued runs counted through the claim index and
--- capped at %(cap)s entries, and the longest wait among the first %(head)s
--- due runs in claim order. Bounded reads whatever the backlog; the ORM
--- cannot put a LIMIT inside a correlated aggregate.
+-- Prometheus and the dashboard, per class: queued runs counted through the
+-- claim index and capped at %(cap)s entries, and the longest wait since it
+-- became due (as claim latency counts it) among the first %(head)s due runs
+-- in claim order (NULL: none). The ORM cannot put a LIMIT inside a
+-- correlated aggregate.
 SELECT c.idx,
        (SELECT count(*) FROM (
             SELECT 1 FROM runqueue_run r
              WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
              LIMIT %(cap)s) AS q) AS queued,
        (SELECT extract(epoch FROM now() - min(h.due_at)) FROM (
-            SELECT coalesce(r.scheduled_for, r.created_at) AS due_at
+            SELECT greatest(r.created_at, coalesce(r.scheduled_for, r.created_at)) AS due_at
               FROM runqueue_run r
              WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
                AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
@@ -38,10 +39,13 @@ SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
          ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
--- Waiting runs (their children, a signal, a time): in the waiting index's
--- order, so it is read through that index whatever the statistics say.
+-- Waiting runs (their children, a signal, a time, an event): through the
+-- waiting index, by %(waiting_reasons)s, every reason but the user's (the
+-- index holds the runs waiting for their user too, which a filter on the
+-- status alone would read all of).
 SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
-  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting'
+  FROM (SELECT priority FROM runqueue_run
+         WHERE status = 'waiting' AND wait_reason = ANY(%(waiting_reasons)s::text[])
          ORDER BY wait_reason, id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL

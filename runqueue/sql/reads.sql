@@ -87,8 +87,9 @@ SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
 -- The dashboard's kinds and versions: active runs by status, kind and pinned
 -- version, at most %(cap)s runs per status, each read in its index's order
 -- (queued: claim order; running, waiting_for_user: the leased index; waiting:
--- the waiting index). Above the cap a status's counts are a sample, which
--- runqueue.reads.versions scales to the status's total.
+-- the waiting index, by %(waiting_reasons)s, as metrics_leased reads it).
+-- Above the cap a status's counts are a sample, which runqueue.reads.versions
+-- scales to the status's total.
 SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'queued'
          ORDER BY priority, created_at LIMIT %(cap)s) AS q
@@ -105,6 +106,30 @@ SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting', q.kind, q.handler_version, count(*)
-  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting'
+  FROM (SELECT kind, handler_version FROM runqueue_run
+         WHERE status = 'waiting' AND wait_reason = ANY(%(waiting_reasons)s::text[])
          ORDER BY wait_reason, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3;
+
+-- name: keys_running --
+-- Keys at their cap (runqueue.reads.waiting): the concurrency keys among the
+-- first %(head)s due runs of each class in claim order, and each one's running
+-- runs of that class counted up to %(cap)s through the key index. Only keys
+-- whose runs wait are counted, never every running run.
+WITH due AS (
+    SELECT DISTINCT c.idx, c.low, c.high, h.concurrency_key AS key
+      FROM runqueue_priority_classes() AS c,
+           LATERAL (SELECT r.concurrency_key FROM runqueue_run r
+                     WHERE r.status = 'queued' AND r.priority BETWEEN c.low AND c.high
+                       AND (r.scheduled_for IS NULL OR r.scheduled_for <= now())
+                     ORDER BY r.priority, r.created_at LIMIT %(head)s) AS h
+)
+SELECT d.key, d.idx,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM runqueue_run r
+             WHERE r.concurrency_key = d.key AND r.status = 'running'
+               AND r.priority BETWEEN d.low AND d.high
+             LIMIT %(cap)s) AS q) AS running
+  FROM due d
+ ORDER BY d.key, d.idx
+ LIMIT %(most)s;

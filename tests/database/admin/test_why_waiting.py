@@ -269,6 +269,7 @@ def test_the_budget_cause_reads_at_most_the_cap_through_the_budget_index() -> No
 
     from django.db import connection
 
+    from runqueue import reads
     from runqueue.models import Budget
     from runqueue.sql import queries
 
@@ -286,7 +287,7 @@ def test_the_budget_cause_reads_at_most_the_cap_through_the_budget_index() -> No
         cursor.execute("ANALYZE runqueue_run")
 
     def scans() -> list[dict]:
-        with connection.cursor() as cursor:
+        with reads.bounded() as cursor:  # as budgets_held runs it
             cursor.execute(
                 "EXPLAIN (ANALYZE, FORMAT JSON) " + queries()["budget_held"],
                 {"cap": waiting.CAP + 1, "most": waiting.MOST},
