@@ -48,3 +48,28 @@ def test_a_child_gets_the_options_its_id_and_its_port() -> None:
     assert "--worker-id=w-1" in args and "--metrics-port=9109" in args
     assert "--lease-seconds=30.0" in args and not any("processes" in a for a in args)
     assert not any("heartbeat" in a for a in args)
+
+
+def test_a_worker_settles_its_heap_before_it_claims() -> None:
+    """runworker freezes what it loaded (settle_heap): a full collection then
+    walks only what was made since, not Django and the handlers' modules."""
+    import gc
+    import time
+
+    from runqueue.worker.pool import settle_heap
+
+    gc.collect()
+    before = len(gc.get_objects())
+    settle_heap()
+    try:
+        assert gc.get_freeze_count() > before - 100 > 10_000
+        assert len(gc.get_objects()) < 1_000
+        started = time.perf_counter()
+        gc.collect()
+        frozen = time.perf_counter() - started
+        gc.unfreeze()
+        started = time.perf_counter()
+        gc.collect()
+        assert frozen < time.perf_counter() - started
+    finally:
+        gc.unfreeze()

@@ -5,6 +5,7 @@ inside a Django process set up by ``rq_db.setup_django``."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from contextlib import ExitStack
@@ -37,6 +38,14 @@ def _started_pool(shape: list[str]):
     if not wait(10):
         raise RuntimeError("the bench pool's LISTEN connection never came up")
     time.sleep(0.2)  # every slot has made its first (empty) claim and waits
+    # As runworker settles its heap before it claims (a checkout measured
+    # through --src may predate settle_heap); _stop unfreezes it, so the
+    # peers measured after it in this process walk their heap as before.
+    from runqueue.worker import pool as pool_module
+
+    settle = getattr(pool_module, "settle_heap", None)
+    if settle is not None:
+        settle()
     return pool
 
 
@@ -44,6 +53,7 @@ def _stop(pool) -> None:
     """Shut the pool down and wait for its LISTEN thread (it checks every second)."""
     pool.shutdown()
     pool.listener.join(5)
+    gc.unfreeze()
 
 
 def drain_in_process(n: int, slots: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from runqueue.worker.config import (
     PoolConfig,
     default_worker_id,
 )
-from runqueue.worker.pool import Pool
+from runqueue.worker.pool import Pool, settle_heap
 from runqueue.worker.processes import CHILD_ENV, PROCESSES_MAX, Supervisor, child_args, split
 from runqueue.worker.spec import DEFAULT_SLOTS, SlotSpec
 
@@ -230,6 +230,7 @@ class Command(BaseCommand):
                 f"{options['metrics_port']}: {exc}"
             ) from exc
         pool.install_signal_handlers()
+        settle_heap()
         code = pool.run()
         if code:
             sys.exit(code)
