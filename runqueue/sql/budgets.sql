@@ -2,13 +2,9 @@
 -- pause, and the reads of the dashboard and the metrics.
 
 -- name: budget_reserve --
--- ctx.reserve, inside the run's fenced transaction: reserve one request and
--- %(tokens)s on the budget (runqueue_budget_take, waiting for the budget's
--- row), and, when taken, count it in the run's budget_reserved. Returns the
--- verdict and the instant it was reserved at (runqueue_budget_take's: when
--- it got the budget's row; settle refunds into its bucket, and the
--- budget.reserved event carries it). A function's verdict: the ORM cannot
--- call it.
+-- ctx.reserve, in the run's fenced transaction: runqueue_budget_take (waiting for the
+-- budget's row) and, when taken, the call counted in budget_reserved. Returns the verdict and
+-- the instant it counts at (why that instant: docs/decisions/queue.md, "Budgets").
 WITH took AS (
     SELECT runqueue_budget_take(%(key)s, %(tenant)s, %(tokens)s, true) AS verdict
 ), counted AS (
@@ -37,11 +33,9 @@ WITH settled AS (
 SELECT delta FROM settled;
 
 -- name: budget_refund --
--- A run given back before its handler started, inside the release's fenced
--- transaction: the call its claim reserved was never made, so its request
--- and tokens go back into the bucket they were reserved in
--- (runqueue_budget_refund) and come off the run's budget_reserved.
--- Returns whether the budget's ring still held that bucket.
+-- A run given back before its handler started (the release's fence): its call was never
+-- made, so the request and tokens go back to their bucket (runqueue_budget_refund) and off
+-- budget_reserved. Returns whether the ring still held that bucket.
 WITH refunded AS (
     SELECT runqueue_budget_refund(%(key)s, %(tenant)s, %(at)s, %(tokens)s) AS held
 ), counted AS (
@@ -74,10 +68,9 @@ UPDATE runqueue_budget
 RETURNING paused_until;
 
 -- name: budget_windows --
--- The dashboard and the metrics: each budget's use in its window now, its
--- pause, and its queued runs (through runqueue_run_budget_idx): those whose
--- call cannot be reserved now (paused, or not fitting the window) wait on
--- the budget. The window is a function of the ring: the ORM cannot read it.
+-- The dashboard and the metrics: each budget's use in its window now, its pause, its queued
+-- runs (runqueue_run_budget_idx) and those whose call cannot be reserved now. Raw: the window
+-- is a function of the ring, which the ORM cannot read.
 SELECT b.key, b.requests, b.tokens, b.per_seconds,
        CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
        w.tokens AS used_tokens, w.requests AS used_requests,
@@ -99,16 +92,9 @@ SELECT b.key, b.requests, b.tokens, b.per_seconds,
  LIMIT %(limit)s;
 
 -- name: budget_held --
--- Why due runs wait, budgets (runqueue.reads.waiting): per budget (the first
--- %(most)s by key) and class, the due queued runs whose call cannot be
--- reserved now: the key paused, no request left in its window, or their
--- tokens do not fit (as runqueue_budget_take decides, but a tenant's turn).
--- Each budget reads at most its first %(cap)s due runs, through
--- runqueue_run_budget_idx in its order (the key is fixed: a walk that
--- stops at the LIMIT), and none while its window has room for any call
--- (the one-time filter before the scan); they are split by class after
--- (sampled: how many it read, above %(cap)s - 1 a class's count is a floor).
--- The window is a function of the ring: the ORM cannot read it.
+-- Why due runs wait, budgets (runqueue.reads.waiting): per budget and class, the due runs
+-- whose call cannot be reserved now, at most %(cap)s per budget read in its index's order.
+-- Why: docs/decisions/admin-api.md, "Why due runs wait, named everywhere".
 SELECT b.key, h.idx, h.n, h.sampled,
        CASE WHEN b.paused_until > now() THEN b.paused_until END AS paused_until,
        b.requests, w.requests AS used_requests, b.tokens, w.tokens AS used_tokens,

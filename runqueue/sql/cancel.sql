@@ -2,12 +2,9 @@
 -- resume, requeue of a dead letter.
 
 -- name: cancel --
--- Cancel a non-terminal run (a pending turn too); the epoch bump fences a
--- worker still running it. A run with a parent counts in it
--- (runqueue_join): cancelling a child wakes a parent waiting for it. A run
--- in a session queues the session's next pending turn once no run of it is
--- active (runqueue_promote): cancelling the active run moves the line on,
--- cancelling a pending turn leaves it where it is.
+-- Cancel a non-terminal run (a pending turn too); the epoch bump fences its worker. A child
+-- counts in its parent (runqueue_join); a session's next pending turn is queued once none of
+-- its runs is active (runqueue_promote).
 WITH cancelled AS (
     UPDATE runqueue_run
        SET status = 'cancelled',
@@ -30,14 +27,9 @@ SELECT c.id, c.lease_epoch,
   FROM cancelled c;
 
 -- name: pause_runs --
--- Pause a run, and with %(tree)s every run below it (children, theirs, ...;
--- a finished run's live children are walked too): each live run not
--- paused yet gets paused_at. The claim steps over it (fragment due), the
--- start deadline service too (the deadline is frozen: a resume moves it on
--- by the time paused), and a running one is given back at its handler's
--- next step (told by a NOTIFY and by the heartbeat, fence_renew_many).
--- Nothing else moves: a waiting run keeps waiting and its wake-up queues
--- it, still paused. The rows paused: id, status, epoch.
+-- Pause a run, and with %(tree)s every live run below it; returns the rows paused. The claim and
+-- the start deadline step over it, a running one is given back at its handler's next step.
+-- Why: docs/decisions/run-trees.md, "Pausing one run".
 WITH RECURSIVE tree(id) AS (
     SELECT %(run_id)s::uuid
     UNION
@@ -54,9 +46,8 @@ UPDATE runqueue_run r
 RETURNING r.id, r.status, r.lease_epoch;
 
 -- name: resume_runs --
--- Resume what pause_runs paused (the run, and with %(tree)s every run below
--- it): paused_at cleared, a start deadline moved on by the time the run was
--- paused. A run that ended while paused is resumed too (nothing to claim).
+-- Resume what pause_runs paused (with %(tree)s, every run below too): paused_at cleared, a
+-- start deadline moved on by the time paused; a run that ended while paused is resumed too.
 -- The rows resumed: id, status, epoch, priority, seconds paused.
 WITH RECURSIVE tree(id) AS (
     SELECT %(run_id)s::uuid
@@ -78,15 +69,9 @@ RETURNING r.id, r.status, r.lease_epoch, r.priority,
           extract(epoch FROM now() - h.paused_at)::float8;
 
 -- name: cancel_children --
--- A cascading cancel's next level: the children of runs it has just walked
--- (cancelled, or finished before it), each non-terminal one cancelled, in
--- the same transaction, a statement per level so each level sees the
--- children committed before its parents' row locks were taken (a spawn
--- commits under its parent's lock, so no child is missed and none is made
--- after). Every child is returned, the cancelled with their new epoch: a
--- finished child may have children still running. Their parents are
--- terminal: no join to count. A child given a session (ctx.spawn's
--- session_id) queues that session's next pending turn (runqueue_promote).
+-- A cascading cancel's next level: every child of the runs just walked, each live one cancelled
+-- with a new epoch (its session's line moves). A statement per level sees each child committed
+-- first: docs/decisions/run-trees.md, "Cancelling a tree, and lock order".
 WITH kids AS (
     SELECT id FROM runqueue_run WHERE parent_id = ANY(%(parent_ids)s::uuid[])
 ), cancelled AS (
@@ -112,11 +97,9 @@ SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id
  WHERE (SELECT count(*) FROM promoted) >= 0;
 
 -- name: operator_requeue --
--- An operator sends a dead-lettered run back to the queue: a fresh attempt
--- budget, due at once (scheduled_for = now(): the claim's wait counts from
--- here, not from creation), a new epoch. The failure moves to the event.
--- Its row lock held, the transaction counts again (requeue_recount, a later
--- statement) its own open children and its parent's.
+-- An operator sends a dead letter back to the queue: a fresh attempt budget, due now (the
+-- claim's wait counts from here), a new epoch; the failure moves to the event. Then
+-- requeue_recount, in the same transaction.
 UPDATE runqueue_run
    SET status = 'queued',
        lease_epoch = lease_epoch + 1,
@@ -129,8 +112,7 @@ UPDATE runqueue_run
 RETURNING id, lease_epoch, priority, parent_id;
 
 -- name: requeue_recount --
--- After operator_requeue, in its transaction: the requeued run's open
--- children counted from their statuses (they may have ended while it was
--- dead: their joins left its count alone), and its parent's (the run is
--- open in it again), each under its row lock (runqueue_recount).
+-- After operator_requeue, in its transaction: the run's and its parent's open children counted
+-- again from their statuses, under each row lock (runqueue_recount). Why:
+-- docs/decisions/run-trees.md, "A dead letter requeued counts its children again".
 SELECT runqueue_recount(ARRAY[%(run_id)s::uuid, %(parent_id)s::uuid], %(channel)s);

@@ -2,13 +2,8 @@
 -- claim, and the statements that only claim.
 
 -- fragment: claim_set --
--- What a claim writes to each run it takes: running, the next epoch and
--- attempt, the lease, and a fresh random token that every fenced write of
--- this lease must match (docs/decisions.md, "A fencing token lost WAL
--- cannot recreate"). A run with a budget adds the call its claim reserved
--- (runqueue_budget_take) to what it reserved so far. The claim's
--- run.claimed event is the row's: its id from the events' sequence and its
--- time (the log reads it from the row; migration 0024).
+-- What a claim writes to each run it takes: running, the next epoch and attempt, the lease, a
+-- fresh token, its run.claimed on the row (docs/decisions/queue.md, "Claim and leases").
        SET status = 'running',
            lease_epoch = r.lease_epoch + 1,
            lease_token = gen_random_uuid(),
@@ -33,27 +28,18 @@
                r.handler_version)
 
 -- fragment: claim_after_finishes --
--- A claim's UPDATE takes its runs once the statement's finishes are done
--- (the CTE finished; an empty one in claim and claim_capped): a gating
--- InitPlan, run before the first run is claimed. So the finishes' event ids
--- (taken in finished) are below the claims' (taken per claimed row), as a
--- replay of the log in id order needs: a claim a finish made room for comes
--- after it (tools/chaos/verify.py, cap_violations). Without it the executor
--- may run claimed first.
+-- A gating InitPlan: the claim runs after the statement's finishes, so their event ids sort
+-- below the claims' (why: docs/decisions/queue.md, "Performance").
 AND (SELECT count(*) FROM finished) >= 0
 
 -- fragment: claim_pruned --
--- A claim's UPDATE (plain or capped) reads the live partition alone, never
--- a day of finished runs: partition pruning, not a status test (the ids
--- chose queued runs). Statuses of the live partition as migration 0009 made
--- it, not live_statuses: this list implies no partial index's predicate, so
--- the ids stay the index condition.
+-- The live partition's statuses, not live_statuses: pruning that implies no partial index's
+-- predicate (docs/decisions/history.md, "The layout").
 AND r.status IN ('queued', 'running', 'waiting_for_user')
 
 -- fragment: claim_commit --
--- The last condition of a claim's UPDATE: a statement that only claims (%(claim_commit)s 'off')
--- commits without waiting for its WAL to reach the disk; the lease token makes that safe. An
--- InitPlan, this transaction only (docs/decisions.md, "Claim and leases").
+-- A statement that only claims (%(claim_commit)s 'off') commits without waiting for the disk;
+-- the token makes that safe (docs/decisions/queue.md, "Claim and leases").
 AND (%(claim_commit)s::text IS NULL
      OR (SELECT set_config('synchronous_commit', %(claim_commit)s::text, true)) IS NOT NULL)
 
@@ -68,12 +54,8 @@ SELECT c.*
  ORDER BY c.priority, c.created_at
 
 -- fragment: plain_claimed --
--- The plain claim (finish_and_claim, claim): up to %(limit)s due runs in
--- the slot group's classes, oldest first within priority. The claim only
--- takes queued rows, so it never touches a row being finished.
--- ARRAY(...) runs the claim's subquery once (IN (SELECT ... LIMIT k) may
--- re-run it and claim more than k). runqueue_priority_class
--- (fn_classes.sql) is the class of a priority, inlined by the planner.
+-- The plain claim: up to %(limit)s due runs of the group's classes in claim order; ARRAY(...)
+-- runs the subquery once, so never more than k (docs/decisions/queue.md, "Claim and leases").
 claimed AS (
     UPDATE runqueue_run r
     -- include: claim_set --
@@ -82,7 +64,6 @@ claimed AS (
               FROM runqueue_run q
              WHERE q.priority BETWEEN %(min_priority)s AND %(max_priority)s
                AND runqueue_priority_class(q.priority) = ANY(%(class_indexes)s::int[])
-               -- What may be claimed: fn_claim.sql, as runqueue_claim_capped.
                -- include: claimable --
                -- A kind and version this worker has (fn_claim.sql): a
                -- filter, the claim index stays the scan.
@@ -103,9 +84,8 @@ claimed AS (
 )
 
 -- fragment: capped_claimed --
--- The capped claim (finish_and_claim_capped, claim_capped): the plain claim but its WHERE, the
--- ids runqueue_claim_capped (fn_claim.sql) chose and locked, run once (an InitPlan); no status
--- test, which would walk the claim index (docs/decisions.md, "Concurrency caps").
+-- The capped claim: the plain claim but its WHERE, the ids runqueue_claim_capped chose and
+-- locked (an InitPlan); no status test (docs/decisions/queue.md, "Concurrency caps").
 claimed AS (
     UPDATE runqueue_run r
     -- include: claim_set --

@@ -2,12 +2,9 @@
 -- deadline (start_within) expired.
 
 -- name: resume_due --
--- The deadline service: waits whose deadline passed on the database clock,
--- through the deadline index, oldest first, resumed: queued again with
--- ctx.timed_out true and no input (a timer's deadline is what it waited
--- for, so not timed out). A row a signal, a child or an input delivery is
--- writing right now is stepped over (SKIP LOCKED) and looked at again next
--- time, when its wait may be over. Events and NOTIFYs in the statement.
+-- The deadline service: waits past their deadline on the database clock, oldest first, queued
+-- again with ctx.timed_out (a timer is not timed out). A row being written now is stepped over
+-- (SKIP LOCKED) and looked at again next time, when its wait may be over.
 WITH due AS (
     SELECT id, wait_reason, wait_name, wait_until
       FROM runqueue_run
@@ -52,19 +49,9 @@ SELECT extract(epoch FROM least(
                AND paused_at IS NULL)) - now());
 
 -- name: expire_unstarted --
--- The deadline service: queued runs whose start deadline (start_within)
--- passed on the database clock, through the start deadline index, oldest
--- first, cancelled with reason expired (docs/decisions.md, "Run
--- deadlines"), and pending turns past theirs too (a turn's deadline counts
--- from its submit: "Busy sessions: on_busy"): a new epoch, %(failure)s as
--- the record, run.cancelled. A row a claim (or a promotion) holds right
--- now is stepped over (SKIP LOCKED); the UPDATE re-checks status and
--- deadline on the row's latest version, so a run is claimed or expired,
--- never both (a claim clears start_by and takes only runs before it, the
--- fragment claimable). An expired child counts in its parent
--- (runqueue_join), and an expired run in a session queues its session's
--- next pending turn if the session has no active run left
--- (runqueue_promote), as any cancel. The expired runs' ids returned.
+-- The deadline service: queued runs and pending turns past their start deadline, cancelled as
+-- expired. SKIP LOCKED and the UPDATE's re-check on the row's latest version: a run is claimed
+-- or expired, never both (docs/decisions/sessions.md, "Run deadlines").
 WITH due AS (
     SELECT id
       FROM runqueue_run
@@ -77,11 +64,9 @@ WITH due AS (
 -- include: expire_due --
 
 -- name: expire_active_turn --
--- A submit to a session whose active run is queued and past its start
--- deadline (no worker took it in time): that run expired in the submit's
--- transaction (under the row lock its routing holds), as the deadline
--- service would, so the session is not busy with a run that can never
--- start, and its line moves (runqueue_promote). Its id, or no row.
+-- A submit to a session whose active run is queued past its start deadline: that run expired
+-- in the submit's transaction, as the deadline service would, so the session is not busy with
+-- a run that can never start, and its line moves. Its id, or no row.
 WITH due AS (
     SELECT id
       FROM runqueue_run
@@ -91,11 +76,8 @@ WITH due AS (
 -- include: expire_due --
 
 -- fragment: expire_due --
--- The expiry of the runs in ``due`` (a CTE the statement opens with):
--- cancelled with reason expired, %(failure)s their record, a new epoch,
--- run.cancelled; a child counts in its parent (runqueue_join) and a
--- session's next pending turn is queued if it has no active run left
--- (runqueue_promote), as any cancel. The expired runs' ids.
+-- The expiry of the runs in the CTE due: cancelled as expired, %(failure)s their record, a new
+-- epoch, run.cancelled; parents and sessions move on as after any cancel. Their ids.
 expired AS (
     UPDATE runqueue_run r
        SET status = 'cancelled',

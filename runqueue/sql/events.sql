@@ -1,26 +1,22 @@
 -- Inbound events: recorded once, matched to triggers and waits, pruned.
 
 -- fragment: event_input --
--- What a run woken by an inbound event gets as its input (ctx.input), from
--- the event's row (alias e): one shape for a wait that finds the event and
--- an event that finds the wait.
+-- The input (ctx.input) of a run an inbound event wakes, from the event's row (alias e): one
+-- shape for a wait that finds the event and an event that finds the wait.
 jsonb_build_object('name', e.name, 'key', e.key, 'data', e.data,
                    'received_at', e.received_at)
 
 -- name: event_name_shared --
--- An inbound event's first statement: the (tenant, name) lock, shared, so
--- events of one name are recorded side by side, but never while a wait for
--- that name is being written (event_name_exclusive): the wait either sees
--- this event committed or is committed before deliver_event looks for it.
--- Transaction-scoped; the key is hashed as the concurrency caps' are.
+-- An inbound event's first statement: the (tenant, name) lock, shared, so events of a name are
+-- recorded side by side but never while a wait for it is written (event_name_exclusive).
+-- Why: docs/decisions/schedules-webhooks.md, "Inbound events".
 SELECT pg_advisory_xact_lock_shared(
            hashtextextended('runqueue.event:' || %(tenant)s || ':' || %(name)s, 0));
 
 -- name: event_name_exclusive --
--- A wait for an inbound event takes its (tenant, name) lock exclusively,
--- after its fence (the run's row lock) and before suspend: events of that
--- name in flight commit first and suspend sees them; later ones wait for
--- the wait to commit, then find the run waiting.
+-- A wait for an inbound event takes its (tenant, name) lock exclusively, after its fence and
+-- before suspend: events in flight commit first and suspend sees them; later ones wait for the
+-- wait to commit and find the run waiting.
 SELECT pg_advisory_xact_lock(
            hashtextextended('runqueue.event:' || %(tenant)s || ':' || %(name)s, 0));
 
@@ -52,15 +48,9 @@ SELECT (m.i - 1)::integer
  ORDER BY m.i;
 
 -- name: deliver_event --
--- An inbound event ends the waits it matches (its tenant, its name, its
--- data containing the wait's match), under each run's row lock, taken in
--- id order (two events of a name never deadlock); the caller holds the
--- (tenant, name) lock shared, and the event's row is inserted in this
--- transaction. Each run woken is queued again with the event as its input
--- and the event recorded as taken by it. A run whose wait another
--- transaction ended while this one waited for its lock is re-checked on
--- its latest version and left alone. The woken runs' ids, epochs and
--- priorities returned.
+-- An inbound event ends the waits it matches: each run locked in id order (two events never
+-- deadlock), re-checked on its latest version, queued again with the event as its input and
+-- the event recorded as taken. The caller holds the name's lock shared.
 WITH waiting AS (
     SELECT r.id
       FROM runqueue_run r

@@ -1,32 +1,11 @@
 -- The finish: a worker's finishes, alone or with its next claim.
 
 -- fragment: finish --
--- The finishes of finish_and_claim and finish_and_claim_capped (their first
--- CTEs): the runs a worker's slots ended (succeeded or failed). Each finish
--- keeps its own fence (id, epoch, token, status = 'running'): only the rows whose
--- fence matched are finished (and logged by the logged fragment); a lease
--- whose id is missing from finished_ids was fenced and wrote nothing. The
--- token (lease_token) is the claim's: an epoch alone can be issued twice
--- when a failover loses the claim's WAL, a random token cannot. The
--- finishes travel as one JSON document (psycopg dumps one text, not eight
--- arrays of it), an array per finish: id, epoch, token, status, event
--- type, then the result and the failure each as [value] or [] (so a
--- handler's null result stays a JSON null, and no result is SQL NULL:
--- a JSON null's ->0 is itself, an empty array's is SQL NULL),
--- then the event's data. The ids come again as %(ids)s, an array the
--- UPDATE's index condition reads. A finished run with a parent counts in
--- its parent (joined: runqueue_join, fn_tree.sql); for runs without one
--- joined has no row and calls nothing. A finished run in a session queues
--- its session's next pending turn (promoted: runqueue_promote); for runs
--- without a session promoted has no row and calls nothing.
--- A success writes no event row: the run's row keeps the lease's owner and
--- token and takes its run.succeeded event's id (the events' sequence), and
--- the log (runqueue_event_log) reads both events from it (migration 0024;
--- docs/decisions.md, "Claim and success on the run's row"); a failure's
--- claim is written as an event row by the trigger that lets it go
--- (runqueue_run_log_kept, fn_log.sql).
+-- The finishes of finish_and_claim(_capped), each under its own fence (id, epoch, token); a
+-- lease missing from finished_ids was fenced. Why: docs/decisions/queue.md, "Performance".
 input AS (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS epoch, (e->>2)::uuid AS token,
+           -- result, failure: [value] or [], so a handler's null stays JSON null, none SQL NULL.
            e->>3 AS status, e->>4 AS event_type, e->5->0 AS result, e->6->0 AS failure,
            e->7 AS event_data
       FROM jsonb_array_elements(%(finishes)s::jsonb) AS e
@@ -67,14 +46,8 @@ input AS (
 )
 
 -- fragment: logged --
--- The end of finish_and_claim and finish_and_claim_capped: the events of the
--- failed finishes (a claim's and a success's are the row's: the finish
--- fragment), the NOTIFYs of the watched runs, then the result. It has at
--- least one row:
--- finished_ids, then the claimed run's columns (all NULL when nothing was
--- claimed), then how many parents the finishes resumed (joined, evaluated
--- once: the result always has a row) and how many pending turns they
--- queued (promoted).
+-- The end of finish_and_claim(_capped): the failed finishes' events, the watched runs' NOTIFYs,
+-- then a row per claimed run (one of NULLs if none) with finished_ids, joined and promoted.
 logged AS (
     INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)
     SELECT f.event_id, f.id, f.event_type, f.lease_epoch, f.event_data, now()
@@ -95,11 +68,9 @@ SELECT (SELECT coalesce(array_agg(f.id), '{}') FROM finished f) AS finished_ids,
  ORDER BY c.priority, c.created_at
 
 -- name: finish_and_claim --
--- The worker's one statement per round trip: finish the runs its slots ended
--- (the finish fragment) and claim up to %(limit)s runs (the plain claim),
--- with every event, in one transaction (autocommit: one commit). Either
--- part may be empty: no finishes is a plain claim (though claim is cheaper
--- for that), limit 0 a plain finish.
+-- The worker's one statement per round: finish the runs its slots ended and claim up to
+-- %(limit)s, every event included, in one commit (docs/decisions/queue.md, "Performance").
+-- Either part may be empty (no finishes: claim is cheaper; limit 0: a plain finish).
 WITH
 -- include: finish --
 ,
@@ -119,16 +90,9 @@ WITH
 ;
 
 -- name: fence_finish --
--- Finish a run the worker still owns: succeeded or failed, and log the
--- event in the same statement (written only if the fence matched). One
--- statement, so in autocommit it is a transaction of its own with the fence
--- first: one round trip per finish. Zero rows: fenced, nothing written.
--- JSON travels as text, as in finish_and_claim; a failure is a
--- runqueue.leases.failures.Failure built in Python. A run with a parent counts in
--- it (runqueue_join), and a run in a session queues its session's next
--- pending turn (runqueue_promote), in this statement. A success writes no
--- event row, as in finish_and_claim (its finish fragment says why); the
--- NOTIFY of a watched run is sent here instead.
+-- Finish a run the worker still owns, its event in the same statement: one round trip, one
+-- commit. Zero rows: fenced. Its parent counts it and its session moves on; a success writes
+-- no event row, so a watched run's NOTIFY is sent here (the finish fragment).
 WITH finished AS (
     UPDATE runqueue_run
        SET status = %(status)s::text,

@@ -1,10 +1,9 @@
 -- Budgets: the ring of a budget's window, and a call's take, settle and refund.
 
 -- function: runqueue_budget_bucket --
--- The bucket of a budget's window that instant "at" falls in: a window of
--- per_seconds is ten buckets, and a budget's row keeps eleven (a ring,
--- runqueue_budget.ring_*), so every window of per_seconds lies within the
--- buckets a reservation counts (docs/decisions.md, "Budgets").
+-- The bucket of a budget's window that instant "at" falls in: a window is ten buckets and the
+-- row keeps eleven, so every window lies within the buckets a reservation counts
+-- (docs/decisions/queue.md, "Budgets").
 CREATE OR REPLACE FUNCTION runqueue_budget_bucket(per_seconds integer, at timestamptz)
     RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -23,14 +22,9 @@ SELECT coalesce(sum(u.t), 0)::bigint, coalesce(sum(u.r), 0)::bigint
 $$;
 
 -- function: runqueue_budget_charge --
--- Add tokens and requests to the ring's bucket n of a budget's row (locked
--- by the caller). It never resets a bucket newer than n: a slot holding an
--- older bucket starts again from zero; when n has left the ring (its slot
--- holds a bucket 11 or more newer, the caller's instant was read before a
--- long wait) a charge goes into the newest bucket instead, so what it adds
--- still counts, and a refund (negative) has nothing left to take back. A
--- refund comes off bucket n only while the ring holds it, and never takes
--- a bucket below zero.
+-- Add tokens and requests to bucket n of a budget's ring (its row locked by the caller), never
+-- resetting a newer bucket: a charge to a bucket that left the ring goes into the newest, a
+-- refund to it takes nothing, none below zero (docs/decisions/queue.md, "Budgets").
 CREATE OR REPLACE FUNCTION runqueue_budget_charge(
     p_id bigint, n bigint, p_tokens bigint, p_requests bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -62,23 +56,9 @@ END;
 $fn$;
 
 -- function: runqueue_budget_take --
--- Reserve one request and p_tokens on budget p_key for tenant p_tenant, now
--- (docs/decisions.md, "Budgets"): the claim's walk (p_wait false: a budget
--- another transaction holds is 'busy', never waited for) and ctx.reserve
--- (p_wait true) both call it. The budget's row lock is held to the
--- caller's commit and the window is read from the locked row's latest
--- version, so what racing claimers reserve never exceeds the window.
--- Answers 'taken'; 'unlimited' (no such budget: nothing counted); or why
--- not: 'busy', 'paused', 'requests' (no request left in the window),
--- 'tokens' (these tokens do not fit now), 'turn' (another tenant waiting
--- on the key has had less of it, by its share). A
--- reservation larger than the whole budget fits only an empty window.
--- Fair shares: each tenant's pass grows by what it reserves divided by its
--- share (stride scheduling); a tenant may reserve while no other tenant
--- with queued runs on the key, seen asking within one bucket, has a lower
--- pass. A tenant's pass never lags vtime (the least pass of the tenants
--- asking), so a tenant back from idle banks no credit. Every verdict but
--- 'busy' and 'paused' records the tenant as asking (seen).
+-- Reserve one request and p_tokens on p_key for p_tenant, the row locked to commit: the claim's
+-- walk (p_wait false: a locked row is 'busy') and ctx.reserve. Answers 'taken', 'unlimited' or
+-- why not (busy, paused, requests, tokens, turn). Why: docs/decisions/queue.md, "Budgets".
 CREATE OR REPLACE FUNCTION runqueue_budget_take(
     p_key text, p_tenant text, p_tokens bigint, p_wait boolean) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -190,16 +170,9 @@ END;
 $fn$;
 
 -- function: runqueue_budget_settle --
--- Correct a reservation of p_reserved tokens made at p_at to p_used: a
--- refund comes off the bucket it was reserved in (if that bucket is still
--- in the ring: once it left the window there is nothing to give back); an
--- extra charge goes into the bucket of the moment this got the budget's
--- row (clock_timestamp(), as ctx.reserve counts from), so later
--- reservations wait for it. Not the transaction's now(): a settle that
--- waited over 1.1 windows for the row would charge a bucket whose ring
--- slot a newer one holds by then (runqueue_budget_charge never resets it).
--- The tenant's pass moves by the difference too. Returns the correction
--- (used - reserved), 0 without such a budget.
+-- Correct a reservation of p_reserved made at p_at to p_used: a refund off its bucket while the
+-- ring holds it, an extra charge into the bucket of the moment this got the row, the pass moved
+-- too. Returns used - reserved, 0 without a budget (docs/decisions/queue.md, "Budgets").
 CREATE OR REPLACE FUNCTION runqueue_budget_settle(
     p_key text, p_tenant text, p_at timestamptz, p_reserved bigint, p_used bigint)
     RETURNS bigint
@@ -232,13 +205,9 @@ END;
 $fn$;
 
 -- function: runqueue_budget_refund --
--- Give back a reservation whose call was never made (a run given back
--- before its handler started, docs/decisions.md "Budgets"): its request
--- and p_tokens come off the bucket of p_at, the instant it was reserved
--- at, while the ring holds that bucket (once it left the window there is
--- nothing to give back); the tenant's pass moves back by what the
--- reservation added to it, never below vtime. Returns whether the ring
--- still held it; false without such a budget.
+-- Give back a reservation whose call was never made: its request and p_tokens off the bucket
+-- of p_at while the ring holds it, the tenant's pass moved back (never below vtime). Returns
+-- whether the ring still held it (docs/decisions/queue.md, "Budgets").
 CREATE OR REPLACE FUNCTION runqueue_budget_refund(
     p_key text, p_tenant text, p_at timestamptz, p_tokens bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $fn$

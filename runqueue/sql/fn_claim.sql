@@ -31,12 +31,9 @@ AND NOT EXISTS (SELECT 1 FROM runqueue_paused_kind p
                 OFFSET 0)
 
 -- function: runqueue_between_turns --
--- A run is between turns when a newer version of its handler would replay
--- none of its steps: its last checkpoint ended a turn (ask_user, a wait for
--- children, a signal or a time: turn_end) and no step (tool call, spawn,
--- patch decision) was recorded from that checkpoint's tool_seq on; or it
--- has no checkpoint and no step at all. Two probes of unique (run, seq)
--- indexes. docs/decisions.md, "Versions and rolling deploys".
+-- A run is between turns when a newer handler version would replay none of its steps: its last
+-- checkpoint ended a turn and no step came after, or it has neither. Two unique-index probes
+-- (docs/decisions/run-trees.md, "Versions and rolling deploys").
 CREATE OR REPLACE FUNCTION runqueue_between_turns(p_run uuid) RETURNS boolean
 LANGUAGE sql STABLE
 AS $fn$
@@ -53,18 +50,9 @@ SELECT coalesce(c.turn_end, true)
 $fn$;
 
 -- function: runqueue_claim_version --
--- The version of its kind's handler a worker runs a run at, or NULL when
--- that worker must not claim it: the one rule of which worker takes which
--- run (docs/decisions.md, "Versions and rolling deploys"), in the plain
--- claim's filter, in runqueue_claim_capped's and in what a claim writes
--- (claim_set). The worker's kinds (p_kinds, each one's newest version in
--- p_newest), the versions it has ('kind:version', p_versions) and the
--- moves it makes ('kind:from' in p_moves, to the version in p_move_to):
--- a run never claimed (p_pinned NULL) takes the newest version; a pinned
--- one keeps its version, or moves when its version is one the worker moves
--- and it is between turns. A one-line LANGUAGE sql function without a
--- subquery of its own: the planner inlines it, a filter on the claim
--- index's rows (runqueue_between_turns, called only for a move).
+-- The version of its kind's handler a worker runs a run at, or NULL: it must not claim it. New
+-- runs take the newest, pinned ones keep theirs or move between turns; inlined by the planner
+-- (docs/decisions/run-trees.md, "Versions and rolling deploys").
 CREATE OR REPLACE FUNCTION runqueue_claim_version(
     p_run uuid,
     p_kind text,

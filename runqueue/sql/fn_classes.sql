@@ -2,11 +2,9 @@
 -- (runqueue.sql.classes).
 
 -- function: runqueue_priority_class --
--- The index of a priority's class (runqueue.models.PriorityClass). The class
--- functions are LANGUAGE sql IMMUTABLE with a one-line body and no STRICT or
--- SET: the planner inlines them, so a statement plans as it would with the
--- arithmetic written in place. tests/database/sql/test_queries.py checks them against
--- PriorityClass (runqueue.sql.classes renders them from it).
+-- The index of a priority's class (runqueue.models.PriorityClass). Each class function is
+-- LANGUAGE sql IMMUTABLE, one line, no STRICT or SET: the planner inlines it
+-- (docs/decisions/queue.md, "Claim and leases").
 CREATE OR REPLACE FUNCTION runqueue_priority_class(priority integer) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$SELECT least(priority / 10, 2)$$;

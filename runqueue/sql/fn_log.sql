@@ -2,11 +2,9 @@
 -- events a run's row holds.
 
 -- function: runqueue_event_notify --
--- One NOTIFY per appended event of a watched run, on the channel
--- runqueue_events with the run id as payload; nothing for the others. The
--- trigger that calls it (migration 0003) fires after every insert into
--- runqueue_run_event, so no insert path can forget it (docs/decisions.md,
--- "Event stream").
+-- One NOTIFY on runqueue_events per appended event of a watched run. Its trigger fires after
+-- every insert into runqueue_run_event, so no insert path can forget it
+-- (docs/decisions/history.md, "The event stream").
 CREATE OR REPLACE FUNCTION runqueue_event_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -18,12 +16,9 @@ END
 $$;
 
 -- function: runqueue_claimed_data --
--- A run.claimed event's data: the lease's owner and token, the attempt, the
--- priority and how long the run waited since it became due (the claim
--- measured it: claim_set, claim.sql). Built from the run's row, by the
--- view runqueue_event_log while the row holds the claim and by
--- runqueue_run_log_kept when the attempt ends otherwise (migration 0024;
--- docs/decisions.md, "Claim and success on the run's row").
+-- A run.claimed event's data (lease owner and token, attempt, priority, wait) built from the
+-- run's row: by runqueue_event_log while the row holds the claim, by runqueue_run_log_kept after
+-- (docs/decisions/queue.md, "Claim and success on the run's row").
 CREATE OR REPLACE FUNCTION runqueue_claimed_data(
     p_owner text, p_token uuid, p_attempt integer, p_priority integer, p_wait_ms integer)
 RETURNS jsonb
@@ -38,16 +33,9 @@ SELECT jsonb_build_object(
 $fn$;
 
 -- function: runqueue_run_log_kept --
--- Before a run's row leaves the state whose events it holds (migration
--- 0024): an attempt's claim, held from the claim while the run runs and
--- after it succeeds, and the success, held while it stays succeeded. When
--- the row moves on (a failure, a requeue, a give-back, a wait, a cancel;
--- a succeeded run, should anything move it), the events it held are
--- written as event rows, under the ids and times the row gave them, and the
--- row lets them go: the log (runqueue_event_log) shows each event once,
--- before and after.
--- The trigger that calls it fires only then (its WHEN), never for a claim,
--- a heartbeat or a success.
+-- Before a run's row leaves the state whose events it holds (claim, success), they become event
+-- rows under their ids and times; the trigger's WHEN skips claims, heartbeats and successes.
+-- Why: docs/decisions/queue.md, "Claim and success on the run's row".
 CREATE OR REPLACE FUNCTION runqueue_run_log_kept() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN

@@ -110,16 +110,9 @@ END;
 $fn$;
 
 -- function: runqueue_recount --
--- Count the open children of each run in p_parents again, from their
--- statuses (open_children), under its row lock (lock_parents), and resume
--- one that waits for its children and has none open (resume_joined): an
--- operator's requeue calls it, after its own statement, for the requeued
--- run (its children may have ended while it was dead, and their joins left
--- its count alone) and for its parent (the run is open in it again). The
--- count is read in a statement after the lock, so it holds every child
--- transition committed before the lock; one not committed yet (its join
--- waits for this lock) counts in the result after. Terminal runs are left
--- alone. Returns how many resumed.
+-- Count the open children of each run in p_parents again from their statuses, under its row
+-- lock, and resume one waiting with none open: an operator's requeue, for the run and its
+-- parent (docs/decisions/run-trees.md, "A dead letter requeued counts its children again").
 CREATE OR REPLACE FUNCTION runqueue_recount(p_parents uuid[], p_channel text) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -145,14 +138,9 @@ END;
 $fn$;
 
 -- function: runqueue_tree_root --
--- A run's tree root (the last ancestor found up its parents, itself for a
--- root) and the root's session: ctx.record_usage's tree, a fork's spend
--- cap. One primary-key probe per level, but over every partition of the
--- runs, so with months of history the plan's estimated cost passes
--- jit_above_cost and PostgreSQL would compile it (~400 ms at 2,000,000 runs)
--- to run a walk that takes a millisecond: SET jit = off, for this walk only.
--- PL/pgSQL so a session keeps the plan: planning the walk over the
--- partitions costs ~10 ms, more than running it.
+-- A run's tree root and the root's session (ctx.record_usage, a fork's spend cap). SET jit =
+-- off: over every partition the walk's cost passes jit_above_cost; PL/pgSQL keeps its plan
+-- (docs/decisions/history.md, "The layout").
 CREATE OR REPLACE FUNCTION runqueue_tree_root(p_run uuid)
 RETURNS TABLE (id uuid, session_id text)
 LANGUAGE plpgsql STABLE

@@ -1,13 +1,9 @@
 -- Webhooks: an event's deliveries, enqueued in its transaction.
 
 -- function: runqueue_webhook_enqueue --
--- An event's webhook deliveries, in the transaction of the event
--- (docs/decisions.md, "Webhooks"): one per URL that receives it (an
--- active endpoint whose filters match the run, and the run's own URL,
--- runqueue_webhook_target), each with the maintenance run that sends it
--- (kind runqueue.webhook, its endpoint's max_attempts; the workers' poll
--- finds it). p_message is the webhook-id: one per event, so a delivery is
--- written once per URL whatever fires twice (ON CONFLICT).
+-- An event's webhook deliveries, in the event's transaction: one per URL that receives it,
+-- each with the maintenance run that sends it; p_message, the webhook-id, makes it once per
+-- URL whatever fires twice (docs/decisions/schedules-webhooks.md, "Webhooks").
 CREATE OR REPLACE FUNCTION runqueue_webhook_enqueue(
     p_run uuid, p_tenant text, p_principal text, p_kind text, p_type text,
     p_message text, p_data jsonb)
@@ -63,13 +59,9 @@ END
 $fn$;
 
 -- function: runqueue_webhook_run --
--- Before a run's row moves to a status a webhook reports (its trigger's
--- WHEN: succeeded, failed, cancelled, waiting_for_user; never a delivery's
--- own run): the deliveries of that event, in the transition's transaction.
--- The trigger exists only while an active endpoint does (runqueue_webhook_sync);
--- one left behind returns after one read of a small table. The
--- body holds the run as the transition leaves it: a result up to 64 KiB
--- (else result_omitted), a failure without its traceback.
+-- Before a run's row moves to a status a webhook reports (its trigger's WHEN): that event's
+-- deliveries, in the transition's transaction. The body: the run as the transition leaves it,
+-- a result up to 64 KiB, a failure without its traceback.
 CREATE OR REPLACE FUNCTION runqueue_webhook_run() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -98,16 +90,9 @@ END
 $fn$;
 
 -- function: runqueue_webhook_sync --
--- After any statement that writes the endpoints table (its trigger): the
--- row trigger runqueue_run_webhook exists exactly while an active endpoint
--- does, so a queue with no webhook pays nothing on a run's transition (no
--- trigger, no plpgsql call, no read). Syncs are serialized by a
--- transaction-scoped advisory lock taken before the endpoints are read: a
--- second sync reads after the first committed, so two transactions that
--- deactivate one endpoint and add another cannot leave the trigger off.
--- Creating or dropping the trigger waits for the runs table's writers
--- (SHARE ROW EXCLUSIVE), at most lock_timeout; a trigger left behind (a
--- TRUNCATE) still finds no active endpoint and returns at once.
+-- After a write to the endpoints table: the row trigger runqueue_run_webhook exists exactly
+-- while an active endpoint does, so a queue without webhooks pays nothing; syncs take an
+-- advisory lock first (docs/decisions/schedules-webhooks.md, "Webhooks").
 CREATE OR REPLACE FUNCTION runqueue_webhook_sync() RETURNS trigger
 LANGUAGE plpgsql
 SET lock_timeout = '10s'

@@ -2,21 +2,15 @@
 -- expired leases.
 
 -- fragment: idle_limit --
--- The last condition of a fence statement: inside a worker transaction
--- (%(idle_timeout)s not NULL), the server ends the transaction if the
--- worker sits idle in it longer (a frozen worker must not hold the run's row
--- lock for ever). set_config(..., true): local to this transaction, so
--- nothing of runqueue's outlives it on a server connection a transaction
--- pooler hands to other clients next. An InitPlan, run once.
+-- The last condition of a fence: in a worker transaction the server ends it if the worker sits
+-- idle longer, set for the transaction only (docs/decisions/sessions.md, "Worker and runtime").
 AND (%(idle_timeout)s::text IS NULL
      OR (SELECT set_config('idle_in_transaction_session_timeout',
                            %(idle_timeout)s::text, true)) IS NOT NULL)
 
 -- fragment: expire_set --
--- The expiry path, for a lease given up (fence_give_up) or expired
--- (sweep_expired): requeued after c.delay seconds, or dead-lettered with
--- c.failure once the run has no attempt left; a new epoch either way, and
--- no token.
+-- The expiry path of a lease given up or expired: requeued after c.delay seconds, or
+-- dead-lettered with c.failure once no attempt is left; a new epoch, no token.
 SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' END,
     lease_epoch = r.lease_epoch + 1,
     scheduled_for = CASE WHEN r.attempts >= r.max_attempts THEN r.scheduled_for
@@ -29,11 +23,8 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
     lease_expires_at = NULL
 
 -- fragment: give_back --
--- The give-back: a lease returned without its attempt spent (a worker's
--- shutdown, fence_release; a wait for a budget, fence_budget_wait), the
--- end of its UPDATE's SET list (alias r). Queued and due at once (the
--- claim's wait counts from when it became due again), the attempt handed
--- back, a new epoch so the handler still running is fenced, no lease.
+-- The end of a SET (alias r) that gives a lease back unspent (a shutdown, a budget wait):
+-- queued and due now, the attempt handed back, a new epoch that fences the handler, no lease.
 status = 'queued',
 lease_epoch = r.lease_epoch + 1,
 attempts = greatest(r.attempts - 1, 0),
@@ -55,10 +46,9 @@ UPDATE runqueue_run
 RETURNING id;
 
 -- name: fence_renew_many --
--- The heartbeat of every lease a worker holds, in one statement: each row
--- keeps its own fence, and an id missing from the result was fenced. Each
--- row says whether its run was paused (runqueue.capacity.pausing.pause_run): the
--- handler is given back at its next step, should the NOTIFY be missed.
+-- The heartbeat of every lease a worker holds in one statement, each row fenced (an id missing
+-- from the result was fenced), with whether its run was paused: the handler is given back at
+-- its next step should the pause's NOTIFY be missed.
 UPDATE runqueue_run r
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
@@ -70,10 +60,9 @@ UPDATE runqueue_run r
 RETURNING r.id, r.paused_at IS NOT NULL;
 
 -- name: fence_give_up --
--- A transient failure gives the lease up and takes the expiry path at once:
--- requeued with backoff, or dead-lettered at max_attempts. The epoch goes
--- up, as on every transition the next owner must not confuse with this one.
--- %(failure)s is a runqueue.leases.failures.Failure built in Python.
+-- A transient failure gives the lease up and takes the expiry path at once: requeued with
+-- backoff, or dead-lettered at max_attempts, a new epoch either way. %(failure)s: a
+-- runqueue.leases.failures.Failure.
 UPDATE runqueue_run r
    -- include: expire_set --
   FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
@@ -99,10 +88,9 @@ UPDATE runqueue_run r
 RETURNING r.id, r.lease_epoch;
 
 -- name: fence_spawn --
--- A parent creates a child (ctx.spawn): the fence, renewing the lease, and
--- the child counted open, under the parent's row lock. The child's insert
--- and its tool record follow in the same transaction, so a fenced parent
--- (or one a cancel committed against) creates none. Zero rows: fenced.
+-- ctx.spawn's fence: the lease renewed and the child counted open under the parent's row lock;
+-- the child and its tool record follow in this transaction, so a fenced or cancelled parent
+-- creates none. Zero rows: fenced.
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now(),
@@ -121,15 +109,9 @@ SELECT id, lease_epoch, attempts, max_attempts
  LIMIT %(limit)s;
 
 -- name: sweep_expired --
--- Requeue with backoff, or dead-letter at max_attempts, the runs the sweeper
--- read, re-checking what it read (epoch, status, expiry): a run finished or
--- renewed in between is left alone. A row its owner is writing right now is
--- stepped over (SKIP LOCKED), so a frozen worker never blocks the sweeper;
--- the next sweep re-reads it. Events in the same statement. Each run's
--- dead letter is a runqueue.leases.failures.Failure built in Python from the
--- attempts and max_attempts read (lease_expired_failure), as JSON text: the
--- epoch re-check guarantees they are still the row's, since every change of
--- attempts bumps the epoch.
+-- Requeue or dead-letter the runs the sweeper read, re-checking epoch, status and expiry; a row
+-- being written is stepped over (SKIP LOCKED), so a frozen worker never blocks the sweep. Each
+-- failure is built in Python: the epoch re-check keeps its attempts the row's.
 WITH candidates AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(delays)s::float8[],
                          %(failures)s::text[])

@@ -1,11 +1,9 @@
 -- Prometheus's bounded reads (/metrics).
 
 -- name: metrics_queued --
--- Prometheus and the dashboard, per class: queued runs counted through the
--- claim index and capped at %(cap)s entries, and the longest wait since it
--- became due (as claim latency counts it) among the first %(head)s due runs
--- in claim order (NULL: none). The ORM cannot put a LIMIT inside a
--- correlated aggregate.
+-- Prometheus and the dashboard, per class: queued runs through the claim index up to %(cap)s,
+-- and the longest wait since due among the first %(head)s due runs in claim order (NULL: none).
+-- Raw: the ORM cannot put a LIMIT inside a correlated aggregate.
 SELECT c.idx,
        (SELECT count(*) FROM (
             SELECT 1 FROM runqueue_run r
@@ -22,13 +20,9 @@ SELECT c.idx,
  ORDER BY c.idx;
 
 -- name: metrics_leased --
--- Prometheus: running and waiting runs by class, through the leased index,
--- at most %(cap)s rows per status (ids are random, so a capped read is a
--- fair sample of the classes). Each status is a literal: the partial index
--- only serves a predicate it can prove. ORDER BY id is the leased index's
--- order: on the live partition, small beside a backlog of queued runs, the
--- planner would otherwise filter a sequential scan, reading the backlog
--- whenever few runs wait.
+-- Prometheus: running and waiting runs by class, at most %(cap)s per status (random ids: a fair
+-- sample), each status a literal read in its index's order. Why: docs/decisions/history.md,
+-- "Prometheus metrics".
 SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
   FROM (SELECT priority FROM runqueue_run WHERE status = 'running'
          ORDER BY id LIMIT %(cap)s) AS q
@@ -39,10 +33,8 @@ SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
          ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
--- Waiting runs (their children, a signal, a time, an event): through the
--- waiting index, by %(waiting_reasons)s, every reason but the user's (the
--- index holds the runs waiting for their user too, which a filter on the
--- status alone would read all of).
+-- Waiting runs (children, a signal, a time, an event) through the waiting index by
+-- %(waiting_reasons)s: a filter on the status alone reads every run waiting for its user.
 SELECT 'waiting', runqueue_priority_class(q.priority), count(*)
   FROM (SELECT priority FROM runqueue_run
          WHERE status = 'waiting' AND wait_reason = ANY(%(waiting_reasons)s::text[])

@@ -2,13 +2,9 @@
 -- runs wait.
 
 -- name: claim_latency --
--- The dashboard's claims of the last %(window_seconds)s seconds, by class:
--- how many, and the median and 99th percentile of how long each run waited
--- since it became due (wait_ms, as the claim measured it). Raw: a claim is
--- an event row (its attempt ended otherwise: the events' created_at BRIN)
--- or held by its run's row (migration 0024): a running run (the live
--- partition) or a succeeded one, which finished after its claim, so the
--- window's bound on finished_at keeps the finished days to the window's.
+-- The dashboard's claims of the last %(window_seconds)s seconds by class: how many, p50 and p99
+-- of wait_ms. A claim is an event row or its run's row (running, or succeeded: finished_at
+-- bounds the days read). Why: docs/decisions/queue.md, "Claim and success on the run's row".
 WITH claims AS (
     SELECT (e.data->>'priority')::int AS priority, (e.data->>'wait_ms')::float8 AS wait_ms
       FROM runqueue_run_event e
@@ -47,10 +43,9 @@ WITH RECURSIVE tenants(tenant) AS (
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
 -- name: waiting_by_reason --
--- The dashboard and Prometheus: runs waiting (waiting, waiting_for_user) per
--- reason, each counted up to %(cap)s through the waiting index (the ORM cannot
--- put a LIMIT in a per-reason count). Its order keeps the index: the planner
--- cannot tell one reason from another, and read every waiting run per reason.
+-- The dashboard and Prometheus: waiting runs per reason, each counted up to %(cap)s in the
+-- waiting index's order (the planner cannot tell one reason from another and read every
+-- waiting run per reason). Raw: a LIMIT in a per-reason count.
 SELECT r.reason,
        (SELECT count(*) FROM (
             SELECT 1 FROM runqueue_run w
@@ -61,13 +56,9 @@ SELECT r.reason,
  ORDER BY r.n;
 
 -- name: due_by_handler --
--- Why due runs wait (runqueue.reads.versions): the first %(cap)s due runs of each
--- class in claim order (the claim index), by kind and pinned version, with
--- how many of the pinned ones are between turns (runqueue_between_turns,
--- fn_claim.sql) and how many runs of the class were read. Runs no live
--- worker claims stay at the head of their class, so the first runs are
--- where they show; a class read to the cap gives floors. Raw: a LATERAL
--- per class, which the ORM cannot write.
+-- Why due runs wait (runqueue.reads.versions): the first %(cap)s due runs of each class in claim
+-- order by kind and pinned version, with those between turns; runs no worker claims stay at the
+-- head (docs/decisions/run-trees.md, "Versions and rolling deploys").
 SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
        count(*) FILTER (WHERE s.handler_version IS NOT NULL
                           AND runqueue_between_turns(s.id)) AS between_turns,
@@ -84,12 +75,9 @@ SELECT c.idx, s.kind, s.handler_version, count(*) AS n,
  ORDER BY c.idx, s.kind, s.handler_version NULLS FIRST;
 
 -- name: active_by_handler --
--- The dashboard's kinds and versions: active runs by status, kind and pinned
--- version, at most %(cap)s runs per status, each read in its index's order
--- (queued: claim order; running, waiting_for_user: the leased index; waiting:
--- the waiting index, by %(waiting_reasons)s, as metrics_leased reads it).
--- Above the cap a status's counts are a sample, which runqueue.reads.versions
--- scales to the status's total.
+-- The dashboard's kinds and versions: active runs by status, kind and pinned version, at most
+-- %(cap)s per status, each in its index's order (as metrics_leased); above the cap a sample
+-- that runqueue.reads.versions scales to the status's total.
 SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'queued'
          ORDER BY priority, created_at LIMIT %(cap)s) AS q
@@ -112,10 +100,9 @@ SELECT 'waiting', q.kind, q.handler_version, count(*)
  GROUP BY 2, 3;
 
 -- name: keys_running --
--- Keys at their cap (runqueue.reads.waiting): the concurrency keys among the
--- first %(head)s due runs of each class in claim order, and each one's running
--- runs of that class counted up to %(cap)s through the key index. Only keys
--- whose runs wait are counted, never every running run.
+-- Keys at their cap (runqueue.reads.waiting): the concurrency keys of the first %(head)s due
+-- runs of each class, each key's running runs of that class counted up to %(cap)s through the
+-- key index: only keys whose runs wait, never every running run.
 WITH due AS (
     SELECT DISTINCT c.idx, c.low, c.high, h.concurrency_key AS key
       FROM runqueue_priority_classes() AS c,

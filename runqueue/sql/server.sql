@@ -7,10 +7,9 @@
 SELECT now();
 
 -- name: set_config --
--- A setting such as lock_timeout for the current transaction only (in
--- autocommit: nothing): set_config takes the value as a parameter, which SET
--- LOCAL cannot. Never a session's setting: behind a transaction pooler the
--- server connection serves other clients next.
+-- A setting for the current transaction only (in autocommit: nothing); set_config takes the
+-- value as a parameter, which SET LOCAL cannot. Never a session's: a transaction pooler hands
+-- the server connection to other clients.
 SELECT set_config(%(name)s, %(value)s, true);
 
 -- name: notify --
@@ -18,12 +17,9 @@ SELECT set_config(%(name)s, %(value)s, true);
 SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: read_lag --
--- Reads from a replica (runqueue.reads): whether this server is a standby,
--- how many seconds of the primary's commits it has not replayed yet, and
--- what it has replayed. Caught up (all received WAL replayed, its WAL
--- receiver running): 0, however long ago the last commit was; otherwise the
--- age of the last commit replayed (NULL: none replayed since it started).
--- Not a standby: 0.
+-- Reads from a replica: whether this server is a standby, its lag in seconds (0 when caught up
+-- or no standby; NULL: nothing replayed yet) and its replay position. Why:
+-- docs/decisions/schedules-webhooks.md, "Reads from a replica".
 SELECT pg_is_in_recovery(),
        CASE WHEN NOT pg_is_in_recovery() THEN 0
             WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()

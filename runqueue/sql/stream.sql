@@ -2,12 +2,8 @@
 -- watch rows of web processes.
 
 -- fragment: watched --
--- The NOTIFY of each watched run (runqueue_stream_watch) whose log the
--- statement grew without an event row (the ids of its CTE grown: claims,
--- successes), as the trigger on runqueue_run_event sends one for each row
--- (fn_log.sql, runqueue_event_notify): the stream reads the claim and the
--- success from the run's row. A CTE the statement's last SELECT counts, once
--- (an InitPlan); a NOTIFY repeated in one transaction is sent once.
+-- The NOTIFY of each watched run in the CTE grown (claims, successes: no event row for the
+-- trigger), once, in the last SELECT (docs/decisions/history.md, "The event stream").
 watched AS (
     SELECT pg_notify('runqueue_events', x.id::text)
       FROM grown x

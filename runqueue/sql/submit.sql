@@ -1,23 +1,9 @@
 -- New runs: a submit, an API token's quota, a fork.
 
 -- name: create_runs --
--- Submit without a waiting run to deliver to: the new runs, their
--- run.created events (most on their rows: created), their idempotency keys
--- (if any) and the NOTIFYs that wake idle workers (one per class with a due
--- run, sent on commit), in one statement: in autocommit, one round trip and
--- one commit. A key or a
--- session already taken makes the whole statement fail with its unique
--- violation, writing nothing; submit then takes the routing path.
--- The runs travel as one JSON document, an array per run (the columns in
--- the order below; the payload last, as its own text), parsed once:
--- psycopg dumps one text where twenty arrays cost it a Python call per
--- element. What every run of a call shares (traceparent, parent, place,
--- the interrupted run) is a parameter of its own. ids are made by the
--- caller, so it knows each row; the caller builds the Run from what it
--- sent and the returned created_at, start_by and created_event_id.
--- A run given a place is a pending turn (on_busy: it waits in line behind
--- its session's active run, whose row lock the caller holds; it wakes no
--- worker), its key's outcome %(key_outcome)s.
+-- Submit with no waiting run to deliver to: the runs (a place makes a pending turn), run.created,
+-- keys and wake-up NOTIFYs in one statement and one commit; a taken key or session fails it
+-- whole and submit routes instead. Why: docs/decisions/sessions.md, "Submit".
 WITH input AS (
     SELECT (e->>0)::uuid AS id, e->>1 AS tenant, e->>2 AS principal, e->>3 AS session_id,
            e->>4 AS kind, e->15 AS payload, (e->>5)::smallint AS priority,
@@ -48,11 +34,9 @@ WITH input AS (
            greatest(coalesce(i.scheduled_for, now()), now())
                + make_interval(secs => i.start_within),
            i.max_duration, i.place, i.interrupted_id,
-           -- A run whose run.created says only its priority (no start
-           -- deadline, budget, place in line or interrupted run: most runs)
-           -- holds that event on its row, its id taken here; the others
-           -- write it as an event row (logged). docs/decisions.md, "Claim
-           -- and success on the run's row".
+           -- A run.created that says only the priority is the row's (its id taken
+           -- here); the others are event rows (logged). Why: docs/decisions/queue.md,
+           -- "Claim and success on the run's row".
            CASE WHEN i.start_within IS NULL AND i.budget_key IS NULL AND i.place IS NULL
                      AND i.interrupted_id IS NULL
                 THEN nextval('runqueue_run_event_id_seq') END

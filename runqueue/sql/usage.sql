@@ -8,15 +8,9 @@
 SELECT id, session_id FROM runqueue_tree_root(%(run_id)s::uuid);
 
 -- name: record_usage --
--- ctx.record_usage (docs/decisions.md, "Usage and cost"): one model call's
--- tokens and cost, written without the lease's fence (the money was spent,
--- whoever holds the run now), at most once per (run, lease epoch, call):
--- the same call written again counts once. A new record adds to its tree's
--- totals (runqueue_tree_spend, the root's row) in the same statement,
--- under that row's lock, so concurrent calls of one tree add one after the
--- other; the cost reaching the tree's spend cap sets capped_at once. The
--- totals as they are after it (or, for a call counted before, as read).
--- fenced: the recording lease no longer held the run.
+-- ctx.record_usage: one model call's record, unfenced (the money was spent) and once per (run,
+-- epoch, call), added to its tree's totals under the root's row lock; fenced says the lease was
+-- lost. Returns the totals. Why: docs/decisions/run-trees.md, "Usage and cost".
 WITH recorded AS (
     INSERT INTO runqueue_usage (run_id, root_id, tenant, session_id, kind, lease_epoch, call,
                                 attempt, model, input_tokens, output_tokens, cost, fenced,
@@ -55,9 +49,8 @@ SELECT false, s.cost, s.spend_cap
  WHERE s.run_id = %(root_id)s::uuid AND NOT EXISTS (SELECT 1 FROM recorded);
 
 -- name: mark_spend_capped --
--- After a tree's cost reached its spend cap, in the transaction that
--- cancelled its live runs (reason spend_cap): each of those runs keeps a
--- failure record saying why, as an expired run does. Only the runs this
+-- After a tree's cost reached its spend cap, in the transaction that cancelled its live runs:
+-- each keeps a failure record saying why, as an expired run does. Only the runs this
 -- transaction cancelled (their new epoch).
 UPDATE runqueue_run r
    SET failure = %(failure)s::jsonb

@@ -22,28 +22,9 @@ UPDATE runqueue_run
 RETURNING id;
 
 -- name: suspend --
--- The turn ends waiting for its children, a signal, an inbound event or a
--- time (ctx.wait_for_children, wait_for_signal, wait_for_event, sleep_until).
--- Run after the
--- fence, in its transaction: under the run's row lock, which every child's
--- join and every signal takes too, and in a statement of its own, so it
--- sees each count and signal committed before the lock was held. No lease
--- is kept. What it waits for may be there already: no child open, a signal
--- of that name in the mailbox (taken from it: deleted, its data the input),
--- a time already past. Then the run is queued again at once (the resume,
--- resumed), else it waits (status waiting): two UPDATEs of the one row,
--- whose conditions exclude each other, so exactly one writes it. A wait
--- for children counts them from their statuses (children_open set to it),
--- not from the counter alone: whatever happened to the counter before
--- (a dead letter requeued, a count from an older version), the wait starts
--- from the truth, and every child's transition after it counts in it under
--- this row lock. A wait for an event takes the oldest event of its tenant
--- and name received within the retention window (%(window)s seconds) whose
--- data contains the match and which this run has not taken yet (recorded
--- in runqueue_event_delivery, so it is never taken twice); the caller holds
--- the (tenant, name) lock exclusively (event_name_exclusive), which every
--- event's insert holds shared: an event committed before is seen here, one
--- inserted after finds the run waiting (deliver_event).
+-- The turn ends waiting for children, a signal, an event or a time, after the fence and under
+-- its row lock: queued at once if that is there already, else waiting (children counted from
+-- their statuses). Why: docs/decisions/run-trees.md, "Sub-agents and durable waits".
 WITH mail AS (
     DELETE FROM runqueue_signal
      WHERE id = (SELECT s.id FROM runqueue_signal s
