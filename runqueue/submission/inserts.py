@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -52,16 +52,14 @@ def insert_runs(
     statement. With a ``place`` (one request): a pending turn, which wakes
     no worker."""
     ids = [uuid.uuid4() for _ in requests]
-    params = _params(
-        requests,
-        ids,
-        hashes,
-        traceparent=traceparent,
-        parent_id=parent_id,
-        place=place,
-        key_outcome=key_outcome,
-        interrupted_id=interrupted_id,
-    )
+    shared: dict[str, object] = {
+        "traceparent": traceparent,
+        "parent_id": parent_id,
+        "place": place,
+        "interrupted_id": interrupted_id,
+        "key_outcome": str(key_outcome),
+    }
+    params = _params(requests, ids, hashes, shared)
     with transaction.atomic() if _has_rows_beside(requests) else nullcontext():
         with prepared("create_runs", params) as cursor:
             runs = _inserted(requests, ids, traceparent, parent_id)
@@ -83,15 +81,14 @@ def insert_plain(chunks: Iterable[Sequence[CheckedSubmission]], *, traceparent: 
     sent: list[tuple[psycopg.Cursor, list[Run]]] = []
     requests: list[CheckedSubmission] = []
     ids: list[uuid.UUID] = []
+    shared: dict[str, object] = dict.fromkeys(("parent_id", "place", "interrupted_id"))
+    shared |= {"traceparent": traceparent, "key_outcome": str(SubmitOutcome.CREATED)}
     with pipelined() as send:
         for chunk in chunks:
             if any(r.idempotency_key is not None or r.session_id is not None for r in chunk):
                 raise ValueError("insert_plain takes runs without a key or a session")
             chunk_ids = [uuid.uuid4() for _ in chunk]
-            cursor = send(
-                "create_runs",
-                _params(chunk, chunk_ids, [""] * len(chunk), traceparent=traceparent),
-            )
+            cursor = send("create_runs", _params(chunk, chunk_ids, [""] * len(chunk), shared))
             sent.append((cursor, _inserted(chunk, chunk_ids, traceparent, None)))
             requests.extend(chunk)
             ids.extend(chunk_ids)
@@ -108,17 +105,14 @@ def _params(
     requests: Sequence[CheckedSubmission],
     ids: Sequence[uuid.UUID],
     hashes: Sequence[str],
-    *,
-    traceparent: str,
-    parent_id: uuid.UUID | None = None,
-    place: int | None = None,
-    key_outcome: SubmitOutcome = SubmitOutcome.CREATED,
-    interrupted_id: uuid.UUID | None = None,
+    shared: Mapping[str, object],
 ) -> dict[str, object]:
-    """``create_runs``'s parameters."""
+    """``create_runs``'s parameters: what every run of the statement shares
+    (``shared``: traceparent, parent, place, interrupted run, key outcome)
+    and the runs themselves."""
     conf = get_settings()
     due: set[str] = set()
-    if place is None:
+    if shared["place"] is None:
         now = timezone.now()
         # The classes' NOTIFY payloads (leases.notify_payload), looked up
         # once per priority.
@@ -127,12 +121,8 @@ def _params(
         }
         due = {PriorityClass.of(p).slug for p in priorities}
     return {
+        **shared,
         "runs": _runs_document(requests, ids, hashes),
-        "traceparent": traceparent,
-        "parent_id": parent_id,
-        "place": place,
-        "interrupted_id": interrupted_id,
-        "key_outcome": str(key_outcome),
         "key_retention_seconds": float(conf.IDEMPOTENCY_KEY_RETENTION_SECONDS),
         "channel": conf.NOTIFY_CHANNEL,
         "notify": sorted(due),
