@@ -32,11 +32,13 @@ from runqueue.leases.base import (
     notify_payload,
 )
 from runqueue.leases.claim import (
+    WARM_KIND,
     ClaimSpec,
     claim,
     claim_one,
     claim_spec,
     finish_and_claim,
+    warm_connection,
 )
 from runqueue.leases.deadlines import expire_active_turn, expire_unstarted
 from runqueue.leases.failures import Failure, failure_record, permanent_failure
@@ -108,6 +110,8 @@ __all__ = [
     "checkpoint",
     "claim",
     "claim_one",
+    "warm_connection",
+    "WARM_KIND",
     "claim_spec",
     "checked_input",
     "deliver_event",

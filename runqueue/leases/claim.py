@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as default
 from functools import cache
 
@@ -29,9 +29,9 @@ from runqueue.conf import get_settings
 from runqueue.db import sqlstate
 from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
 from runqueue.leases.fence import fenced_transaction, record_fenced
-from runqueue.leases.outcomes import Finish
+from runqueue.leases.outcomes import Finish, Succeeded
 from runqueue.leases.writes import finish_params
-from runqueue.models import PriorityClass
+from runqueue.models import PriorityClass, Run
 from runqueue.models.rows import run_from_row
 from runqueue.sql import array_literal, json_rows, prepared
 
@@ -246,3 +246,30 @@ def _decoded(raw: tuple[bytes | None, ...]) -> tuple[str, ...]:
 
 def _lease(names: tuple[str, ...], row: tuple, spec: ClaimSpec) -> Lease:
     return Lease(run=run_from_row(names, row), owner=spec.owner, lease_seconds=spec.lease_seconds)
+
+
+#: The kind (and tenant) of the run ``warm_connection`` inserts, claims and
+#: finishes in a transaction it rolls back; no handler has it.
+WARM_KIND = "runqueue.warm"
+
+
+def warm_connection(spec: ClaimSpec) -> None:
+    """Pay this thread's connection's first claim that moves a run before a
+    user's run does: on a new connection the server loads its caches of the
+    partitions, indexes, triggers and functions a claim and a finish touch
+    (a first claim took 15 ms, the next 3: docs/performance.md). A run of
+    its own is inserted, claimed and finished through the statements
+    ``spec``'s claims send, in a transaction rolled back: nothing of it
+    stays, and no NOTIFY is sent."""
+    warm = replace(spec, limit=1, served=registry.Served.build({WARM_KIND: {1: ()}}))
+    with transaction.atomic():
+        Run.objects.create(
+            kind=WARM_KIND,
+            tenant=WARM_KIND,
+            concurrency_key=WARM_KIND,
+            priority=min(c.bounds[0] for c in warm.classes),
+        )
+        _written, claimed = _statement([], warm)
+        if claimed:
+            _statement([(claimed[0], Succeeded.of(None))], replace(warm, limit=0))
+        transaction.set_rollback(True)

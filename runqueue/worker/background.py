@@ -39,6 +39,8 @@ class Host(Protocol):
 
     def wake(self, payload: str) -> None: ...
 
+    def warm_wake_claims(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackgroundService:
@@ -90,7 +92,9 @@ SERVICES: tuple[BackgroundService, ...] = (
         runs_on="thread",
         reads=("NOTIFY_CHANNEL", "LISTEN_DATABASE"),
         start=lambda pool: _started(
-            Listener(get_settings().NOTIFY_CHANNEL, pool.wake, pool.stopping)
+            Listener(
+                get_settings().NOTIFY_CHANNEL, pool.wake, pool.stopping, pool.warm_wake_claims
+            )
         ),
     ),
     BackgroundService(

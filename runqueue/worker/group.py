@@ -205,10 +205,23 @@ class Group(threading.Thread):
 
     # --- the thread ---------------------------------------------------------------------
 
+    def warm(self) -> None:
+        """Pay the calling thread's connection's first claim that moves a
+        run now, not on a user's run (``leases.warm_connection``): the group
+        thread's, and the listener's where wake-ups claim. A failure is
+        logged; the claims go on without it."""
+        try:
+            leases.warm_connection(self._spec(1))
+        except DatabaseError as exc:
+            logger.debug("%s: warming the connection failed (%s)", self.name, exc)
+        except Exception:
+            logger.exception("%s: warming the connection failed", self.name)
+
     def run(self) -> None:
         state = self.state
         check = ConnectionCheck()
         delay = 0.5
+        self.warm()
         try:
             while True:
                 with state.cond:

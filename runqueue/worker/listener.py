@@ -40,11 +40,18 @@ class Listener(threading.Thread):
     have been missed)."""
 
     def __init__(
-        self, channel: str, wake: Callable[[str], None], stopping: threading.Event
+        self,
+        channel: str,
+        wake: Callable[[str], None],
+        stopping: threading.Event,
+        warm: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="runqueue-listener", daemon=True)
         self.channel = channel
         self.wake = wake
+        #: Called once, in this thread, before the first LISTEN is in place:
+        #: the wake-ups' claims run on this thread's Django connection.
+        self.warm = warm
         self.stopping = stopping
         self._listening = threading.Event()
         #: Whether the last connect's probe arrived (None: not yet known;
@@ -71,6 +78,9 @@ class Listener(threading.Thread):
         while not self.stopping.is_set():
             try:
                 with self._connect() as conn:
+                    warm, self.warm = self.warm, None
+                    if warm is not None:
+                        warm()
                     self._listening.set()
                     self.wake("")
                     self.heard_probe = None

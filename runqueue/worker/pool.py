@@ -272,6 +272,14 @@ class Pool:
         assert isinstance(deadlines, Deadlines)
         return deadlines
 
+    def warm_wake_claims(self) -> None:
+        """In the listener's thread: warm its connection for the groups that
+        claim on wake-ups there (``Group.warm``)."""
+        for group in self.groups:
+            if group.on_wake is not None:
+                group.warm()
+                return  # one thread, one connection
+
     def serve(self) -> None:
         """Start the servers the config asks for (the metrics port); raise
         what binding raises. Called again, it starts nothing twice."""
