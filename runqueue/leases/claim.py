@@ -31,9 +31,11 @@ from runqueue.leases.base import ALL_CLASSES, Lease, retry_moved
 from runqueue.leases.fence import fenced_transaction, record_fenced
 from runqueue.leases.outcomes import Finish, Succeeded
 from runqueue.leases.writes import finish_params
-from runqueue.models import PriorityClass, Run
+from runqueue.models import PriorityClass
 from runqueue.models.rows import run_from_row
 from runqueue.sql import array_literal, json_rows, prepared
+from runqueue.submission.inserts import insert_runs
+from runqueue.submission.rules import CheckedSubmission
 
 #: Errors after which the statement is known to have written nothing, so
 #: each finish is retried alone (and re-checks its own fence).
@@ -262,13 +264,21 @@ def warm_connection(spec: ClaimSpec) -> None:
     ``spec``'s claims send, in a transaction rolled back: nothing of it
     stays, and no NOTIFY is sent."""
     warm = replace(spec, limit=1, served=registry.Served.build({WARM_KIND: {1: ()}}))
+    run = CheckedSubmission(
+        kind=WARM_KIND,
+        payload={},
+        session_id=None,
+        tenant=WARM_KIND,
+        principal="",
+        priority=min(c.bounds[0] for c in warm.classes),
+        scheduled_for=None,
+        max_attempts=1,
+        idempotency_key=None,
+        concurrency_key=WARM_KIND,
+        payload_text="{}",
+    )
     with transaction.atomic():
-        Run.objects.create(
-            kind=WARM_KIND,
-            tenant=WARM_KIND,
-            concurrency_key=WARM_KIND,
-            priority=min(c.bounds[0] for c in warm.classes),
-        )
+        insert_runs([run], [""], traceparent="")  # the one insert of runs
         _written, claimed = _statement([], warm)
         if claimed:
             _statement([(claimed[0], Succeeded.of(None))], replace(warm, limit=0))

@@ -4,7 +4,7 @@ so both read a row as ``Run.objects.get`` would."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cache
 
 from django.db import connection
@@ -50,21 +50,10 @@ def inserted_runs(given: Iterable[dict[str, object]]) -> list[Run]:
     """The Runs an insert wrote, each with its values (by attname) and
     every other column as the model's default makes it (status queued,
     epoch 0, ...), as the insert statement does."""
-    names, constant, per_run = _defaults()
+    names = _defaults()[0]
     if pre_init.has_listeners(Run) or post_init.has_listeners(Run):
         return [_built(names, [row[name] for name in names]) for row in _rows(given)]
-    alias = connection.alias
-    runs = []
-    for row in _rows(given):
-        # _built's instance, its fields set in one update
-        run = Run.__new__(Run)
-        state = ModelState()
-        state.adding = False
-        state.db = alias
-        run.__dict__.update(row)
-        run._state = state
-        runs.append(run)
-    return runs
+    return [_instance(row) for row in _rows(given)]
 
 
 def _rows(given: Iterable[dict[str, object]]) -> Iterator[dict[str, object]]:
@@ -86,11 +75,17 @@ def _built(names: Sequence[str], values: Sequence[object]) -> Run:
     project that listens to Run's pre_init or post_init gets ``from_db``."""
     if pre_init.has_listeners(Run) or post_init.has_listeners(Run):
         return Run.from_db(connection.alias, list(names), list(values))
+    return _instance(zip(names, values, strict=True))
+
+
+def _instance(fields: Mapping[str, object] | Iterable[tuple[str, object]]) -> Run:
+    """A saved Run of the default connection's database holding ``fields``
+    (every attname, a mapping or pairs), as ``from_db`` leaves one."""
     run = Run.__new__(Run)
     state = ModelState()
     state.adding = False
     state.db = connection.alias
-    run.__dict__.update(zip(names, values, strict=True))
+    run.__dict__.update(fields)
     run._state = state
     return run
 

@@ -69,15 +69,11 @@ def _estimate(cursor: CursorWrapper, status: str, low: int, high: int) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
-#: The scrape's reads walk indexes in order and stop at their LIMIT.
-bounded_reads = reads.bounded
-
-
 def read() -> QueueFigures:
     """The gauges, in three bounded statements (plus an EXPLAIN per capped series)."""
     figures = QueueFigures()
     stale = 3 * get_settings().HEARTBEAT_SECONDS
-    with bounded_reads() as cursor:
+    with reads.bounded() as cursor:
         _live_runs(cursor, figures)
         dead, tools, runs, workers = execute(
             cursor, "metrics_totals", {"cap": CAP + 1, "stale_seconds": stale}
@@ -94,7 +90,7 @@ def live_runs() -> QueueFigures:
     alone (``runs`` and ``oldest_due_seconds``): the dashboard's depth, as
     bounded as the scrape's."""
     figures = QueueFigures()
-    with bounded_reads() as cursor:
+    with reads.bounded() as cursor:
         _live_runs(cursor, figures)
     return figures
 

@@ -52,9 +52,9 @@ def test_a_child_gets_the_options_its_id_and_its_port() -> None:
 
 def test_a_worker_settles_its_heap_before_it_claims() -> None:
     """runworker freezes what it loaded (settle_heap): a full collection then
-    walks only what was made since, not Django and the handlers' modules."""
+    walks only what was made since, not Django and the handlers' modules
+    (what that saves is measured in docs/log/performance-2026-12-07.md)."""
     import gc
-    import time
 
     from runqueue.worker.pool import settle_heap
 
@@ -63,13 +63,6 @@ def test_a_worker_settles_its_heap_before_it_claims() -> None:
     settle_heap()
     try:
         assert gc.get_freeze_count() > before - 100 > 10_000
-        assert len(gc.get_objects()) < 1_000
-        started = time.perf_counter()
-        gc.collect()
-        frozen = time.perf_counter() - started
-        gc.unfreeze()
-        started = time.perf_counter()
-        gc.collect()
-        assert frozen < time.perf_counter() - started
+        assert len(gc.get_objects()) < 1_000  # what a collection still walks
     finally:
         gc.unfreeze()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
+from runqueue import reads
 from runqueue.models import WAITING_REASONS, WaitReason
 from runqueue.observability import queue_metrics
 from runqueue.sql import queries
@@ -104,10 +105,10 @@ def _nodes(plan: dict) -> Iterator[dict]:
 
 
 def _explain(name: str, params: dict, *, bounded: bool = True) -> tuple[list[dict], str]:
-    """The statement's plan, run; in ``bounded_reads`` as read() runs them,
+    """The statement's plan, run; in ``reads.bounded`` as read() runs them,
     else as the dashboard does (``bounded=False``: the planner's defaults)."""
-    reads = queue_metrics.bounded_reads() if bounded else connection.cursor()
-    with reads as cursor:
+    scope = reads.bounded() if bounded else connection.cursor()
+    with scope as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries()[name], params)
         document = cursor.fetchone()[0]
         cursor.execute("EXPLAIN " + queries()[name], params)
@@ -129,7 +130,7 @@ def test_metrics_plans_at_a_million_runs(million_runs) -> None:
         "metrics_totals": ({"cap": cap, "stale_seconds": 30}, "runqueue_run_failed_idx"),
         # The waiting runs by reason (10,000 waiting for the user: a reason
         # no run has must not read them all) and the dashboard's kinds and
-        # versions, each also as the dashboard runs it, outside bounded_reads.
+        # versions, each also as the dashboard runs it, outside reads.bounded.
         "waiting_by_reason": ({"cap": cap, "reasons": list(WaitReason.values)}, WAITING),
         "active_by_handler": (
             {"cap": cap, "waiting_reasons": list(WAITING_REASONS)},
