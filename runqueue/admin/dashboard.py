@@ -1,13 +1,14 @@
 """The queue dashboard: what is stuck, how fast claims are, who is working.
 
 Every number is one bounded, indexed read: queue depth and the oldest due
-run are the Prometheus scrape's (exact up to ``queue_metrics.CAP`` runs per
+run are the Prometheus scrape's reads (exact up to ``DEPTH_CAP`` runs per
 class and status, the planner's estimate above; the oldest among the first
 ``queue_metrics.HEAD`` due runs of a class), the kinds and versions table
 samples as many (``runqueue.reads.versions``), throughput reads the
 finished_at index over the last hour, claim latency reads the claims of the
-last hour (event rows by created_at, and runs' rows that hold their claim:
-``claim_latency``), uncertain invocations their partial index.
+last hour (event rows by created_at, and runs' rows that hold their claim,
+the running ones a range of the leased index: ``claim_latency``), the slot
+holders that index's head, uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
 count from when the run last became due (created, or ``scheduled_for``,
 which a requeue, an input delivery, a shutdown release or a retry's backoff
@@ -55,6 +56,10 @@ from runqueue.reads import versions, waiting
 from runqueue.sql import execute
 
 WINDOW = dt.timedelta(hours=1)
+#: The depth is exact up to this many runs per class and status, the
+#: planner's estimate above: as many as the causes and versions tables read
+#: (the scrape counts ten times more; each run read costs ~1-2 us).
+DEPTH_CAP = waiting.CAP
 CLASSES = list(PriorityClass)
 #: The statuses' colours are the badges' (one palette); the latency bars' own.
 #: The live runs the depth counts: the active ones and a session's pending
@@ -81,26 +86,32 @@ class ClassStats:
     p99_ms: float | None = None
 
 
+def since() -> dt.datetime:
+    """The window's start as a value, not ``now()``: the planner prunes
+    the day partitions before the hour when it plans, not while it runs
+    (planning every day's partition cost more than reading the hour)."""
+    return timezone.now() - WINDOW
+
+
 def class_stats() -> list[ClassStats]:
     """Depth by status, oldest due run, and claim latency, per class."""
     stats = [ClassStats(cls=c) for c in CLASSES]
-    # The scrape's bounded reads: exact up to queue_metrics.CAP runs per
+    # The scrape's bounded reads: exact up to DEPTH_CAP runs per
     # class and status, the planner's estimate above (a count of every live
     # run grows with the runs waiting for their user); the oldest due run
     # among the first queue_metrics.HEAD due runs of its class.
-    figures = queue_metrics.live_runs()
+    figures = queue_metrics.live_runs(DEPTH_CAP)
     for (ci, status), n in figures.runs.items():
         if n:
             stats[ci].depth[status] = round(n)
-            if n > queue_metrics.CAP:
+            if n > DEPTH_CAP:
                 stats[ci].estimated.add(status)
     for ci, due in enumerate(figures.any_due):
         if due:
             seconds = figures.oldest_due_seconds[ci]
             stats[ci].oldest_due = display.duration(dt.timedelta(seconds=seconds))
     with reads.read_connection().cursor() as cursor:
-        window = {"window_seconds": WINDOW.total_seconds()}
-        latency = execute(cursor, "claim_latency", window).fetchall()
+        latency = execute(cursor, "claim_latency", {"since": since()}).fetchall()
     for ci, n, p50, p99 in latency:
         stats[ci].claims = n
         stats[ci].p50_ms, stats[ci].p99_ms = p50, p99
@@ -110,7 +121,7 @@ def class_stats() -> list[ClassStats]:
 def throughput() -> list[tuple[dt.datetime, dict[str, int]]]:
     """Runs finished per minute over the last hour, by terminal status."""
     rows = (
-        Run.objects.filter(finished_at__gte=Now() - WINDOW)
+        Run.objects.filter(finished_at__gte=since())
         .annotate(minute=TruncMinute("finished_at"))
         .values("minute", "status")
         .annotate(n=Count("*"))
@@ -131,7 +142,7 @@ def totals() -> dict[str, int]:
     )
     return {
         "dead_lettered_hour": Run.objects.filter(
-            finished_at__gte=Now() - WINDOW, status=RunStatus.FAILED
+            finished_at__gte=since(), status=RunStatus.FAILED
         ).count(),
         "dead_lettered": capped_count(Run.objects.dead_lettered()),
         "uncertain_runs": unresolved.values("run_id").distinct().count(),
@@ -242,6 +253,6 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "charts": charts(stats, buckets),
         "count_cap": COUNT_CAP,
         "stats_estimated": any(s.estimated for s in stats),
-        "metrics_cap": queue_metrics.CAP,
+        "metrics_cap": DEPTH_CAP,
     }
     return TemplateResponse(request, "admin/runqueue/run/dashboard.html", context)

@@ -287,11 +287,12 @@ class Run(models.Model):
                 condition=Q(status=RunStatus.QUEUED),
                 name="runqueue_run_claim_idx",
             ),
-            # Runs that hold or wait for a lease, by id: the fences
-            # (id + status) and the sweeper (status) find them here, never
-            # through the claim index, whatever the statistics say.
+            # Runs that hold or wait for a lease, in claim order: the sweeper
+            # (status) finds them here, never through the claim index,
+            # whatever the statistics say; the dashboard reads the last
+            # hour's claims and the longest held slots as a range of it.
             models.Index(
-                fields=["status", "id"],
+                fields=["status", "claimed_at", "id"],
                 condition=Q(status__in=[RunStatus.RUNNING, RunStatus.WAITING_FOR_USER]),
                 name="runqueue_run_leased_idx",
             ),

@@ -74,7 +74,7 @@ def read() -> QueueFigures:
     figures = QueueFigures()
     stale = 3 * get_settings().HEARTBEAT_SECONDS
     with reads.bounded() as cursor:
-        _live_runs(cursor, figures)
+        _live_runs(cursor, figures, CAP)
         dead, tools, runs, workers = execute(
             cursor, "metrics_totals", {"cap": CAP + 1, "stale_seconds": stale}
         ).fetchone()
@@ -85,35 +85,35 @@ def read() -> QueueFigures:
     return figures
 
 
-def live_runs() -> QueueFigures:
+def live_runs(cap: int = CAP) -> QueueFigures:
     """The live runs per class and status, and the oldest due run's wait,
     alone (``runs`` and ``oldest_due_seconds``): the dashboard's depth, as
-    bounded as the scrape's."""
+    bounded as the scrape's, exact up to ``cap`` per series."""
     figures = QueueFigures()
     with reads.bounded() as cursor:
-        _live_runs(cursor, figures)
+        _live_runs(cursor, figures, cap)
     return figures
 
 
-def _live_runs(cursor: CursorWrapper, figures: QueueFigures) -> None:
+def _live_runs(cursor: CursorWrapper, figures: QueueFigures, cap: int) -> None:
     for idx, queued, oldest in execute(
-        cursor, "metrics_queued", {"cap": CAP + 1, "head": HEAD}
+        cursor, "metrics_queued", {"cap": cap + 1, "head": HEAD}
     ).fetchall():
         low, high = PriorityClass.by_index(idx).bounds
-        if queued > CAP:
-            queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), CAP + 1)
+        if queued > cap:
+            queued = max(_estimate(cursor, RunStatus.QUEUED, low, high), cap + 1)
         figures.runs[(idx, RunStatus.QUEUED)] = queued
         figures.oldest_due_seconds[idx] = max(float(oldest or 0), 0.0)
         figures.any_due[idx] = oldest is not None
     sampled: dict[str, dict[int, int]] = {}
     for status, idx, n in execute(
-        cursor, "metrics_leased", {"cap": CAP + 1, "waiting_reasons": list(WAITING_REASONS)}
+        cursor, "metrics_leased", {"cap": cap + 1, "waiting_reasons": list(WAITING_REASONS)}
     ).fetchall():
         sampled.setdefault(status, {})[idx] = n
     for status, per_class in sampled.items():
         total = sum(per_class.values())
         scale = 1.0
-        if total > CAP:
+        if total > cap:
             # A capped read: split the estimated total as the sample is.
             scale = max(_estimate(cursor, status, 0, PRIORITY_MAX), total) / total
         for idx, n in per_class.items():

@@ -322,11 +322,12 @@ def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
 
 
 def slot_holders(limit: int = 50) -> list[Run]:
-    """The running runs, longest running first, with the worker holding each."""
+    """The running runs that have held their slot longest (this attempt's
+    claim), with the worker holding each: the head of the leased index."""
     return list(
         Run.objects.filter(status=RunStatus.RUNNING)
-        .order_by("started_at")
-        .only("id", "kind", "priority", "tenant", "concurrency_key", "lease_owner", "started_at")[
+        .order_by("claimed_at", "id")
+        .only("id", "kind", "priority", "tenant", "concurrency_key", "lease_owner", "claimed_at")[
             :limit
         ]
     )

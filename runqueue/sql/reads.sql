@@ -2,25 +2,23 @@
 -- runs wait.
 
 -- name: claim_latency --
--- The dashboard's claims of the last %(window_seconds)s seconds by class: how many, p50 and p99
--- of wait_ms. A claim is an event row or its run's row (running, or succeeded: finished_at
--- bounds the days read). Why: docs/decisions/queue.md, "Claim and success on the run's row".
+-- The dashboard's claims since %(since)s by class: how many, p50 and p99 of wait_ms. A claim is
+-- an event row or its run's row (running: a range of the leased index; succeeded: finished_at
+-- bounds the days read). A literal since, not now(), lets the planner prune the days.
+-- Why: docs/decisions/queue.md, "Claim and success on the run's row".
 WITH claims AS (
     SELECT (e.data->>'priority')::int AS priority, (e.data->>'wait_ms')::float8 AS wait_ms
       FROM runqueue_run_event e
-     WHERE e.type = 'run.claimed'
-       AND e.created_at >= now() - make_interval(secs => %(window_seconds)s)
+     WHERE e.type = 'run.claimed' AND e.created_at >= %(since)s
     UNION ALL
     SELECT r.priority, r.claim_wait_ms::float8
       FROM runqueue_run r
-     WHERE r.status = 'running' AND r.claim_event_id IS NOT NULL
-       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+     WHERE r.status = 'running' AND r.claimed_at >= %(since)s
     UNION ALL
     SELECT r.priority, r.claim_wait_ms::float8
       FROM runqueue_run r
      WHERE r.status = 'succeeded' AND r.claim_event_id IS NOT NULL
-       AND r.finished_at >= now() - make_interval(secs => %(window_seconds)s)
-       AND r.claimed_at >= now() - make_interval(secs => %(window_seconds)s)
+       AND r.finished_at >= %(since)s AND r.claimed_at >= %(since)s
 )
 SELECT runqueue_priority_class(c.priority) AS ci, count(*) AS n,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY c.wait_ms) AS p50,
@@ -85,12 +83,12 @@ SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
 UNION ALL
 SELECT 'running', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'running'
-         ORDER BY id LIMIT %(cap)s) AS q
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting_for_user'
-         ORDER BY id LIMIT %(cap)s) AS q
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting', q.kind, q.handler_version, count(*)

@@ -134,11 +134,9 @@ def test_a_sessions_pending_turns_count_in_the_depth_and_show_on_the_page(admin_
 
 
 def test_a_depth_over_the_cap_is_the_planners_estimate_and_says_so(monkeypatch) -> None:
-    """The depth reads at most queue_metrics.CAP runs per class and status
-    (as the scrape does); above it the figure is an estimate, marked ≈."""
-    from runqueue.observability import queue_metrics
-
-    monkeypatch.setattr(queue_metrics, "CAP", 3)
+    """The depth reads at most DEPTH_CAP runs per class and status (with
+    the scrape's statements); above it the figure is an estimate, marked ≈."""
+    monkeypatch.setattr(dashboard, "DEPTH_CAP", 3)
     for _ in range(5):
         runqueue.submit(kind="test.echo", priority=12)
     runqueue.submit(kind="test.echo", priority=0)

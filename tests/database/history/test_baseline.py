@@ -15,6 +15,7 @@ two migrations either side of midnight compare alike.
 Also: Django's migration state is the chain's and the models'; a database
 through the chain gets nothing from ``migrate`` but the baseline's record
 (and one short of 0034 goes on through the old files); the baseline reverses.
+The migrations after the baseline (``AFTER``) run on both databases.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ BASELINE = "0001_squashed_0034_schedules_api"
 MIGRATIONS = Path(runqueue.migrations.__file__).parent
 #: The migrations the baseline replaces, in order.
 CHAIN = sorted(p.stem for p in MIGRATIONS.glob("0*.py") if p.stem != BASELINE)
+#: The migrations the baseline replaces, and those after it (each database
+#: applies these through their own files).
+REPLACED = [
+    name
+    for _app, name in importlib.import_module(f"runqueue.migrations.{BASELINE}").Migration.replaces
+]
+AFTER = [name for name in CHAIN if name not in REPLACED]
 
 # Every object of the schema, as PostgreSQL prints its definition. Not
 # compared: OIDs, and the names PostgreSQL 18 gives NOT NULL constraints
@@ -279,7 +287,7 @@ def databases(chain_package: str, django_db_setup: None, django_db_blocker) -> I
             chain = [m for m in migrate(made.chain, chain_package) if m.startswith("runqueue.")]
             assert chain == [f"runqueue.{name}" for name in CHAIN]
             baseline = [m for m in migrate(made.baseline) if m.startswith("runqueue.")]
-            assert baseline == [f"runqueue.{BASELINE}"]
+            assert baseline == [f"runqueue.{name}" for name in (BASELINE, *AFTER)]
             yield made
         finally:
             with _connect("postgres") as conn:
@@ -313,7 +321,7 @@ def test_the_comparison_finds_a_missing_index_and_a_changed_function(databases: 
 
 def test_the_baseline_is_recorded_with_the_migrations_it_replaces(databases: Databases) -> None:
     assert recorded(databases.baseline) == sorted([*CHAIN, BASELINE])
-    assert len(CHAIN) == 34
+    assert len(REPLACED) == 34 and REPLACED == CHAIN[:34]
 
 
 def test_a_database_through_the_chain_has_nothing_to_apply(databases: Databases) -> None:
@@ -323,10 +331,11 @@ def test_a_database_through_the_chain_has_nothing_to_apply(databases: Databases)
     assert migrate(databases.chain) == []
     assert recorded(databases.chain) == sorted([*CHAIN, BASELINE])
 
+    undone = ["0034_schedules_api", *AFTER]
     assert migrate(databases.chain, target=("runqueue", "0033_pause_run")) == [
-        "runqueue.0034_schedules_api backwards"
+        f"runqueue.{name} backwards" for name in reversed(undone)
     ]
-    assert migrate(databases.chain) == ["runqueue.0034_schedules_api"]
+    assert migrate(databases.chain) == [f"runqueue.{name}" for name in undone]
     assert recorded(databases.chain) == sorted([*CHAIN, BASELINE])
     assert_same_schema(databases)
 
@@ -362,7 +371,7 @@ def test_makemigrations_finds_no_changes(chain_package: str) -> None:
 def test_the_baseline_reverses(databases: Databases) -> None:
     """Unapplied, it leaves nothing of runqueue; applied again, the same schema."""
     assert migrate(databases.baseline, target=("runqueue", None)) == [
-        f"runqueue.{BASELINE} backwards"
+        f"runqueue.{name} backwards" for name in (*reversed(AFTER), BASELINE)
     ]
     with _connect(databases.baseline) as conn:
         left = conn.execute(
@@ -371,5 +380,5 @@ def test_the_baseline_reverses(databases: Databases) -> None:
         ).fetchall()
     assert left == []
     assert recorded(databases.baseline) == []
-    assert migrate(databases.baseline) == [f"runqueue.{BASELINE}"]
+    assert migrate(databases.baseline) == [f"runqueue.{name}" for name in (BASELINE, *AFTER)]
     assert_same_schema(databases)

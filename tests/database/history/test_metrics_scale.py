@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from runqueue import reads
-from runqueue.models import WAITING_REASONS, WaitReason
+from runqueue.models import WAITING_REASONS, PriorityClass, WaitReason
 from runqueue.observability import queue_metrics
 from runqueue.sql import queries
 
@@ -210,6 +211,63 @@ def test_the_waiting_reads_stay_bounded_when_waits_fill_the_live_runs() -> None:
             for node in scans:
                 read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
                 assert read <= cap, f"{name} read {read}:\n{text}"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE runqueue_run CASCADE")
+            cursor.execute("ANALYZE runqueue_run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboards_running_reads_are_a_range_of_the_leased_index() -> None:
+    """20,000 runs running since two days ago and 5 claimed a minute ago:
+    the hour's claim latency reads the 5 (the leased index in claim order),
+    the slot holders the first 50 of that order, longest held first."""
+    from runqueue.admin import dashboard
+    from runqueue.reads import waiting
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, kind, payload,"
+            " status, priority, attempts, max_attempts, lease_epoch, lease_owner,"
+            " lease_expires_at, created_at, started_at, claimed_at, claim_event_id,"
+            " claim_wait_ms, wait_reason)"
+            " SELECT gen_random_uuid(), 't', 't', '', 'chat.turn', '{}', 'running', 0, 1, 3,"
+            " 1, 'w', now() + interval '1 day', now() - interval '3 days', s.at, s.at,"
+            " nextval('runqueue_run_event_id_seq'), s.wait, ''"
+            " FROM generate_series(1, 20005) AS i, LATERAL (SELECT CASE WHEN i <= 20000"
+            " THEN now() - interval '2 days' + make_interval(secs => i) ELSE now() - interval"
+            " '1 minute' END AS at, CASE WHEN i <= 20000 THEN 1 ELSE 7000 END AS wait) AS s"
+        )
+        # Analyzed, not vacuumed: a busy live partition's visibility map lags.
+        cursor.execute("ANALYZE runqueue_run")
+    try:
+        nodes, text = _explain("claim_latency", {"since": dashboard.since()}, bounded=False)
+        live = [n for n in nodes if n.get("Relation Name") == "runqueue_run_live"]
+        assert live and all(n["Node Type"] != "Seq Scan" for n in live), text
+        for node in live:
+            read = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+            assert read <= 5, f"claim_latency read {read}:\n{text}"
+        stats = {s.cls: s for s in dashboard.class_stats()}
+        assert stats[PriorityClass.INTERACTIVE].claims == 5
+        assert stats[PriorityClass.INTERACTIVE].p50_ms == 7000
+
+        with CaptureQueriesContext(connection) as queries:
+            holders = waiting.slot_holders()
+        assert len(holders) == 50
+        assert [h.claimed_at for h in holders] == sorted(h.claimed_at for h in holders)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT min(claimed_at) FROM runqueue_run WHERE status = 'running'")
+            assert holders[0].claimed_at == cursor.fetchone()[0]
+            (query,) = queries.captured_queries
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query["sql"])
+            document = cursor.fetchone()[0]
+        document = json.loads(document) if isinstance(document, str) else document
+        scans = [
+            n
+            for n in _nodes(document[0]["Plan"])
+            if n.get("Relation Name", "").startswith("runqueue_run")
+        ]
+        assert scans and all(n["Actual Rows"] <= 50 for n in scans), query["sql"]
     finally:
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE runqueue_run CASCADE")
