@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.admin import ModelAdmin
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Aggregate, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.http import HttpRequest
@@ -20,6 +21,9 @@ from runqueue.sql import execute
 
 #: How many tenants the tenant filter offers; search finds the rest.
 TENANT_CHOICES = 50
+#: The tenant choices are read at most this often (per cache): the skip scan
+#: probes every day's partition, 20-30 ms at ten million runs, on each page.
+TENANT_SECONDS = 60
 
 
 class PriorityClassFilter(admin.SimpleListFilter):
@@ -69,18 +73,24 @@ class KindFilter(admin.SimpleListFilter):
 
 
 class TenantFilter(admin.SimpleListFilter):
-    """Tenants from a skip scan of the (tenant, session_id) index."""
+    """Tenants from a skip scan of the (tenant, session_id) index, kept in
+    Django's cache for TENANT_SECONDS: a tenant new in that minute is not
+    offered yet (the search and ``?tenant=`` find it)."""
 
     title = "tenant"
     parameter_name = "tenant"
 
     def lookups(self, request: HttpRequest, model_admin: ModelAdmin[Run]) -> list[tuple[str, str]]:
-        with connection.cursor() as cursor:
-            rows = execute(cursor, "admin_tenants", {"limit": TENANT_CHOICES}).fetchall()
-        return [(tenant, tenant) for (tenant,) in rows]
+        tenants = cache.get_or_set("runqueue:admin:tenants", _tenants, TENANT_SECONDS) or []
+        return [(tenant, tenant) for tenant in tenants]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
         return queryset.filter(tenant=self.value()) if self.value() else None
+
+
+def _tenants() -> list[str]:
+    with connection.cursor() as cursor:
+        return [t for (t,) in execute(cursor, "admin_tenants", {"limit": TENANT_CHOICES})]
 
 
 class FailureFilter(admin.SimpleListFilter):

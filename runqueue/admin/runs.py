@@ -13,11 +13,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions
 from runqueue.admin.actions import cancel_runs, pause_runs, requeue_runs, resume_runs
@@ -122,6 +124,18 @@ class RunAdmin(OperatorMixin, RunPage, NoBulkDelete, GuardedAdmin):
             super()
             .get_queryset(request)
             .annotate(has_uncertain=unresolved_uncertain(), **usage_columns())
+        )
+
+    def action_checkbox(self, obj: Run) -> SafeString:
+        """Django's row checkbox, the same HTML written directly: its widget
+        renders through the form template engine, about a fifth of a
+        50-row page's time."""
+        label = format_html(gettext("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            label,
         )
 
     def get_search_results(

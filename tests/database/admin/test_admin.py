@@ -523,3 +523,17 @@ def test_pause_needs_its_permission() -> None:
     runqueue.submit(kind="test.echo")
     client = login("vic", "view_run", "cancel_run")
     assert "pause_runs" not in client.get(RUNS).content.decode()
+
+
+def test_a_lists_checkbox_is_djangos(admin_client) -> None:
+    """The row checkbox is written directly (no widget template): the same
+    HTML as Django's (the name its actions read, the label escaped), on the
+    list."""
+    from django.contrib import admin
+
+    run = runqueue.submit(kind="test.echo", tenant='<b>"acme"</b>').run
+    model_admin = admin.site._registry[Run]
+    box = model_admin.action_checkbox(run)
+    assert box == admin.ModelAdmin.action_checkbox(model_admin, run)
+    html = admin_client.get(reverse("admin:runqueue_run_changelist")).content.decode()
+    assert str(box) in html
