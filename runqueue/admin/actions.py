@@ -196,70 +196,70 @@ def _confirm_page(
     return TemplateResponse(request, "admin/runqueue/run/confirm_action.html", context)
 
 
-@admin.action(description="Requeue selected dead-lettered runs", permissions=["requeue"])
-def requeue_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
-    """Dead-lettered -> queued with a fresh attempt budget (leases.requeue)."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="requeue",
-        call=lambda run_id, reason: leases.requeue(run_id, actor=actor(request), reason=reason),
-        reason_required=False,
-    )
+Action = Callable[[admin.ModelAdmin, HttpRequest, QuerySet], HttpResponse | None]
 
 
-@admin.action(description="Cancel selected runs", permissions=["cancel"])
-def cancel_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
-    """Cancel; the epoch bump fences a worker still running the run."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="cancel",
-        call=lambda run_id, reason: runqueue.cancel(run_id, reason=reason, actor=actor(request)),
-        reason_required=True,
-    )
+def _run_action(
+    verb: str,
+    change: Callable[[uuid.UUID, str, str], object],
+    *,
+    description: str,
+    permission: str,
+    reason_required: bool,
+    doc: str,
+) -> Action:
+    """The admin action ``<verb>_runs``: confirmed, then ``change(run_id,
+    actor, reason)`` per run (``_apply``), reporting the run it returns (a
+    pause or resume returns ids: the row is read again). The four actions
+    differ only in these arguments."""
+
+    def action(
+        modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+    ) -> HttpResponse | None:
+        def call(run_id: uuid.UUID, reason: str) -> Run:
+            changed = change(run_id, actor(request), reason)
+            return changed if isinstance(changed, Run) else Run.objects.get(id=run_id)
+
+        return _apply(
+            modeladmin, request, queryset, verb=verb, call=call, reason_required=reason_required
+        )
+
+    # The admin names an action by its function's name (POST "action").
+    action.__name__ = action.__qualname__ = f"{verb}_runs"
+    action.__doc__ = doc
+    return admin.action(description=description, permissions=[permission])(action)
 
 
-@admin.action(description="Pause selected runs", permissions=["pause"])
-def pause_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
-    """Pause (runqueue.pause_run): not claimed until resumed; a running
-    one is given back at its handler's next step."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="pause",
-        call=lambda run_id, reason: _then_row(
-            run_id, runqueue.pause_run(run_id, actor=actor(request), reason=reason)
-        ),
-        reason_required=False,
-    )
-
-
-@admin.action(description="Resume selected paused runs", permissions=["pause"])
-def resume_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
-    """Resume what a pause paused (runqueue.resume_run)."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="resume",
-        call=lambda run_id, reason: _then_row(
-            run_id, runqueue.resume_run(run_id, actor=actor(request), reason=reason)
-        ),
-        reason_required=False,
-    )
-
-
-def _then_row(run_id: uuid.UUID, _changed: object) -> Run:
-    return Run.objects.get(id=run_id)
+requeue_runs = _run_action(
+    "requeue",
+    lambda run_id, who, reason: leases.requeue(run_id, actor=who, reason=reason),
+    description="Requeue selected dead-lettered runs",
+    permission="requeue",
+    reason_required=False,
+    doc="Dead-lettered -> queued with a fresh attempt budget (leases.requeue).",
+)
+cancel_runs = _run_action(
+    "cancel",
+    lambda run_id, who, reason: runqueue.cancel(run_id, reason=reason, actor=who),
+    description="Cancel selected runs",
+    permission="cancel",
+    reason_required=True,
+    doc="Cancel; the epoch bump fences a worker still running the run.",
+)
+pause_runs = _run_action(
+    "pause",
+    lambda run_id, who, reason: runqueue.pause_run(run_id, actor=who, reason=reason),
+    description="Pause selected runs",
+    permission="pause",
+    reason_required=False,
+    doc="Pause (runqueue.pause_run): not claimed until resumed; a running "
+    "one is given back at its handler's next step.",
+)
+resume_runs = _run_action(
+    "resume",
+    lambda run_id, who, reason: runqueue.resume_run(run_id, actor=who, reason=reason),
+    description="Resume selected paused runs",
+    permission="pause",
+    reason_required=False,
+    doc="Resume what a pause paused (runqueue.resume_run).",
+)
