@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from django.db.models.functions import Now
 
-from runqueue.leases.base import Lease
+from runqueue import events
+from runqueue.leases.base import Lease, check_json
+from runqueue.leases.fence import fenced, renew_params
 from runqueue.models import ToolInvocation
 from runqueue.types import JSON
 
@@ -41,3 +43,35 @@ def write_call(
             **more,
         },
     )
+
+
+def record_call(
+    lease: Lease,
+    seq: int,
+    *,
+    event: str,
+    data: dict[str, JSON],
+    tool: str,
+    idempotency: str,
+    status: str,
+    arguments: JSON,
+    **more: JSON,
+) -> bool:
+    """Call ``seq``'s record (``write_call``) and its ``event`` with
+    ``data``, in one fenced transaction named ``tool.<status>``: a call
+    started, or awaiting approval. False once fenced (nothing written)."""
+
+    def write(_row: tuple) -> None:
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=idempotency,
+            status=status,
+            arguments=arguments,
+            **more,
+        )
+        events.append(lease.run_id, event, lease.epoch, data)
+
+    check_json(arguments, "tool arguments")
+    return fenced(lease, f"tool.{status}", "fence_renew", renew_params(lease), write) is not None
