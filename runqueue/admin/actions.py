@@ -197,69 +197,64 @@ def _confirm_page(
 
 
 Action = Callable[[admin.ModelAdmin, HttpRequest, QuerySet], HttpResponse | None]
+Change = Callable[[uuid.UUID, str, str], object]
 
 
 def _run_action(
-    verb: str,
-    change: Callable[[uuid.UUID, str, str], object],
-    *,
-    description: str,
-    permission: str,
-    reason_required: bool,
-    doc: str,
-) -> Action:
-    """The admin action ``<verb>_runs``: confirmed, then ``change(run_id,
-    actor, reason)`` per run (``_apply``), reporting the run it returns (a
-    pause or resume returns ids: the row is read again). The four actions
-    differ only in these arguments."""
+    description: str, *, permission: str, reason_required: bool = False
+) -> Callable[[Change], Action]:
+    """Make ``<verb>_runs(run_id, actor, reason)``, the change to one run,
+    the admin action of that name: confirmed, then the change per run
+    (``_apply``), reporting the run it returns (a pause or resume returns
+    ids: the row is read again). The four actions differ only in these."""
 
-    def action(
-        modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-    ) -> HttpResponse | None:
-        def call(run_id: uuid.UUID, reason: str) -> Run:
-            changed = change(run_id, actor(request), reason)
-            return changed if isinstance(changed, Run) else Run.objects.get(id=run_id)
+    def make(change: Change) -> Action:
+        verb = change.__name__.removesuffix("_runs")
 
-        return _apply(
-            modeladmin, request, queryset, verb=verb, call=call, reason_required=reason_required
-        )
+        def action(
+            modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+        ) -> HttpResponse | None:
+            def call(run_id: uuid.UUID, reason: str) -> Run:
+                changed = change(run_id, actor(request), reason)
+                return changed if isinstance(changed, Run) else Run.objects.get(id=run_id)
 
-    # The admin names an action by its function's name (POST "action").
-    action.__name__ = action.__qualname__ = f"{verb}_runs"
-    action.__doc__ = doc
-    return admin.action(description=description, permissions=[permission])(action)
+            return _apply(
+                modeladmin,
+                request,
+                queryset,
+                verb=verb,
+                call=call,
+                reason_required=reason_required,
+            )
+
+        # The admin names an action by its function's name (POST "action").
+        action.__name__ = action.__qualname__ = change.__name__
+        action.__doc__ = change.__doc__
+        return admin.action(description=description, permissions=[permission])(action)
+
+    return make
 
 
-requeue_runs = _run_action(
-    "requeue",
-    lambda run_id, who, reason: leases.requeue(run_id, actor=who, reason=reason),
-    description="Requeue selected dead-lettered runs",
-    permission="requeue",
-    reason_required=False,
-    doc="Dead-lettered -> queued with a fresh attempt budget (leases.requeue).",
-)
-cancel_runs = _run_action(
-    "cancel",
-    lambda run_id, who, reason: runqueue.cancel(run_id, reason=reason, actor=who),
-    description="Cancel selected runs",
-    permission="cancel",
-    reason_required=True,
-    doc="Cancel; the epoch bump fences a worker still running the run.",
-)
-pause_runs = _run_action(
-    "pause",
-    lambda run_id, who, reason: runqueue.pause_run(run_id, actor=who, reason=reason),
-    description="Pause selected runs",
-    permission="pause",
-    reason_required=False,
-    doc="Pause (runqueue.pause_run): not claimed until resumed; a running "
-    "one is given back at its handler's next step.",
-)
-resume_runs = _run_action(
-    "resume",
-    lambda run_id, who, reason: runqueue.resume_run(run_id, actor=who, reason=reason),
-    description="Resume selected paused runs",
-    permission="pause",
-    reason_required=False,
-    doc="Resume what a pause paused (runqueue.resume_run).",
-)
+@_run_action("Requeue selected dead-lettered runs", permission="requeue")
+def requeue_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
+    """Dead-lettered -> queued with a fresh attempt budget (leases.requeue)."""
+    return leases.requeue(run_id, actor=who, reason=reason)
+
+
+@_run_action("Cancel selected runs", permission="cancel", reason_required=True)
+def cancel_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
+    """Cancel; the epoch bump fences a worker still running the run."""
+    return runqueue.cancel(run_id, reason=reason, actor=who)
+
+
+@_run_action("Pause selected runs", permission="pause")
+def pause_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
+    """Pause (runqueue.pause_run): not claimed until resumed; a running
+    one is given back at its handler's next step."""
+    return runqueue.pause_run(run_id, actor=who, reason=reason)
+
+
+@_run_action("Resume selected paused runs", permission="pause")
+def resume_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
+    """Resume what a pause paused (runqueue.resume_run)."""
+    return runqueue.resume_run(run_id, actor=who, reason=reason)

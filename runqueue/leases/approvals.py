@@ -76,17 +76,10 @@ def record_tool_awaiting(
     on_timeout: str,
 ) -> bool:
     """Record a call as awaiting approval, not run; False once fenced."""
-    return record_call(
-        lease,
-        seq,
-        event=events.TOOL_AWAITING_APPROVAL,
-        data={"seq": seq, "tool": tool, "timeout": timeout},
-        tool=tool,
-        idempotency=idempotency,
-        status=ToolStatus.AWAITING_APPROVAL,
-        arguments=arguments,
-        approval={"timeout": timeout, "on_timeout": on_timeout, "decided": None},
-    )
+    approval: JSON = {"timeout": timeout, "on_timeout": on_timeout, "decided": None}
+    shown: dict[str, JSON] = {"timeout": timeout}
+    status = ToolStatus.AWAITING_APPROVAL
+    return record_call(lease, seq, status, tool, idempotency, arguments, shown, approval=approval)
 
 
 def reject_timed_out(lease: Lease, seq: int) -> ToolInvocation | None:

@@ -9,7 +9,7 @@ from django.db.models.functions import Now
 from runqueue import events
 from runqueue.leases.base import Lease, check_json
 from runqueue.leases.fence import fenced, renew_params
-from runqueue.models import ToolInvocation
+from runqueue.models import ToolInvocation, ToolStatus
 from runqueue.types import JSON
 
 
@@ -45,21 +45,26 @@ def write_call(
     )
 
 
+#: The event each call record ``record_call`` writes is told by.
+_CALL_EVENT: dict[str, str] = {
+    ToolStatus.STARTED: events.TOOL_STARTED,
+    ToolStatus.AWAITING_APPROVAL: events.TOOL_AWAITING_APPROVAL,
+}
+
+
 def record_call(
     lease: Lease,
     seq: int,
-    *,
-    event: str,
-    data: dict[str, JSON],
+    status: str,
     tool: str,
     idempotency: str,
-    status: str,
     arguments: JSON,
+    shown: dict[str, JSON],
     **more: JSON,
 ) -> bool:
-    """Call ``seq``'s record (``write_call``) and its ``event`` with
-    ``data``, in one fenced transaction named ``tool.<status>``: a call
-    started, or awaiting approval. False once fenced (nothing written)."""
+    """Call ``seq``'s record (``write_call``) and its event (the seq, the
+    tool and ``shown``), in one fenced transaction named ``tool.<status>``:
+    a call started, or awaiting approval. False once fenced (nothing written)."""
 
     def write(_row: tuple) -> None:
         write_call(
@@ -71,7 +76,8 @@ def record_call(
             arguments=arguments,
             **more,
         )
-        events.append(lease.run_id, event, lease.epoch, data)
+        data: dict[str, JSON] = {"seq": seq, "tool": tool, **shown}
+        events.append(lease.run_id, _CALL_EVENT[status], lease.epoch, data)
 
     check_json(arguments, "tool arguments")
     return fenced(lease, f"tool.{status}", "fence_renew", renew_params(lease), write) is not None

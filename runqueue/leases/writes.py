@@ -107,16 +107,8 @@ def record_tool_started(
     lease: Lease, *, seq: int, tool: str, idempotency: str, arguments: JSON
 ) -> bool:
     """Record a tool call as started, committed, before it runs; False once fenced."""
-    return record_call(
-        lease,
-        seq,
-        event=events.TOOL_STARTED,
-        data={"seq": seq, "tool": tool, "idempotency": idempotency},
-        tool=tool,
-        idempotency=idempotency,
-        status=ToolStatus.STARTED,
-        arguments=arguments,
-    )
+    shown: dict[str, JSON] = {"idempotency": idempotency}
+    return record_call(lease, seq, ToolStatus.STARTED, tool, idempotency, arguments, shown)
 
 
 _TOOL_EVENT: dict[str, str] = {
