@@ -196,70 +196,65 @@ def _confirm_page(
     return TemplateResponse(request, "admin/runqueue/run/confirm_action.html", context)
 
 
-@admin.action(description="Requeue selected dead-lettered runs", permissions=["requeue"])
-def requeue_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
+Action = Callable[[admin.ModelAdmin, HttpRequest, QuerySet], HttpResponse | None]
+Change = Callable[[uuid.UUID, str, str], object]
+
+
+def _run_action(
+    description: str, *, permission: str, reason_required: bool = False
+) -> Callable[[Change], Action]:
+    """Make ``<verb>_runs(run_id, actor, reason)``, the change to one run,
+    the admin action of that name: confirmed, then the change per run
+    (``_apply``), reporting the run it returns (a pause or resume returns
+    ids: the row is read again). The four actions differ only in these."""
+
+    def make(change: Change) -> Action:
+        verb = change.__name__.removesuffix("_runs")
+
+        def action(
+            modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
+        ) -> HttpResponse | None:
+            def call(run_id: uuid.UUID, reason: str) -> Run:
+                changed = change(run_id, actor(request), reason)
+                return changed if isinstance(changed, Run) else Run.objects.get(id=run_id)
+
+            return _apply(
+                modeladmin,
+                request,
+                queryset,
+                verb=verb,
+                call=call,
+                reason_required=reason_required,
+            )
+
+        # The admin names an action by its function's name (POST "action").
+        action.__name__ = action.__qualname__ = change.__name__
+        action.__doc__ = change.__doc__
+        return admin.action(description=description, permissions=[permission])(action)
+
+    return make
+
+
+@_run_action("Requeue selected dead-lettered runs", permission="requeue")
+def requeue_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
     """Dead-lettered -> queued with a fresh attempt budget (leases.requeue)."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="requeue",
-        call=lambda run_id, reason: leases.requeue(run_id, actor=actor(request), reason=reason),
-        reason_required=False,
-    )
+    return leases.requeue(run_id, actor=who, reason=reason)
 
 
-@admin.action(description="Cancel selected runs", permissions=["cancel"])
-def cancel_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
+@_run_action("Cancel selected runs", permission="cancel", reason_required=True)
+def cancel_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
     """Cancel; the epoch bump fences a worker still running the run."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="cancel",
-        call=lambda run_id, reason: runqueue.cancel(run_id, reason=reason, actor=actor(request)),
-        reason_required=True,
-    )
+    return runqueue.cancel(run_id, reason=reason, actor=who)
 
 
-@admin.action(description="Pause selected runs", permissions=["pause"])
-def pause_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
+@_run_action("Pause selected runs", permission="pause")
+def pause_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
     """Pause (runqueue.pause_run): not claimed until resumed; a running
     one is given back at its handler's next step."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="pause",
-        call=lambda run_id, reason: _then_row(
-            run_id, runqueue.pause_run(run_id, actor=actor(request), reason=reason)
-        ),
-        reason_required=False,
-    )
+    return runqueue.pause_run(run_id, actor=who, reason=reason)
 
 
-@admin.action(description="Resume selected paused runs", permissions=["pause"])
-def resume_runs(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet
-) -> HttpResponse | None:
+@_run_action("Resume selected paused runs", permission="pause")
+def resume_runs(run_id: uuid.UUID, who: str, reason: str) -> object:
     """Resume what a pause paused (runqueue.resume_run)."""
-    return _apply(
-        modeladmin,
-        request,
-        queryset,
-        verb="resume",
-        call=lambda run_id, reason: _then_row(
-            run_id, runqueue.resume_run(run_id, actor=actor(request), reason=reason)
-        ),
-        reason_required=False,
-    )
-
-
-def _then_row(run_id: uuid.UUID, _changed: object) -> Run:
-    return Run.objects.get(id=run_id)
+    return runqueue.resume_run(run_id, actor=who, reason=reason)

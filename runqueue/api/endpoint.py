@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import OperationalError
-from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from runqueue import reads
@@ -137,6 +137,29 @@ def event_stream_response(stream: Stream) -> StreamingHttpResponse:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
+
+
+def answer_stream(
+    caller: Caller,
+    what: str,
+    open_stream: Callable[[list[tuple[str, int | None]], bool], Stream | None],
+) -> HttpResponseBase:
+    """The stream ``open_stream(owners, operator)`` opens for ``caller``
+    (its bounds, whether it is an operator) as the answer: 503 or 429 past
+    a limit (``what`` names what this process streams), 204 when there is
+    nothing left to send (a browser's EventSource then stops reconnecting)."""
+    try:
+        stream = open_stream(stream_owners(caller), is_operator(caller))
+    except StreamLimit as exc:
+        raise stream_limit_error(exc, what) from None
+    if stream is None:
+        return HttpResponse(status=204)
+    return event_stream_response(stream)
+
+
+def last_event_id(request: HttpRequest) -> str:
+    """The ``Last-Event-ID`` a reconnecting EventSource sends ('' if none)."""
+    return (request.headers.get("Last-Event-ID") or "").strip()
 
 
 def mapped(exc: RunqueueError) -> ApiError:

@@ -13,20 +13,13 @@ from django.http import (
 
 from runqueue import events
 from runqueue.api.auth import Caller
-from runqueue.api.endpoint import (
-    api_view,
-    event_stream_response,
-    int_param,
-    is_operator,
-    stream_limit_error,
-    stream_owners,
-)
+from runqueue.api.endpoint import answer_stream, api_view, int_param, is_operator, last_event_id
 from runqueue.api.errors import ApiError
 from runqueue.api.render import events_url
 from runqueue.api.runs import run_or_404
 from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.models import EventLog
-from runqueue.stream import StreamLimit, open_stream
+from runqueue.stream import open_stream
 from runqueue.stream.sse import parse_cursor
 
 
@@ -53,7 +46,7 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     """Server-Sent Events: the run's events after ``Last-Event-ID`` (or
     ``?after=``), then each new one as it commits, until a terminal event."""
     run = run_or_404(caller, run_id)
-    header = (request.headers.get("Last-Event-ID") or "").strip()
+    header = last_event_id(request)
     mark = None
     if header:
         try:
@@ -66,14 +59,9 @@ def run_stream(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
             ) from None
     else:
         after = int_param(request, "after", 0, 0, 2**63 - 1)
-    try:
-        stream = open_stream(
-            run, after, stream_owners(caller), mark=mark, operator=is_operator(caller)
-        )
-    except StreamLimit as exc:
-        raise stream_limit_error(exc, "runs") from None
-    if stream is None:
-        # Finished, and the client has every event: 204 tells a browser's
-        # EventSource to stop reconnecting.
-        return HttpResponse(status=204)
-    return event_stream_response(stream)
+    # None (204): finished, and the client has every event.
+    return answer_stream(
+        caller,
+        "runs",
+        lambda owners, operator: open_stream(run, after, owners, mark=mark, operator=operator),
+    )

@@ -13,20 +13,12 @@ from django.http import (
 )
 
 from runqueue.api.auth import Caller
-from runqueue.api.endpoint import (
-    api_view,
-    event_stream_response,
-    int_param,
-    is_operator,
-    stream_limit_error,
-    stream_owners,
-)
+from runqueue.api.endpoint import answer_stream, api_view, int_param, last_event_id
 from runqueue.api.errors import ApiError, not_found
 from runqueue.api.render import session_body
 from runqueue.errors import InvalidArgument
 from runqueue.models import Run
 from runqueue.reads import sessions
-from runqueue.stream import StreamLimit
 from runqueue.stream.hub import process_hub
 from runqueue.stream.session import open_session_stream, parse_session_cursor
 
@@ -61,7 +53,7 @@ def session_stream(request: HttpRequest, caller: Caller, session_id: str) -> Htt
         Run.objects.filter(tenant=caller.tenant, session_id=session_id).exists()
     ):
         raise not_found()
-    header = (request.headers.get("Last-Event-ID") or "").strip()
+    header = last_event_id(request)
     raw, name = (header, "Last-Event-ID") if header else (request.GET.get("after"), "after")
     cursor = None
     if raw:
@@ -73,15 +65,10 @@ def session_stream(request: HttpRequest, caller: Caller, session_id: str) -> Htt
                 f"{name} must be an id of this stream ({exc}).",
                 extensions={"parameter": name},
             ) from None
-    try:
-        stream = open_session_stream(
-            process_hub(),
-            caller.tenant,
-            session_id,
-            cursor,
-            stream_owners(caller),
-            operator=is_operator(caller),
-        )
-    except StreamLimit as exc:
-        raise stream_limit_error(exc, "runs and sessions") from None
-    return event_stream_response(stream)
+    return answer_stream(
+        caller,
+        "runs and sessions",
+        lambda owners, operator: open_session_stream(
+            process_hub(), caller.tenant, session_id, cursor, owners, operator=operator
+        ),
+    )

@@ -25,11 +25,10 @@ from runqueue.errors import (
     InvalidArgument,
     InvalidTransition,
     NotAwaitingApproval,
-    RunNotFound,
     ToolCallNotFound,
 )
-from runqueue.leases.base import Lease, check_json, notify, retry_moved
-from runqueue.leases.calls import write_call
+from runqueue.leases.base import Lease, lock_run, notify, retry_moved
+from runqueue.leases.calls import record_call
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.transitions import checked_operation
 from runqueue.models import (
@@ -77,29 +76,10 @@ def record_tool_awaiting(
     on_timeout: str,
 ) -> bool:
     """Record a call as awaiting approval, not run; False once fenced."""
-
-    def write(_row: tuple) -> None:
-        write_call(
-            lease,
-            seq,
-            tool=tool,
-            idempotency=idempotency,
-            status=ToolStatus.AWAITING_APPROVAL,
-            arguments=arguments,
-            approval={"timeout": timeout, "on_timeout": on_timeout, "decided": None},
-        )
-        events.append(
-            lease.run_id,
-            events.TOOL_AWAITING_APPROVAL,
-            lease.epoch,
-            {"seq": seq, "tool": tool, "timeout": timeout},
-        )
-
-    check_json(arguments, "tool arguments")
-    return (
-        fenced(lease, "tool.awaiting_approval", "fence_renew", renew_params(lease), write)
-        is not None
-    )
+    approval: JSON = {"timeout": timeout, "on_timeout": on_timeout, "decided": None}
+    shown: dict[str, JSON] = {"timeout": timeout}
+    status = ToolStatus.AWAITING_APPROVAL
+    return record_call(lease, seq, status, tool, idempotency, arguments, shown, approval=approval)
 
 
 def reject_timed_out(lease: Lease, seq: int) -> ToolInvocation | None:
@@ -200,11 +180,7 @@ def _decided(
 
 def _decide(run_id: uuid.UUID, seq: int, decided: dict[str, JSON]) -> ToolInvocation:
     with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
-        if row is None:
-            raise RunNotFound(run_id)
-        status, wait_reason, wait_name, priority = row
+        status, wait_reason, wait_name, priority = lock_run(run_id)
         tool = ToolInvocation.objects.filter(run_id=run_id, seq=seq).first()
         if tool is None:
             raise ToolCallNotFound(run_id, seq)

@@ -16,11 +16,13 @@ from django.db import OperationalError, connection
 
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
+from runqueue.errors import RunNotFound
 from runqueue.events import wakeups
 from runqueue.models import (
     PriorityClass,
     Run,
 )
+from runqueue.sql import execute
 from runqueue.validation import json_text
 
 logger = logging.getLogger("runqueue.leases")
@@ -267,6 +269,17 @@ def notify(priority: int | None) -> None:
 def notify_cancel(run_id: uuid.UUID, epoch: int) -> None:
     """Tell the worker running ``run_id`` to stop its handler, on commit."""
     wakeups.send(wakeups.Cancelled(run_id=run_id, epoch=epoch))
+
+
+def lock_run(run_id: uuid.UUID) -> tuple[str, str | None, str | None, int]:
+    """Lock run ``run_id``'s row in the caller's transaction: its status,
+    wait reason, wait name and priority; RunNotFound if there is none."""
+    with connection.cursor() as cursor:
+        row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    status, wait_reason, wait_name, priority = row
+    return status, wait_reason, wait_name, priority
 
 
 def check_json(value: object, what: str) -> None:

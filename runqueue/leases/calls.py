@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from django.db.models.functions import Now
 
-from runqueue.leases.base import Lease
-from runqueue.models import ToolInvocation
+from runqueue import events
+from runqueue.leases.base import Lease, check_json
+from runqueue.leases.fence import fenced, renew_params
+from runqueue.models import ToolInvocation, ToolStatus
 from runqueue.types import JSON
 
 
@@ -41,3 +43,41 @@ def write_call(
             **more,
         },
     )
+
+
+#: The event each call record ``record_call`` writes is told by.
+_CALL_EVENT: dict[str, str] = {
+    ToolStatus.STARTED: events.TOOL_STARTED,
+    ToolStatus.AWAITING_APPROVAL: events.TOOL_AWAITING_APPROVAL,
+}
+
+
+def record_call(
+    lease: Lease,
+    seq: int,
+    status: str,
+    tool: str,
+    idempotency: str,
+    arguments: JSON,
+    shown: dict[str, JSON],
+    **more: JSON,
+) -> bool:
+    """Call ``seq``'s record (``write_call``) and its event (the seq, the
+    tool and ``shown``), in one fenced transaction named ``tool.<status>``:
+    a call started, or awaiting approval. False once fenced (nothing written)."""
+
+    def write(_row: tuple) -> None:
+        write_call(
+            lease,
+            seq,
+            tool=tool,
+            idempotency=idempotency,
+            status=status,
+            arguments=arguments,
+            **more,
+        )
+        data: dict[str, JSON] = {"seq": seq, "tool": tool, **shown}
+        events.append(lease.run_id, _CALL_EVENT[status], lease.epoch, data)
+
+    check_json(arguments, "tool arguments")
+    return fenced(lease, f"tool.{status}", "fence_renew", renew_params(lease), write) is not None

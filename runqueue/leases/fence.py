@@ -3,6 +3,7 @@ the lease; zero rows means fenced, and nothing else is written."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from django.db import OperationalError, connection, transaction
@@ -98,6 +99,30 @@ def fenced(
 CONFLICT_ATTEMPTS = DEADLOCK_ATTEMPTS
 
 
+def _again_on_conflict[**P, R](attempt: Callable[P, R]) -> Callable[P, R]:
+    """``attempt`` run again, after ``deadlock_pause``, while it raises
+    ``_ConflictError`` (at most CONFLICT_ATTEMPTS times; then the error)."""
+
+    @functools.wraps(attempt)
+    def again(*args: P.args, **kwargs: P.kwargs) -> R:
+        for number in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return attempt(*args, **kwargs)
+            except _ConflictError as conflict:
+                if number == CONFLICT_ATTEMPTS:
+                    raise conflict.error from None
+                deadlock_pause(number)
+        raise AssertionError("unreachable")
+
+    return again
+
+
+class _ConflictError(Exception):
+    def __init__(self, error: OperationalError) -> None:
+        self.error = error
+
+
+@_again_on_conflict
 def fenced_transaction(
     lease: Lease,
     action: str,
@@ -113,28 +138,6 @@ def fenced_transaction(
     re-read, and if the lease still holds run the transaction again (a
     cascading cancel locks parent then children, a child's join child then
     parent; PostgreSQL breaks such a cycle by failing one of them)."""
-    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-        try:
-            return _fenced_transaction(lease, action, fence, params, write)
-        except _ConflictError as conflict:
-            if attempt == CONFLICT_ATTEMPTS:
-                raise conflict.error from None
-            deadlock_pause(attempt)
-    raise AssertionError("unreachable")
-
-
-class _ConflictError(Exception):
-    def __init__(self, error: OperationalError) -> None:
-        self.error = error
-
-
-def _fenced_transaction(
-    lease: Lease,
-    action: str,
-    fence: str,
-    params: Params | None,
-    write: Callable[[tuple], None] | None,
-) -> tuple[object, ...] | None:
     try:
         if write is None and not connection.in_atomic_block:
             # The fence is the whole transaction (a heartbeat, or a finish

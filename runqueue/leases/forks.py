@@ -26,7 +26,7 @@ from runqueue.errors import (
     RunNotFound,
     UnknownKind,
 )
-from runqueue.leases.base import notify_payload, retry_moved
+from runqueue.leases.base import lock_run, notify_payload, retry_moved
 from runqueue.leases.transitions import checked_operation
 from runqueue.leases.writes import SPAWN_TOOL
 from runqueue.models import (
@@ -142,13 +142,9 @@ def _fork(
     note: dict[str, JSON],
 ) -> Run:
     with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            # The original's row lock: no requeue makes it live meanwhile,
-            # and its run.forked event is written under it like any other.
-            locked = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
-        if locked is None:
-            raise RunNotFound(run_id)
-        status, _reason, _name, priority = locked
+        # The original's row lock: no requeue makes it live meanwhile, and
+        # its run.forked event is written under it like any other.
+        status, _reason, _name, priority = lock_run(run_id)
         if status not in TERMINAL_STATUSES:
             raise InvalidTransition(run_id, status, "fork")
         original = Run.objects.get(id=run_id)

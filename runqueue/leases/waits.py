@@ -23,10 +23,9 @@ from runqueue.errors import (
     InvalidArgument,
     InvalidTransition,
     MailboxFull,
-    RunNotFound,
     SignalTooLarge,
 )
-from runqueue.leases.base import Lease, notify, retry_moved
+from runqueue.leases.base import Lease, lock_run, notify, retry_moved
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.outcomes import positive_seconds, wake_time
@@ -172,19 +171,16 @@ def _signal(run_id: uuid.UUID, name: str, data: JSON) -> Delivery:
     run count its mailbox one after the other, so it never holds more than
     SIGNALS_KEPT_MAX."""
     with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
-            if row is None:
-                raise RunNotFound(run_id)
-            status, wait_reason, wait_name, priority = row
-            if status in TERMINAL_STATUSES:
-                raise InvalidTransition(run_id, status, "signal")
-            if status == RunStatus.WAITING and (wait_reason, wait_name) == ("signal", name):
-                params = {"run_id": run_id, "name": name, "data": Jsonb(data)}
+        status, wait_reason, wait_name, priority = lock_run(run_id)
+        if status in TERMINAL_STATUSES:
+            raise InvalidTransition(run_id, status, "signal")
+        if status == RunStatus.WAITING and (wait_reason, wait_name) == ("signal", name):
+            params = {"run_id": run_id, "name": name, "data": Jsonb(data)}
+            with connection.cursor() as cursor:
                 _id, epoch = execute(cursor, "resume_signal", params).fetchone()
-                events.append(run_id, events.RESUMED, epoch, {"reason": "signal", "name": name})
-                notify(priority)
-                return "delivered"
+            events.append(run_id, events.RESUMED, epoch, {"reason": "signal", "name": name})
+            notify(priority)
+            return "delivered"
         most = get_settings().SIGNALS_KEPT_MAX
         if Signal.objects.filter(run_id=run_id).values("pk")[:most].count() >= most:
             raise MailboxFull(run_id, most)
@@ -249,11 +245,7 @@ def deliver_waiting(run_id: uuid.UUID, data: JSON) -> None:
     """Input delivery in the caller's transaction (``checked_input`` done):
     the run's row locked, RunNotFound, or InvalidTransition unless it waits
     for the user."""
-    with connection.cursor() as cursor:
-        row = execute(cursor, "lock_run", {"run_id": run_id}).fetchone()
-    if row is None:
-        raise RunNotFound(run_id)
-    status, _reason, _name, priority = row
+    status, _reason, _name, priority = lock_run(run_id)
     if status != RunStatus.WAITING_FOR_USER:
         raise InvalidTransition(run_id, status, "deliver input to")
     deliver_locked(run_id, priority, data)

@@ -25,7 +25,7 @@ from runqueue.leases.base import (
     check_json,
     notify,
 )
-from runqueue.leases.calls import write_call
+from runqueue.leases.calls import record_call, write_call
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.failures import failure_record, failure_summary
 from runqueue.leases.fence import fenced, record_fenced, renew_params
@@ -107,25 +107,8 @@ def record_tool_started(
     lease: Lease, *, seq: int, tool: str, idempotency: str, arguments: JSON
 ) -> bool:
     """Record a tool call as started, committed, before it runs; False once fenced."""
-
-    def write(_row: tuple) -> None:
-        write_call(
-            lease,
-            seq,
-            tool=tool,
-            idempotency=idempotency,
-            status=ToolStatus.STARTED,
-            arguments=arguments,
-        )
-        events.append(
-            lease.run_id,
-            events.TOOL_STARTED,
-            lease.epoch,
-            {"seq": seq, "tool": tool, "idempotency": idempotency},
-        )
-
-    check_json(arguments, "tool arguments")
-    return fenced(lease, "tool.started", "fence_renew", renew_params(lease), write) is not None
+    shown: dict[str, JSON] = {"idempotency": idempotency}
+    return record_call(lease, seq, ToolStatus.STARTED, tool, idempotency, arguments, shown)
 
 
 _TOOL_EVENT: dict[str, str] = {

@@ -69,6 +69,23 @@ class RunQuerySet(models.QuerySet):
 RunManager = models.Manager.from_queryset(RunQuerySet)
 
 
+def _run_link(*, related_name: str) -> models.ForeignKey[Run | None, Run | None]:
+    """A run's link to another run (its parent, its original, the run it
+    interrupted), NULL for none: no foreign key constraint and no index (a
+    run moves between partitions and is pruned apart from those it names),
+    never edited in the admin."""
+    return models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name=related_name,
+        db_constraint=False,
+        db_index=False,
+        editable=False,
+    )
+
+
 class Run(models.Model):
     """One unit of agent work: a turn, a research job, a maintenance job."""
 
@@ -142,16 +159,7 @@ class Run(models.Model):
     budget_reserved = models.BigIntegerField(default=0, db_default=0)
     budget_used = models.BigIntegerField(default=0, db_default=0)
     #: The run that spawned this one (``ctx.spawn``); NULL for a submitted run.
-    parent = models.ForeignKey(
-        "self",
-        null=True,
-        blank=True,
-        on_delete=models.DO_NOTHING,
-        related_name="children",
-        db_constraint=False,
-        db_index=False,
-        editable=False,
-    )
+    parent = _run_link(related_name="children")
     #: Its children not terminal yet: each child's terminal transition counts
     #: down here, under this row's lock (runqueue_join, fn_tree.sql).
     children_open = models.IntegerField(default=0, db_default=0, editable=False)
@@ -180,32 +188,14 @@ class Run(models.Model):
     #: The finished run this one was forked from (``runqueue.fork``): it
     #: replays that run's first steps from copied records; NULL for any
     #: other run. The original lists its forks (``Run.forks``).
-    forked_from = models.ForeignKey(
-        "self",
-        null=True,
-        blank=True,
-        on_delete=models.DO_NOTHING,
-        related_name="forks",
-        db_constraint=False,
-        db_index=False,
-        editable=False,
-    )
+    forked_from = _run_link(related_name="forks")
     #: A pending turn's place in its session's line: the first (lowest) is
     #: queued when the active run ends. Kept after it is promoted; NULL for
     #: a run that never waited in line.
     place = models.BigIntegerField(null=True, blank=True, editable=False)
     #: The run this one interrupted (``on_busy="interrupt"``): its handler
     #: reads what that run did as ``ctx.interrupted``. NULL otherwise.
-    interrupted = models.ForeignKey(
-        "self",
-        null=True,
-        blank=True,
-        on_delete=models.DO_NOTHING,
-        related_name="interrupted_by",
-        db_constraint=False,
-        db_index=False,
-        editable=False,
-    )
+    interrupted = _run_link(related_name="interrupted_by")
     #: The version of its kind's handler the run is pinned to: set by its
     #: first claim (the claiming worker's newest version of the kind), and
     #: only a worker with that version claims it again, unless a newer

@@ -124,7 +124,7 @@ class AsyncRunContext:
         recorded: ToolInvocation | None,
         kind: str,
         payload: JSON,
-        **options: int | str | None,
+        **options: Any,
     ) -> uuid.UUID:
         self.check()
         return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)

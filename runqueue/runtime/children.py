@@ -5,6 +5,7 @@ spawn order, and ends the turn until every one is terminal (the fan-in)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from runqueue import leases
 from runqueue.errors import ChildrenGone
@@ -48,24 +49,15 @@ class Children(ContextBase):
         seq: int,
         recorded: ToolInvocation | None,
         kind: str,
-        payload: JSON = None,
-        *,
-        priority: int | None = None,
-        concurrency_key: str | None = None,
-        session_id: str | None = None,
+        payload: JSON,
+        **options: Any,
     ) -> uuid.UUID:
-        """``spawn`` as call ``seq``: the recorded child, or a new one."""
+        """``spawn`` as call ``seq``: the recorded child, or a new one;
+        ``options``: ``spawn``'s keyword arguments (``AsyncRunContext.spawn``
+        passes them on too)."""
         if recorded is not None:
             return respawned(recorded, kind, payload)
-        child = spawning.spawn(
-            self.lease,
-            seq,
-            kind=kind,
-            payload=payload,
-            priority=priority,
-            concurrency_key=concurrency_key,
-            session_id=session_id,
-        )
+        child = spawning.spawn(self.lease, seq, kind=kind, payload=payload, **options)
         if child is None:
             raise self._lost()
         return child

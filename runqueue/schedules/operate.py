@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -184,23 +184,27 @@ def resume(schedule_id: int, *, actor: str, reason: str = "") -> Schedule:
     return schedule
 
 
+def run_fields(schedule: Schedule) -> dict[str, Any]:
+    """What each run of ``schedule`` is submitted with, a tick's or ``run_now``'s."""
+    return {
+        "kind": schedule.kind,
+        "payload": schedule.payload,
+        "tenant": schedule.tenant,
+        "principal": schedule.principal,
+        "priority": schedule.priority,
+        "max_attempts": schedule.max_attempts,
+        "session_id": schedule.session_id,
+        "on_busy": schedule.on_busy,
+    }
+
+
 def run_now(schedule_id: int, *, actor: str, idempotency_key: str) -> Submission:
     """A normal submit of the schedule's run, outside its ticks: the
     idempotency key makes a repeated request (a double click) one run."""
     from runqueue.submission.submit import submit
 
     schedule = Schedule.objects.get(pk=schedule_id)
-    sub = submit(
-        kind=schedule.kind,
-        payload=schedule.payload,
-        tenant=schedule.tenant,
-        principal=schedule.principal,
-        priority=schedule.priority,
-        max_attempts=schedule.max_attempts,
-        session_id=schedule.session_id,
-        on_busy=schedule.on_busy,
-        idempotency_key=idempotency_key,
-    )
+    sub = submit(**run_fields(schedule), idempotency_key=idempotency_key)
     if sub.outcome == "created":
         with transaction.atomic():
             # Under the run row's lock, as every event insert, so a run's event

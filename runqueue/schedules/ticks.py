@@ -31,7 +31,7 @@ from runqueue.models import (
     TickOutcome,
 )
 from runqueue.schedules import cron
-from runqueue.schedules.operate import next_fire, sync_settings
+from runqueue.schedules.operate import next_fire, run_fields, sync_settings
 
 logger = logging.getLogger("runqueue.schedules")
 
@@ -203,16 +203,7 @@ def _fire(schedule: Schedule, at: dt.datetime) -> ScheduleTick | None:
         transaction.on_commit(lambda: _cancel_previous(schedule.name, at, active))
     try:
         with transaction.atomic():
-            sub = submit_in_transaction(
-                kind=schedule.kind,
-                payload=schedule.payload,
-                tenant=schedule.tenant,
-                principal=schedule.principal,
-                priority=schedule.priority,
-                max_attempts=schedule.max_attempts,
-                session_id=schedule.session_id,
-                on_busy=schedule.on_busy,
-            )
+            sub = submit_in_transaction(**run_fields(schedule))
     except (ActiveRunConflict, SessionQueueFull) as exc:
         # Its session is busy and its on_busy refuses the turn: recorded,
         # not retried at every tick (the next tick is another turn).
