@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from itertools import batched
 from operator import attrgetter
-from typing import Any
 
 from django.db import IntegrityError, OperationalError, connection, transaction
 
@@ -136,7 +135,26 @@ def submit(
     ActiveRunConflict, SessionQueueFull, IdempotencyConflict or
     IdempotencyInProgress.
     """
-    return _submit(_required(locals()), durable=True)
+    checked = check_submission(
+        kind=kind,
+        payload=payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        idempotency_key=idempotency_key,
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        concurrency_key=concurrency_key,
+        budget=budget,
+        start_within=start_within,
+        max_duration=max_duration,
+        spend_cap=spend_cap,
+        on_busy=on_busy,
+        debounce=debounce,
+        webhook=webhook,
+    )
+    return _submit(require(checked), durable=True)
 
 
 def submit_in_transaction(
@@ -165,18 +183,25 @@ def submit_in_transaction(
     block, as django-tasks-db does). A keyed submit needs a transaction of its
     own (its lock timeout, its same-key retry), so it is not offered here.
     """
-    return _submit(_required(locals()), durable=False)
-
-
-def _required(arguments: dict[str, Any]) -> CheckedSubmission:
-    """``submit``'s or ``submit_in_transaction``'s arguments, checked.
-
-    Their ``locals()`` taken first thing: the signatures stay written out
-    for editors and type checkers, and each parameter is named as
-    ``check_submission``'s member (tests/unit/test_submission_fields.py
-    holds them to it), so the arguments are passed on by name, not twice.
-    """
-    return require(check_submission(**arguments))
+    checked = check_submission(
+        kind=kind,
+        payload=payload,
+        session_id=session_id,
+        tenant=tenant,
+        principal=principal,
+        priority=priority,
+        scheduled_for=scheduled_for,
+        max_attempts=max_attempts,
+        concurrency_key=concurrency_key,
+        budget=budget,
+        start_within=start_within,
+        max_duration=max_duration,
+        spend_cap=spend_cap,
+        on_busy=on_busy,
+        debounce=debounce,
+        webhook=webhook,
+    )
+    return _submit(require(checked), durable=False)
 
 
 def _submit(request: CheckedSubmission, *, durable: bool) -> Submission:
