@@ -7,7 +7,8 @@ class and status, the planner's estimate above; the oldest among the first
 samples as many (``runqueue.reads.versions``), throughput reads the
 finished_at index over the last hour, claim latency reads the claims of the
 last hour (event rows by created_at, and runs' rows that hold their claim,
-the running ones a range of the leased index: ``claim_latency``), the slot
+the running ones a range of the leased index: ``dashboard_hour``, one read
+with the throughput), the slot
 holders that index's head, uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
 count from when the run last became due (created, or ``scheduled_for``,
@@ -26,20 +27,18 @@ from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     CharField,
-    Count,
     DurationField,
     ExpressionWrapper,
     F,
     Value,
 )
-from django.db.models.functions import Now, TruncMinute
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from runqueue import reads
+from runqueue import db, reads
 from runqueue.admin import display, permissions, svg
-from runqueue.admin.pagination import COUNT_CAP, capped_count
 from runqueue.capacity import budgets
 from runqueue.conf import get_settings
 from runqueue.models import (
@@ -93,7 +92,31 @@ def since() -> dt.datetime:
     return timezone.now() - WINDOW
 
 
-def class_stats() -> list[ClassStats]:
+@dataclass(slots=True)
+class Hour:
+    """The last hour, from one statement (``dashboard_hour``): the claims'
+    latency per class, and the runs finished per minute by status."""
+
+    #: (class index, claims, p50 ms, p99 ms)
+    latency: list[tuple[int, int, float, float]]
+    #: minute -> terminal status -> runs
+    finished: dict[dt.datetime, dict[str, int]]
+
+    @classmethod
+    def read(cls) -> Hour:
+        hour = cls(latency=[], finished={})
+        with reads.read_connection().cursor() as cursor:
+            for ci, minute, status, n, p50, p99 in execute(
+                cursor, "dashboard_hour", {"since": since()}
+            ).fetchall():
+                if minute is None:
+                    hour.latency.append((ci, n, p50, p99))
+                else:
+                    hour.finished.setdefault(minute, {})[status] = n
+        return hour
+
+
+def class_stats(hour: Hour | None = None) -> list[ClassStats]:
     """Depth by status, oldest due run, and claim latency, per class."""
     stats = [ClassStats(cls=c) for c in CLASSES]
     # The scrape's bounded reads: exact up to DEPTH_CAP runs per
@@ -110,29 +133,18 @@ def class_stats() -> list[ClassStats]:
         if due:
             seconds = figures.oldest_due_seconds[ci]
             stats[ci].oldest_due = display.duration(dt.timedelta(seconds=seconds))
-    with reads.read_connection().cursor() as cursor:
-        latency = execute(cursor, "claim_latency", {"since": since()}).fetchall()
-    for ci, n, p50, p99 in latency:
+    for ci, n, p50, p99 in (hour or Hour.read()).latency:
         stats[ci].claims = n
         stats[ci].p50_ms, stats[ci].p99_ms = p50, p99
     return stats
 
 
-def throughput() -> list[tuple[dt.datetime, dict[str, int]]]:
+def throughput(hour: Hour | None = None) -> list[tuple[dt.datetime, dict[str, int]]]:
     """Runs finished per minute over the last hour, by terminal status."""
-    rows = (
-        Run.objects.filter(finished_at__gte=since())
-        .annotate(minute=TruncMinute("finished_at"))
-        .values("minute", "status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
+    finished = (hour or Hour.read()).finished
     end = timezone.now().replace(second=0, microsecond=0)
     minutes = [end - dt.timedelta(minutes=i) for i in range(59, -1, -1)]
-    per: dict[dt.datetime, dict[str, int]] = {m: {} for m in minutes}
-    for row in rows:
-        per.setdefault(row["minute"], {})[row["status"]] = row["n"]
-    return [(m, per[m]) for m in minutes]
+    return [(m, finished.get(m, {})) for m in minutes]
 
 
 def totals() -> dict[str, int]:
@@ -144,7 +156,7 @@ def totals() -> dict[str, int]:
         "dead_lettered_hour": Run.objects.filter(
             finished_at__gte=since(), status=RunStatus.FAILED
         ).count(),
-        "dead_lettered": capped_count(Run.objects.dead_lettered()),
+        "dead_lettered": db.capped_count(Run.objects.dead_lettered(), DEPTH_CAP),
         "uncertain_runs": unresolved.values("run_id").distinct().count(),
         "uncertain_tools": unresolved.count(),
     }
@@ -231,8 +243,9 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
     """The dashboard page; staff who may view runs may view it."""
     if not permissions.may_view(request):
         raise PermissionDenied
-    stats = class_stats()
-    buckets = throughput()
+    hour = Hour.read()
+    stats = class_stats(hour)
+    buckets = throughput(hour)
     workers = live_workers()
     context = {
         **model_admin.admin_site.each_context(request),
@@ -245,13 +258,13 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "causes": waiting.causes(),
         "any_due": any(s.oldest_due != "-" for s in stats),
         "budgets": budgets.windows(),
-        "waiting_by_reason": waiting.waiting_by_reason(COUNT_CAP),
+        "waiting_by_reason": waiting.waiting_by_reason(DEPTH_CAP),
         "holders": waiting.slot_holders(),
         "kind_versions": versions.table(
             [versions.Handlers.of(w.id, w.kinds) for w in workers], _by_status(stats)
         ),
         "charts": charts(stats, buckets),
-        "count_cap": COUNT_CAP,
+        "count_cap": DEPTH_CAP,
         "stats_estimated": any(s.estimated for s in stats),
         "metrics_cap": DEPTH_CAP,
     }

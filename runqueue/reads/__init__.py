@@ -115,8 +115,7 @@ def bounded() -> Iterator[CursorWrapper]:
     table. The scrape's and the dashboard's capped reads run in one."""
     connection = read_connection()  # the replica's in a read scope
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        for name in ("enable_sort", "enable_bitmapscan"):
-            execute(cursor, "set_config", {"name": name, "value": "off"})
+        execute(cursor, "bounded_reads", {})
         yield cursor
 
 

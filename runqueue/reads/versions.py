@@ -147,7 +147,9 @@ def table(
         return rows[(kind, version)]
 
     sampled: dict[str, list[tuple[str, int | None, int]]] = {}
-    with reads.read_connection().cursor() as cursor:
+    # In the capped reads' scope: with the cap near a status's runs the
+    # planner would read them all by bitmap and sort, not walk the index.
+    with reads.bounded() as cursor:
         for status, kind, version, n in execute(
             cursor,
             "active_by_handler",

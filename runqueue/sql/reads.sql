@@ -1,12 +1,17 @@
 -- The console's reads that the ORM cannot write: claim latency, tenants, why
 -- runs wait.
 
--- name: claim_latency --
--- The dashboard's claims since %(since)s by class: how many, p50 and p99 of wait_ms. A claim is
--- an event row or its run's row (running: a range of the leased index; succeeded: finished_at
--- bounds the days read). A literal since, not now(), lets the planner prune the days.
--- Why: docs/decisions/queue.md, "Claim and success on the run's row".
-WITH claims AS (
+-- name: dashboard_hour --
+-- The dashboard's hour since %(since)s, from one read of the runs finished in it: per minute and
+-- terminal status how many (throughput), and per class the claims' count, p50 and p99 of wait_ms
+-- (claim latency). A claim is an event row or its run's row (running: a range of the leased
+-- index; succeeded: one of the hour's finished runs). A literal since lets the planner prune the
+-- days. Why: docs/decisions/queue.md, "Claim and success on the run's row".
+WITH finished AS MATERIALIZED (
+    SELECT r.status, r.finished_at, r.priority, r.claim_event_id, r.claimed_at, r.claim_wait_ms
+      FROM runqueue_run r
+     WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at >= %(since)s
+), claims AS (
     SELECT (e.data->>'priority')::int AS priority, (e.data->>'wait_ms')::float8 AS wait_ms
       FROM runqueue_run_event e
      WHERE e.type = 'run.claimed' AND e.created_at >= %(since)s
@@ -15,16 +20,20 @@ WITH claims AS (
       FROM runqueue_run r
      WHERE r.status = 'running' AND r.claimed_at >= %(since)s
     UNION ALL
-    SELECT r.priority, r.claim_wait_ms::float8
-      FROM runqueue_run r
-     WHERE r.status = 'succeeded' AND r.claim_event_id IS NOT NULL
-       AND r.finished_at >= %(since)s AND r.claimed_at >= %(since)s
+    SELECT f.priority, f.claim_wait_ms::float8
+      FROM finished f
+     WHERE f.status = 'succeeded' AND f.claim_event_id IS NOT NULL AND f.claimed_at >= %(since)s
 )
-SELECT runqueue_priority_class(c.priority) AS ci, count(*) AS n,
+SELECT runqueue_priority_class(c.priority) AS ci, NULL::timestamptz AS minute, NULL::text AS status,
+       count(*) AS n,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY c.wait_ms) AS p50,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY c.wait_ms) AS p99
   FROM claims c
- GROUP BY 1;
+ GROUP BY 1
+UNION ALL
+SELECT NULL, date_trunc('minute', f.finished_at), f.status::text, count(*), NULL, NULL
+  FROM finished f
+ GROUP BY 2, 3;
 
 -- name: admin_tenants --
 -- The admin's tenant filter: distinct tenants by a skip scan of the

@@ -33,3 +33,8 @@ SELECT pg_is_in_recovery(),
 -- of a write this session just made; a later read of the same staff member
 -- goes to the replica only once it has replayed this far.
 SELECT pg_current_wal_insert_lsn()::text;
+
+-- name: bounded_reads --
+-- runqueue.reads.bounded: the planner walks indexes in order and stops at the LIMIT, for the
+-- transaction only (as set_config), both settings in one round trip.
+SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true);
