@@ -310,13 +310,14 @@ class Run(models.Model):
                 condition=Q(status=RunStatus.QUEUED, budget_key__isnull=False),
                 name="runqueue_run_budget_idx",
             ),
-            # A session's runs and the console's tenant filter, on every
-            # partition. Its search by session id: runs with a session only,
-            # so a run without one writes no entry at its submit, claim or
-            # finish (migration 0016). The search by principal, on every
-            # partition: runs with one only (0022); the kind and class filters
-            # over history, on the finished days only (0009).
-            models.Index(fields=["tenant", "session_id"], name="runqueue_run_session_idx"),
+            # The console's tenant filter, newest first, and the tenants'
+            # skip scan, on every partition (0036). The search by session id:
+            # runs with a session only, so a run without one writes no entry
+            # at its submit, claim or finish (migration 0016). The search by
+            # principal, on every partition: runs with one only (0022); the
+            # kind and class filters over history, on the finished days only
+            # (0009).
+            models.Index(fields=["tenant", "created_at", "id"], name="runqueue_run_tenant_idx"),
             models.Index(
                 fields=["session_id"],
                 condition=Q(session_id__isnull=False),
