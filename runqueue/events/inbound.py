@@ -88,8 +88,8 @@ def check(name: object, key: object, data: object) -> tuple[str, str, dict[str, 
     data a JSON object of at most ``EVENT_MAX_BYTES``."""
     from runqueue.conf import get_settings
     from runqueue.leases import signal_name_problem
+    from runqueue.leases.base import check_json_size
     from runqueue.submission.rules import KEY_RULE, is_idempotency_key
-    from runqueue.validation import json_text
 
     if (problem := signal_name_problem(name)) is not None:
         raise InvalidArgument("send_event", "name", problem)
@@ -97,15 +97,7 @@ def check(name: object, key: object, data: object) -> tuple[str, str, dict[str, 
         raise InvalidArgument("send_event", "key", f"must be {KEY_RULE}, got {key!r}")
     if not isinstance(data, dict):
         raise InvalidArgument("send_event", "data", "must be a JSON object")
-    try:
-        text = json_text(data, "event data")
-    except ValueError as exc:
-        raise InvalidArgument("send_event", "data", str(exc)) from None
-    limit = get_settings().EVENT_MAX_BYTES
-    if (size := len(text.encode())) > limit:
-        raise InvalidArgument(
-            "send_event", "data", f"must be at most {limit} bytes as JSON, got {size}"
-        )
+    check_json_size("send_event", "data", data, "event data", get_settings().EVENT_MAX_BYTES)
     assert isinstance(name, str)  # signal_name_problem said so
     return name, key, data
 

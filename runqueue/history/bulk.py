@@ -27,6 +27,10 @@ VERBS = ("requeue", "cancel")
 PAST = {"requeue": "requeued", "cancel": "cancelled"}
 
 
+def _unknown(verb: str) -> ValueError:
+    return ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
+
+
 def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
     """The runs of a filter the verb can act on: failed ones for requeue,
     non-terminal ones for cancel."""
@@ -34,7 +38,7 @@ def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
         return queryset.filter(status=RunStatus.FAILED)
     if verb == "cancel":
         return queryset.filter(status__in=LIVE_STATUSES)
-    raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
+    raise _unknown(verb)
 
 
 @dataclass
@@ -57,7 +61,7 @@ def apply(
     """Requeue or cancel each run, ``batch`` at a time; ``after_batch`` gets
     the runs each batch changed (the admin writes its LogEntries there)."""
     if verb not in VERBS:
-        raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
+        raise _unknown(verb)
     result = BulkResult()
     for start in range(0, len(run_ids), batch):
         done: list[Run] = []
@@ -98,7 +102,7 @@ def submit_in_background(
     from runqueue.submission.submit import submit
 
     if verb not in VERBS:
-        raise ValueError(f"unknown bulk action {verb!r}; one of {', '.join(VERBS)}")
+        raise _unknown(verb)
     payload = {
         "verb": verb,
         "ids": [str(run_id) for run_id in run_ids],

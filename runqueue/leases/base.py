@@ -16,7 +16,7 @@ from django.db import OperationalError, connection
 
 from runqueue.conf import get_settings
 from runqueue.db import sqlstate
-from runqueue.errors import RunNotFound
+from runqueue.errors import InvalidArgument, RunNotFound
 from runqueue.events import wakeups
 from runqueue.models import (
     PriorityClass,
@@ -285,3 +285,26 @@ def lock_run(run_id: uuid.UUID) -> tuple[str, str | None, str | None, int]:
 def check_json(value: object, what: str) -> None:
     """Reject what PostgreSQL's jsonb would refuse, before anything is written."""
     json_text(value, what)
+
+
+def check_json_size(
+    operation: str,
+    name: str,
+    value: object,
+    what: str,
+    limit: int,
+    too_large: Callable[[int, int], InvalidArgument] | None = None,
+) -> None:
+    """InvalidArgument(operation, name, why) unless jsonb can store
+    ``value`` (``what`` in the words) in at most ``limit`` bytes of JSON
+    text; past the limit, ``too_large(size, limit)`` if given. Before
+    anything is written."""
+    try:
+        text = json_text(value, what)
+    except ValueError as exc:
+        raise InvalidArgument(operation, name, str(exc)) from None
+    if (size := len(text.encode())) > limit:
+        if too_large is not None:
+            raise too_large(size, limit)
+        problem = f"must be at most {limit} bytes as JSON, got {size}"
+        raise InvalidArgument(operation, name, problem)

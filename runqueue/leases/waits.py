@@ -25,7 +25,7 @@ from runqueue.errors import (
     MailboxFull,
     SignalTooLarge,
 )
-from runqueue.leases.base import Lease, lock_run, notify, retry_moved
+from runqueue.leases.base import Lease, check_json_size, lock_run, notify, retry_moved
 from runqueue.leases.checkpoints import save_checkpoint
 from runqueue.leases.fence import fenced, renew_params
 from runqueue.leases.outcomes import positive_seconds, wake_time
@@ -156,13 +156,8 @@ def signal(run_id: uuid.UUID | str, name: str, data: JSON = None) -> Delivery:
     parsed = checked_operation("signal", run_id)
     if (problem := signal_name_problem(name)) is not None:
         raise InvalidArgument("signal", "name", problem)
-    try:
-        text = json_text(data, "signal data")
-    except ValueError as exc:
-        raise InvalidArgument("signal", "data", str(exc)) from None
     limit = get_settings().SIGNAL_MAX_BYTES
-    if (size := len(text.encode())) > limit:
-        raise SignalTooLarge(size, limit)
+    check_json_size("signal", "data", data, "signal data", limit, too_large=SignalTooLarge)
     return retry_moved(lambda: _signal(parsed, name, data))
 
 
@@ -223,15 +218,8 @@ def checked_input(run_id: uuid.UUID | str, data: JSON) -> uuid.UUID:
     """The run id of an input delivery, or InvalidArgument (a malformed id,
     input that jsonb cannot store or over ``MAX_PAYLOAD_BYTES``)."""
     parsed = checked_operation("deliver_input", run_id)
-    try:
-        text = json_text(data, "input")
-    except ValueError as exc:
-        raise InvalidArgument("deliver_input", "input", str(exc)) from None
     limit = get_settings().MAX_PAYLOAD_BYTES
-    if (size := len(text.encode())) > limit:
-        raise InvalidArgument(
-            "deliver_input", "input", f"must be at most {limit} bytes as JSON, got {size}"
-        )
+    check_json_size("deliver_input", "input", data, "input", limit)
     return parsed
 
 

@@ -44,6 +44,18 @@ def _class(priority: int) -> str:
     return PriorityClass.of(priority).slug
 
 
+def _fields(lease: Lease, **more: object) -> dict[str, object]:
+    """A run's log record fields: which run, which lease, then ``more``."""
+    run = lease.run
+    return {
+        "run_id": run.id,
+        "kind": run.kind,
+        "class": _class(run.priority),
+        "epoch": lease.epoch,
+        **more,
+    }
+
+
 def claimed(lease: Lease) -> None:
     """A slot starts a run it claimed."""
     run = lease.run
@@ -61,14 +73,7 @@ def claimed(lease: Lease) -> None:
         lease.epoch,
         lease.attempt,
         wait * 1000,
-        extra={
-            "run_id": run.id,
-            "kind": run.kind,
-            "class": _class(run.priority),
-            "epoch": lease.epoch,
-            "attempt": lease.attempt,
-            "wait_ms": round(wait * 1000),
-        },
+        extra=_fields(lease, attempt=lease.attempt, wait_ms=round(wait * 1000)),
     )
 
 
@@ -91,15 +96,7 @@ def finished(lease: Lease, outcome: Reported, seconds: float | None) -> None:
         outcome,
         lease.epoch,
         duration_ms,
-        extra={
-            "run_id": run.id,
-            "kind": run.kind,
-            "class": _class(run.priority),
-            "epoch": lease.epoch,
-            "attempt": lease.attempt,
-            "outcome": outcome,
-            "duration_ms": duration_ms,
-        },
+        extra=_fields(lease, attempt=lease.attempt, outcome=outcome, duration_ms=duration_ms),
     )
 
 
@@ -114,15 +111,12 @@ def fenced(lease: Lease, action: str, current: tuple | None) -> None:
         lease.epoch,
         action,
         current,
-        extra={
-            "run_id": run.id,
-            "kind": run.kind,
-            "class": _class(run.priority),
-            "epoch": lease.epoch,
-            "outcome": "fenced",
-            "action": action,
-            "current_epoch": current[0] if current else None,
-        },
+        extra=_fields(
+            lease,
+            outcome="fenced",
+            action=action,
+            current_epoch=current[0] if current else None,
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from runqueue.errors import InvalidArgument
 from runqueue.history import usage
 from runqueue.leases.turns import turn_payloads
 from runqueue.models import Run, RunEvent, RunStatus
+from runqueue.stream.sse import EPOCH, stamp
 from runqueue.types import JSON
 from runqueue.validation import text_problem
 
@@ -36,7 +37,6 @@ MAX_LIMIT = 100
 LINE_LIMIT = 100
 #: The longest session id a run holds (its column's length).
 SESSION_ID_MAX_LENGTH: int = Run._meta.get_field("session_id").max_length or 255
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,38 +232,27 @@ def _turn(run: Run, endings: dict[uuid.UUID, dict[str, JSON]]) -> Turn:
 def position_of(run: Run) -> str:
     """The cursor that reads the turns before ``run``: its submit time in
     microseconds (base 36) and its id."""
-    micros = (run.created_at - _EPOCH) // dt.timedelta(microseconds=1)
-    return f"{_base36(micros)}.{run.id.hex}"
+    return f"{stamp(run.created_at)}.{run.id.hex}"
 
 
 def parse_position(text: str) -> tuple[dt.datetime, uuid.UUID]:
     """``position_of``'s text back; InvalidArgument for anything else."""
-    stamp, dot, hex_id = text.partition(".") if isinstance(text, str) else ("", "", "")
+    mark, dot, hex_id = text.partition(".") if isinstance(text, str) else ("", "", "")
     ok = (
         dot
-        and 0 < len(stamp) <= 13
-        and stamp.isascii()
-        and stamp.isalnum()
-        and stamp == stamp.lower()
+        and 0 < len(mark) <= 13
+        and mark.isascii()
+        and mark.isalnum()
+        and mark == mark.lower()
         and len(hex_id) == 32
         and all(c in "0123456789abcdef" for c in hex_id)
     )
     if not ok:
         raise InvalidArgument("session", "before", "must be a cursor a previous read returned")
     try:
-        at = _EPOCH + dt.timedelta(microseconds=int(stamp, 36))
+        at = EPOCH + dt.timedelta(microseconds=int(mark, 36))
     except OverflowError:
         raise InvalidArgument(
             "session", "before", "must be a cursor a previous read returned"
         ) from None
     return at, uuid.UUID(hex_id)
-
-
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out

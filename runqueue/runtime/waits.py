@@ -43,15 +43,7 @@ class Waits(ContextBase):
         ``name`` comes (``runqueue.signal``; its data is ``ctx.input``), or
         ``timeout`` passes (``ctx.timed_out``). A signal sent earlier, even
         before the run started, was kept for it and ends the wait at once."""
-        self.check()
-        if (problem := leases.signal_name_problem(name)) is not None:
-            raise ValueError(f"a signal's name {problem}")
-        return Wait(
-            reason=WaitReason.SIGNAL,
-            state=self._state(state),
-            name=name,
-            timeout=positive_seconds(timeout),
-        )
+        return self._wait_named(WaitReason.SIGNAL, name, "a signal's", timeout, state)
 
     def wait_for_event(
         self,
@@ -68,14 +60,28 @@ class Waits(ContextBase):
         (name, key, data, received_at). One received within
         ``EVENT_RETENTION_SECONDS`` before the wait, and not taken by this
         run yet, ends it at once: an event that came first is not lost."""
+        match = {} if match is None else match
+        return self._wait_named(WaitReason.EVENT, name, "an event's", timeout, state, match)
+
+    def _wait_named(
+        self,
+        reason: str,
+        name: str,
+        whose: str,
+        timeout: float | dt.timedelta | None,
+        state: JSON,
+        match: dict[str, JSON] | None = None,
+    ) -> Wait:
+        """A wait for the signal or event ``name`` (``whose`` name, in a
+        ValueError), checked in order: the run, the name, an event's
+        ``match``, the state and the timeout."""
         self.check()
         if (problem := leases.signal_name_problem(name)) is not None:
-            raise ValueError(f"an event's name {problem}")
-        match = {} if match is None else match
-        if (problem := leases.event_match_problem(match)) is not None:
+            raise ValueError(f"{whose} name {problem}")
+        if match is not None and (problem := leases.event_match_problem(match)) is not None:
             raise ValueError(f"an event wait's match {problem}")
         return Wait(
-            reason=WaitReason.EVENT,
+            reason=reason,
             state=self._state(state),
             name=name,
             timeout=positive_seconds(timeout),

@@ -1,18 +1,23 @@
 -- An operator's or a caller's hand on a run: cancel (and a tree's), pause and
 -- resume, requeue of a dead letter.
 
+-- fragment: cancel_update --
+-- A cancel's UPDATE of runqueue_run, up to its WHERE: cancelled now, with a new epoch that fences
+-- its worker, and no lease.
+UPDATE runqueue_run
+   SET status = 'cancelled',
+       lease_epoch = lease_epoch + 1,
+       finished_at = now(),
+       lease_owner = '',
+       lease_token = NULL,
+       lease_expires_at = NULL
+
 -- name: cancel --
 -- Cancel a non-terminal run (a pending turn too); the epoch bump fences its worker. A child
 -- counts in its parent (runqueue_join); a session's next pending turn is queued once none of
 -- its runs is active (runqueue_promote).
 WITH cancelled AS (
-    UPDATE runqueue_run
-       SET status = 'cancelled',
-           lease_epoch = lease_epoch + 1,
-           finished_at = now(),
-           lease_owner = '',
-           lease_token = NULL,
-           lease_expires_at = NULL
+    -- include: cancel_update --
      WHERE id = %(run_id)s
        AND status IN (
            -- include: live_statuses --
@@ -75,13 +80,7 @@ RETURNING r.id, r.status, r.lease_epoch, r.priority,
 WITH kids AS (
     SELECT id FROM runqueue_run WHERE parent_id = ANY(%(parent_ids)s::uuid[])
 ), cancelled AS (
-    UPDATE runqueue_run
-       SET status = 'cancelled',
-           lease_epoch = lease_epoch + 1,
-           finished_at = now(),
-           lease_owner = '',
-           lease_token = NULL,
-           lease_expires_at = NULL
+    -- include: cancel_update --
      WHERE id IN (SELECT id FROM kids)
        AND status IN (
            -- include: live_statuses --

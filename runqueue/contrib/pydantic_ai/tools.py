@@ -84,24 +84,22 @@ async def tool_step(
         if isinstance(decided, dict) and decided.get("decision") == "respond":
             return _returned(outcome.value)  # a person's result stands for the call
         return _as_result(outcome.value)
+    error = outcome.error if isinstance(outcome.error, dict) else {}
     if outcome.status == "failed":
         if raised:
             raise raised[0]
-        error = outcome.error if isinstance(outcome.error, dict) else {}
         raise PermanentError(
             f"tool call #{outcome.seq} {tool_name!r} failed on an earlier attempt "
             f"({error.get('type')}: {error.get('message')}); a non-idempotent call is not "
             "run again"
         )
     if outcome.status == "uncertain":
-        error = outcome.error if isinstance(outcome.error, dict) else {}
         return _returned(
             f"The outcome of this {tool_name} call is unknown: it started, and was cut short "
             f"before its result was recorded ({error.get('message')}). It may or may not have "
             "taken effect; it did not necessarily fail. Do not assume either."
         )
     if outcome.status == "rejected":
-        error = outcome.error if isinstance(outcome.error, dict) else {}
         return _returned(str(error.get("message") or "The tool call was denied."))
     if outcome.status == "fenced":
         raise steps.fenced(ctx)
