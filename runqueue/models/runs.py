@@ -317,7 +317,7 @@ class Run(models.Model):
             # principal, on every partition: runs with one only (0022); the
             # kind and class filters over history, on the finished days only
             # (0009).
-            models.Index(fields=["tenant", "created_at", "id"], name="runqueue_run_tenant_idx"),
+            models.Index(fields=["tenant", "created_at"], name="runqueue_run_tenant_idx"),
             models.Index(
                 fields=["session_id"],
                 condition=Q(session_id__isnull=False),
