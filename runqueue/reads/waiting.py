@@ -15,6 +15,7 @@ all.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
@@ -144,27 +145,8 @@ def budgets_held() -> list[Cause]:
     with reads.bounded() as cursor:  # through the budget index, never a bitmap of every run
         rows = execute(cursor, "budget_held", params).fetchall()
     causes = []
-    for (
-        key,
-        idx,
-        n,
-        sampled,
-        paused_until,
-        requests,
-        used_requests,
-        tokens,
-        used_tokens,
-        per,
-    ) in rows:
-        window = BudgetWindow(
-            key=key,
-            paused_until=paused_until,
-            requests=requests,
-            used_requests=used_requests,
-            tokens=tokens,
-            used_tokens=used_tokens,
-            per_seconds=per,
-        )
+    for key, idx, n, sampled, *window_row in rows:
+        window = BudgetWindow.of(key, window_row)
         words = window.words() or window.tokens_words()
         cls = PriorityClass.by_index(idx)
         # The budget's first CAP + 1 due runs were read: past that, a floor.
@@ -184,6 +166,21 @@ class BudgetWindow:
     tokens: int | None
     used_tokens: int
     per_seconds: int
+
+    @classmethod
+    def of(cls, key: str, row: Sequence) -> BudgetWindow:
+        """From a statement's columns: paused_until, requests, used_requests,
+        tokens, used_tokens, per_seconds (``budget_window``, ``budget_held``)."""
+        paused_until, requests, used_requests, tokens, used_tokens, per = row
+        return cls(
+            key=key,
+            paused_until=paused_until,
+            requests=requests,
+            used_requests=used_requests,
+            tokens=tokens,
+            used_tokens=used_tokens,
+            per_seconds=per,
+        )
 
     def words(self) -> str | None:
         """Why no call of the budget is reserved now, or None."""
@@ -222,18 +219,7 @@ def budget_window(key: str) -> BudgetWindow | None:
     claimed without accounting)."""
     with reads.read_connection().cursor() as cursor:
         row = execute(cursor, "budget_window", {"key": key}).fetchone()
-    if row is None:
-        return None
-    paused_until, requests, used_requests, tokens, used_tokens, per = row
-    return BudgetWindow(
-        key=key,
-        paused_until=paused_until,
-        requests=requests,
-        used_requests=used_requests,
-        tokens=tokens,
-        used_tokens=used_tokens,
-        per_seconds=per,
-    )
+    return None if row is None else BudgetWindow.of(key, row)
 
 
 def _paused_words(paused: PausedKind) -> str:
