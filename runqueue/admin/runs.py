@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
+from runqueue import reads
 from runqueue.admin import approvals, dashboard, display, forks, resolve, sessions
 from runqueue.admin.actions import cancel_runs, pause_runs, requeue_runs, resume_runs
 from runqueue.admin.bulk import OperatorMixin
@@ -41,6 +42,7 @@ from runqueue.admin.permissions import NoBulkDelete
 from runqueue.admin.run_page import RunPage
 from runqueue.history import usage
 from runqueue.models import DeadLetteredRun, Run, ToolInvocation, ToolStatus, UncertainRun
+from runqueue.sql import execute
 
 if TYPE_CHECKING:
     # The stubs' name for what get_list_display returns.
@@ -57,7 +59,8 @@ FAILURE_WIDTH = 60
 ID_PREFIX_MIN = 8
 
 
-#: The fields a search term must equal (each has an index).
+#: The fields a search term must equal (each has an index), in the order
+#: ``admin_search_fields`` probes them.
 SEARCHED = ("session_id", "tenant", "principal")
 
 
@@ -157,8 +160,10 @@ class RunAdmin(OperatorMixin, RunPage, NoBulkDelete, GuardedAdmin):
         if not term:
             return queryset, False
         match = Q(pk__in=[])
-        for field in SEARCHED:
-            if Run.objects.filter(**{field: term}).exists():
+        with reads.read_connection().cursor() as cursor:  # the list's, replica or not
+            held = execute(cursor, "admin_search_fields", {"term": term}).fetchone()
+        for field, holds in zip(SEARCHED, held, strict=True):
+            if holds:
                 match |= Q(**{field: term})
         if (ids := id_range(term)) is not None:
             match |= Q(id__gte=ids[0], id__lte=ids[1])

@@ -49,6 +49,13 @@ WITH RECURSIVE tenants(tenant) AS (
 )
 SELECT tenant FROM tenants WHERE tenant IS NOT NULL LIMIT %(limit)s;
 
+-- name: admin_search_fields --
+-- The admin's search: which of the fields it matches exactly hold %(term)s, one probe each,
+-- in one statement (each probe is planned over every day's partition).
+SELECT EXISTS (SELECT 1 FROM runqueue_run WHERE session_id = %(term)s),
+       EXISTS (SELECT 1 FROM runqueue_run WHERE tenant = %(term)s),
+       EXISTS (SELECT 1 FROM runqueue_run WHERE principal = %(term)s);
+
 -- name: waiting_by_reason --
 -- The dashboard and Prometheus: waiting runs per reason, each counted up to %(cap)s in the
 -- waiting index's order (the planner cannot tell one reason from another and read every
