@@ -130,6 +130,16 @@ def _fresh_limits_cache() -> Iterator[None]:
     budgets.invalidate()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_django_cache() -> Iterator[None]:
+    """Django's cache (the admin's tenant choices are kept a minute in it)
+    starts empty: the database is flushed between tests, the cache is not."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 @pytest.fixture
 def raw_connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection]]:
     """Open extra real connections to the test database (closed afterwards)."""

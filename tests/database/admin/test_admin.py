@@ -339,6 +339,9 @@ def test_filters_by_class_tenant_and_search() -> None:
     assert listed(f"?q={chores.id}") == {chores.id}
     assert listed("?q=acme") == {fast.id}
     assert listed("?q=nothing-like-this") == set()
+    # A term two fields hold (the probe finds both): the runs of either.
+    both = runqueue.submit(kind="test.echo", tenant="user:9").run
+    assert listed("?q=user:9") == {slow.id, both.id}
 
 
 def test_the_run_page_shows_timeline_tools_checkpoints_and_failure(
