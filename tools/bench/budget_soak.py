@@ -22,7 +22,9 @@ What it checks, and from what:
   a pause began and started after it (in flight when the 429 came) are
   counted apart;
 - claim-then-reject cycles (must be 0): claims of the soak's runs (each
-  ``run.claimed``, by run and epoch) after which the handler made no call;
+  ``run.claimed``, by run and epoch) after which the handler made no call,
+  but for those a worker gave back itself (a lease claimed ahead that
+  waited too long, or the soak's stop: counted apart);
 - each tenant's share of the tokens used against its configured share;
 - runs/s, commits per finished run (``pg_stat_database`` of the bench
   database over the soak, workers' start-up and shutdown included, less the
@@ -227,6 +229,22 @@ def _claims() -> list[tuple[str, int, float]]:
         return [(run, int(epoch), float(at)) for run, epoch, at in cur.fetchall()]
 
 
+def _given_back() -> set[tuple[str, int]]:
+    """(run, epoch) of the soak's claims a worker gave back itself: a lease
+    claimed ahead that waited too long (no handler ran; its reservation is
+    refunded), or the soak's own stop (``run.requeued`` with that reason, at
+    the next epoch). Nothing rejected them."""
+    with rq_db.cursor() as cur:
+        cur.execute(
+            "SELECT e.run_id::text, e.lease_epoch - 1 FROM runqueue_event_log e"
+            " JOIN runqueue_run r ON r.id = e.run_id"
+            " WHERE e.type = 'run.requeued' AND r.kind = %s"
+            " AND e.data->>'reason' IN ('claimed_ahead', 'shutdown')",
+            [KIND],
+        )
+        return {(run, int(epoch)) for run, epoch in cur.fetchall()}
+
+
 def _figures(
     records: list[dict[str, Any]],
     started: float,
@@ -253,10 +271,13 @@ def _figures(
         elif any(begun < call["at"] < until for begun, until in pauses):
             in_flight += 1
 
-    # Claims made during the soak after which the handler called nothing.
+    # Claims made during the soak after which the handler called nothing,
+    # apart from those a worker gave back itself (counted apart).
     called = {(c["run"], c["epoch"]) for c in calls}
+    given_back = _given_back()
     in_soak = [(run, epoch) for run, epoch, at in claims if at <= ended]
-    cycles = sum(1 for claim in in_soak if claim not in called)
+    returned = sum(1 for claim in in_soak if claim not in called and claim in given_back)
+    cycles = sum(1 for claim in in_soak if claim not in called and claim not in given_back)
 
     # The replay of the event log: against the budget plus one reservation
     # (the issue's bound) and against the budget alone.
@@ -323,6 +344,7 @@ def _figures(
         "calls_in_flight_when_paused": in_flight,
         "claims": len(in_soak),
         "claim_then_reject_cycles": cycles,
+        "claims_given_back": returned,
         "shares": shares,
         "worst_share_error_percent": max(abs(s["error_percent"]) for s in shares.values()),
     }

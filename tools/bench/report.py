@@ -342,7 +342,8 @@ def _budget_soak(bs: dict[str, Any] | None) -> list[str]:
         f" {_met(bs['calls_reserved_while_paused'] == 0)} ({bs['calls_in_flight_when_paused']}"
         f" in flight when a pause began); claim-then-reject cycles:"
         f" {bs['claim_then_reject_cycles']} of {bs['claims']:,} claims"
-        f" {_met(bs['claim_then_reject_cycles'] == 0)}",
+        f" {_met(bs['claim_then_reject_cycles'] == 0)}"
+        f" ({bs.get('claims_given_back', 0)} given back by a worker: claimed ahead, or the stop)",
         f"  token shares: {shares}: worst {worst_share:.1f}% {_met(worst_share <= 10)}"
         " (target within 10%)",
     ]
