@@ -1,15 +1,14 @@
 """The queue dashboard: what is stuck, how fast claims are, who is working.
 
 Every number is one bounded, indexed read: queue depth and the oldest due
-run are the Prometheus scrape's reads (exact up to ``DEPTH_CAP`` runs per
+run are the Prometheus scrape's statements (exact up to ``DEPTH_CAP`` runs per
 class and status, the planner's estimate above; the oldest among the first
 ``queue_metrics.HEAD`` due runs of a class), the kinds and versions table
 samples as many (``runqueue.reads.versions``), throughput reads the
-finished_at index over the last hour, claim latency reads the claims of the
-last hour (event rows by created_at, and runs' rows that hold their claim,
-the running ones a range of the leased index: ``dashboard_hour``, one read
-with the throughput), the slot
-holders that index's head, uncertain invocations their partial index.
+hour's finished runs once (``dashboard_hour``), which also give the hour's
+dead letters and, with the ``run.claimed`` event rows and the running runs'
+claims (a range of the leased index), the claim latency; the slot holders
+are that index's head, uncertain invocations their partial index.
 No query scans every run. Claim latency and the oldest due run's wait both
 count from when the run last became due (created, or ``scheduled_for``,
 which a requeue, an input delivery, a shutdown release or a retry's backoff
@@ -55,9 +54,10 @@ from runqueue.reads import versions, waiting
 from runqueue.sql import execute
 
 WINDOW = dt.timedelta(hours=1)
-#: The depth is exact up to this many runs per class and status, the
-#: planner's estimate above: as many as the causes and versions tables read
-#: (the scrape counts ten times more; each run read costs ~1-2 us).
+#: The depth, the dead letters and the waiting runs are exact up to this many
+#: runs per series, the planner's estimate (or "> N") above: as many as the
+#: causes and versions tables read. The scrape counts to ten times more;
+#: 10,001 running runs took it 23-36 ms at ten million runs.
 DEPTH_CAP = waiting.CAP
 CLASSES = list(PriorityClass)
 #: The statuses' colours are the badges' (one palette); the latency bars' own.
@@ -147,15 +147,15 @@ def throughput(hour: Hour | None = None) -> list[tuple[dt.datetime, dict[str, in
     return [(m, finished.get(m, {})) for m in minutes]
 
 
-def totals() -> dict[str, int]:
-    """Dead letters and uncertain runs: what needs a human."""
+def totals(hour: Hour | None = None) -> dict[str, int]:
+    """Dead letters and uncertain runs: what needs a human. The hour's dead
+    letters are the hour's failed runs, which ``Hour`` counted per minute."""
     unresolved = ToolInvocation.objects.filter(
         status=ToolStatus.UNCERTAIN, resolution__isnull=True
     )
+    finished = (hour or Hour.read()).finished
     return {
-        "dead_lettered_hour": Run.objects.filter(
-            finished_at__gte=since(), status=RunStatus.FAILED
-        ).count(),
+        "dead_lettered_hour": sum(c.get(RunStatus.FAILED, 0) for c in finished.values()),
         "dead_lettered": db.capped_count(Run.objects.dead_lettered(), DEPTH_CAP),
         "uncertain_runs": unresolved.values("run_id").distinct().count(),
         "uncertain_tools": unresolved.count(),
@@ -252,7 +252,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
         "title": "Run queue dashboard",
         "opts": model_admin.opts,
         "stats": stats,
-        "totals": totals(),
+        "totals": totals(hour),
         "finished_hour": sum(sum(c.values()) for _m, c in buckets),
         "workers": workers,
         "causes": waiting.causes(),
@@ -264,8 +264,7 @@ def view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
             [versions.Handlers.of(w.id, w.kinds) for w in workers], _by_status(stats)
         ),
         "charts": charts(stats, buckets),
-        "count_cap": DEPTH_CAP,
         "stats_estimated": any(s.estimated for s in stats),
-        "metrics_cap": DEPTH_CAP,
+        "depth_cap": DEPTH_CAP,
     }
     return TemplateResponse(request, "admin/runqueue/run/dashboard.html", context)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin import ModelAdmin
 from django.core.cache import cache
-from django.db import connection
 from django.db.models import Aggregate, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.http import HttpRequest
 
-from runqueue import registry
+from runqueue import reads, registry
 from runqueue.errors import LEASE_EXPIRED, PERMANENT, TRANSIENT
 from runqueue.models import LIVE_STATUSES, PriorityClass, Run, Usage
 from runqueue.sql import execute
@@ -73,7 +72,7 @@ class KindFilter(admin.SimpleListFilter):
 
 
 class TenantFilter(admin.SimpleListFilter):
-    """Tenants from a skip scan of the (tenant, session_id) index, kept in
+    """Tenants from a skip scan of the (tenant, created_at) index, kept in
     Django's cache for TENANT_SECONDS: a tenant new in that minute is not
     offered yet (the search and ``?tenant=`` find it)."""
 
@@ -89,7 +88,7 @@ class TenantFilter(admin.SimpleListFilter):
 
 
 def _tenants() -> list[str]:
-    with connection.cursor() as cursor:
+    with reads.read_connection().cursor() as cursor:  # the list's, replica or not
         return [t for (t,) in execute(cursor, "admin_tenants", {"limit": TENANT_CHOICES})]
 
 
