@@ -17,6 +17,12 @@ from tests.pooling import POOLER
 DEADLINE = 30.0
 
 
+#: What a test's own stand-in for a statement that moves a running run out
+#: of running must set too: a row holds its claim only while running
+#: (runqueue_run_claim_held; the real statements write the claim out).
+CLAIM_CLEARED = "claim_event_id = NULL, claimed_at = NULL, claim_wait_ms = NULL"
+
+
 def wait_until(predicate: Callable[[], Any], *, timeout: float = DEADLINE, what: str = "") -> Any:
     """Poll ``predicate`` until it is truthy or the deadline passes."""
     end = time.monotonic() + timeout

@@ -83,10 +83,10 @@ class EventLog(models.Model):
     time, so the view builds both from it while the run runs and after it
     succeeds. A submit whose ``run.created`` says only the priority holds it
     on the row the same way (``created_event_id``). An attempt that ends
-    any other way writes its claim as an event row (a trigger on
-    runqueue_run, ``runqueue_run_log_kept``), as a succeeded run that is
-    moved again writes both. Every reader of events reads here; writers
-    append to ``RunEvent``.
+    any other way writes its claim as an event row, in the statement that
+    ends it (the SQL fragment ``claims_ended``); a row holds a claim only
+    while running or succeeded (``runqueue_run_claim_held``). Every reader
+    of events reads here; writers append to ``RunEvent``.
     """
 
     run = models.ForeignKey(

@@ -236,6 +236,19 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="runqueue_run_status_valid"
             ),
+            # A claim's event is held on the row only while running, succeeded
+            # or failed, a success's only while succeeded: a statement that
+            # moves a run on writes its claim as an event row and clears it
+            # (migration 0037).
+            models.CheckConstraint(
+                condition=Q(claim_event_id__isnull=True)
+                | Q(status__in=[RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED]),
+                name="runqueue_run_claim_held",
+            ),
+            models.CheckConstraint(
+                condition=Q(success_event_id__isnull=True) | Q(status=RunStatus.SUCCEEDED),
+                name="runqueue_run_success_held",
+            ),
             models.CheckConstraint(
                 condition=Q(priority__gte=0), name="runqueue_run_priority_gte_0"
             ),

@@ -49,14 +49,18 @@ SELECT held FROM refunded;
 -- The handler waits for a budget (ctx.wait_for_budget): the run goes back
 -- to queued with its next call's budget declared, so the claim reserves it
 -- before the handler resumes (the give-back). Zero rows: fenced.
-UPDATE runqueue_run r
-   SET budget_key = %(budget_key)s,
-       budget_tokens = %(budget_tokens)s,
-       -- include: give_back --
- WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
-   AND r.status = 'running'
-   -- include: idle_limit --
-RETURNING r.id, r.lease_epoch;
+WITH moved AS (
+    UPDATE runqueue_run r
+       SET budget_key = %(budget_key)s,
+           budget_tokens = %(budget_tokens)s,
+           -- include: give_back --
+     WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+       AND r.status = 'running'
+       -- include: idle_limit --
+    RETURNING r.id, r.lease_epoch
+),
+-- include: claims_ended --
+SELECT * FROM moved;
 
 -- name: budget_pause --
 -- Stop every claim and reservation on a budget until %(until)s (a

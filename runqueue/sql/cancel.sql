@@ -10,20 +10,32 @@ UPDATE runqueue_run
        finished_at = now(),
        lease_owner = '',
        lease_token = NULL,
-       lease_expires_at = NULL
+       lease_expires_at = NULL,
+       -- include: claim_cleared --
 
 -- name: cancel --
 -- Cancel a non-terminal run (a pending turn too); the epoch bump fences its worker. A child
 -- counts in its parent (runqueue_join); a session's next pending turn is queued once none of
--- its runs is active (runqueue_promote).
-WITH cancelled AS (
-    -- include: cancel_update --
+-- its runs is active (runqueue_promote). The row is locked first: a claim that commits while the
+-- cancel waits is the one written out (claims_ended reads a fenced move's snapshot instead).
+WITH held AS (
+    SELECT * FROM runqueue_run
      WHERE id = %(run_id)s
        AND status IN (
            -- include: live_statuses --
            )
+       FOR NO KEY UPDATE
+), cancelled AS (
+    -- include: cancel_update --
+     WHERE id IN (SELECT h.id FROM held h)
+       AND status IN (
+           -- include: live_statuses --
+           )
     RETURNING id, lease_epoch, parent_id, tenant, session_id
-)
+), ended AS (
+    SELECT h.* FROM held h WHERE h.id IN (SELECT c.id FROM cancelled c) AND h.status = 'running'
+),
+-- include: claim_logged --
 SELECT c.id, c.lease_epoch,
        CASE WHEN c.parent_id IS NOT NULL
             THEN runqueue_join(ARRAY[c.parent_id], %(channel)s) END,
@@ -79,14 +91,25 @@ RETURNING r.id, r.status, r.lease_epoch, r.priority,
 -- first: docs/decisions/run-trees.md, "Cancelling a tree, and lock order".
 WITH kids AS (
     SELECT id FROM runqueue_run WHERE parent_id = ANY(%(parent_ids)s::uuid[])
-), cancelled AS (
-    -- include: cancel_update --
+), held AS (
+    SELECT * FROM runqueue_run
      WHERE id IN (SELECT id FROM kids)
        AND status IN (
            -- include: live_statuses --
            )
+       FOR NO KEY UPDATE
+), cancelled AS (
+    -- include: cancel_update --
+     WHERE id IN (SELECT h.id FROM held h)
+       AND status IN (
+           -- include: live_statuses --
+           )
     RETURNING id, lease_epoch, tenant, session_id
-), promoted AS (
+), ended AS (
+    SELECT h.* FROM held h WHERE h.id IN (SELECT c.id FROM cancelled c) AND h.status = 'running'
+),
+-- include: claim_logged --
+, promoted AS (
     SELECT runqueue_promote(array_agg(c.tenant), array_agg(c.session_id), %(channel)s) AS n
       FROM cancelled c
      WHERE c.session_id IS NOT NULL
@@ -98,17 +121,27 @@ SELECT k.id, c.lease_epoch FROM kids k LEFT JOIN cancelled c ON c.id = k.id
 -- name: operator_requeue --
 -- An operator sends a dead letter back to the queue: a fresh attempt budget, due now (the
 -- claim's wait counts from here), a new epoch; the failure moves to the event. Then
--- requeue_recount, in the same transaction.
-UPDATE runqueue_run
-   SET status = 'queued',
-       lease_epoch = lease_epoch + 1,
-       attempts = 0,
-       scheduled_for = now(),
-       finished_at = NULL,
-       failure = NULL,
-       lease_token = NULL
- WHERE id = %(run_id)s AND status = 'failed'
-RETURNING id, lease_epoch, priority, parent_id;
+-- requeue_recount, in the same transaction. A handler's failure left its claim on the row
+-- (claim_held): written out here, as claims_ended does for a running run.
+WITH moved AS (
+    UPDATE runqueue_run
+       SET status = 'queued',
+           lease_epoch = lease_epoch + 1,
+           attempts = 0,
+           scheduled_for = now(),
+           finished_at = NULL,
+           failure = NULL,
+           lease_owner = '',
+           lease_token = NULL,
+           -- include: claim_cleared --
+     WHERE id = %(run_id)s AND status = 'failed'
+    RETURNING id, lease_epoch, priority, parent_id
+), ended AS (
+    SELECT o.* FROM runqueue_run o
+     WHERE o.id = %(run_id)s AND o.status = 'failed' AND EXISTS (SELECT FROM moved)
+),
+-- include: claim_logged --
+SELECT * FROM moved;
 
 -- name: requeue_recount --
 -- After operator_requeue, in its transaction: the run's and its parent's open children counted

@@ -17,8 +17,7 @@ input AS (
            finished_at = now(),
            success_event_id = CASE WHEN i.status = 'succeeded'
                                    THEN nextval('runqueue_run_event_id_seq') END,
-           lease_owner = CASE WHEN i.status = 'succeeded' THEN r.lease_owner ELSE '' END,
-           lease_token = CASE WHEN i.status = 'succeeded' THEN r.lease_token END,
+           -- The row keeps its claim (its owner and token too): claim_held.
            lease_expires_at = NULL
       FROM input i
      WHERE r.id = i.id AND r.lease_epoch = i.epoch AND r.lease_token = i.token
@@ -101,8 +100,6 @@ WITH finished AS (
            finished_at = now(),
            success_event_id = CASE WHEN %(status)s::text = 'succeeded'
                                    THEN nextval('runqueue_run_event_id_seq') END,
-           lease_owner = CASE WHEN %(status)s::text = 'succeeded' THEN lease_owner ELSE '' END,
-           lease_token = CASE WHEN %(status)s::text = 'succeeded' THEN lease_token END,
            lease_expires_at = NULL
      WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
        AND status = 'running'

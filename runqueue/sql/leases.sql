@@ -20,7 +20,8 @@ SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'queued' 
     finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
     lease_owner = '',
     lease_token = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    -- include: claim_cleared --
 
 -- fragment: give_back --
 -- The end of a SET (alias r) that gives a lease back unspent (a shutdown, a budget wait):
@@ -31,12 +32,44 @@ attempts = greatest(r.attempts - 1, 0),
 scheduled_for = now(),
 lease_owner = '',
 lease_token = NULL,
-lease_expires_at = NULL
+lease_expires_at = NULL,
+-- include: claim_cleared --
+
+-- fragment: claim_cleared --
+-- The end of a SET that takes a running run's claim off its row: the statement writes it out as
+-- an event row (claims_ended), so the next claim finds the columns free and the log shows it once.
+claim_event_id = NULL,
+claimed_at = NULL,
+claim_wait_ms = NULL
+
+-- fragment: claims_ended --
+-- Two CTEs after a CTE moved (the ids a statement took out of running): each moved run's claim,
+-- as its row held it before the move (the statement's snapshot; a fenced move changes only the
+-- lease it read, whose claim nothing else writes), inserted as an event row under its id and
+-- time. Why: docs/decisions/queue.md, "Claim and success on the run's row".
+ended AS (
+    SELECT o.*
+      FROM runqueue_run o
+     WHERE o.id = ANY(ARRAY(SELECT m.id FROM moved m)) AND o.status = 'running'
+),
+-- include: claim_logged --
+
+-- fragment: claim_logged --
+-- A CTE: the claims of the runs in CTE ended (columns as runqueue_run's) as event rows.
+claim_logged AS (
+    INSERT INTO runqueue_run_event (id, run_id, type, lease_epoch, data, created_at)
+    SELECT e.claim_event_id, e.id, 'run.claimed', e.lease_epoch,
+           runqueue_claimed_data(e.lease_owner::text, e.lease_token, e.attempts,
+                                 e.priority::integer, e.claim_wait_ms),
+           e.claimed_at
+      FROM ended e
+     WHERE e.claim_event_id IS NOT NULL
+)
 
 -- name: fence_renew --
 -- The heartbeat, and the first statement of each worker transaction that keeps the run running:
 -- asserts the lease and renews it; zero rows: fenced. HOT when its page has room (migration 0026);
--- still a lock record first (the BEFORE UPDATE trigger runqueue_run_log_kept, whatever its WHEN).
+-- no row lock of its own to log (no BEFORE UPDATE trigger on the runs: migration 0037).
 UPDATE runqueue_run
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
        heartbeat_at = now()
@@ -63,29 +96,38 @@ RETURNING r.id, r.paused_at IS NOT NULL;
 -- A transient failure gives the lease up and takes the expiry path at once: requeued with
 -- backoff, or dead-lettered at max_attempts, a new epoch either way. %(failure)s: a
 -- runqueue.leases.failures.Failure.
-UPDATE runqueue_run r
-   -- include: expire_set --
-  FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
- WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
-   AND r.status = 'running'
-   -- include: idle_limit --
-RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
-          -- Dead-lettered: a terminal transition, counted in the parent,
-          -- and the session's next pending turn queued.
-          CASE WHEN r.status = 'failed' AND r.parent_id IS NOT NULL
-               THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END,
-          CASE WHEN r.status = 'failed' AND r.session_id IS NOT NULL
-               THEN runqueue_promote(ARRAY[r.tenant], ARRAY[r.session_id], %(channel)s) END;
+WITH moved AS (
+    UPDATE runqueue_run r
+       -- include: expire_set --
+      FROM (SELECT %(backoff_seconds)s::float8 AS delay, %(failure)s::jsonb AS failure) AS c
+     WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+       AND r.status = 'running'
+       -- include: idle_limit --
+    RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.scheduled_for,
+              -- Dead-lettered: a terminal transition, counted in the parent,
+              -- and the session's next pending turn queued.
+              CASE WHEN r.status = 'failed' AND r.parent_id IS NOT NULL
+                   THEN runqueue_join(ARRAY[r.parent_id], %(channel)s) END AS joined,
+              CASE WHEN r.status = 'failed' AND r.session_id IS NOT NULL
+                   THEN runqueue_promote(ARRAY[r.tenant], ARRAY[r.session_id], %(channel)s)
+              END AS promoted
+),
+-- include: claims_ended --
+SELECT * FROM moved;
 
 -- name: fence_release --
 -- Give a run back unfinished on worker shutdown (the give-back).
-UPDATE runqueue_run r
-   SET
-       -- include: give_back --
- WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
-   AND r.status = 'running'
-   -- include: idle_limit --
-RETURNING r.id, r.lease_epoch;
+WITH moved AS (
+    UPDATE runqueue_run r
+       SET
+           -- include: give_back --
+     WHERE r.id = %(run_id)s AND r.lease_epoch = %(epoch)s AND r.lease_token = %(token)s
+       AND r.status = 'running'
+       -- include: idle_limit --
+    RETURNING r.id, r.lease_epoch
+),
+-- include: claims_ended --
+SELECT * FROM moved;
 
 -- name: fence_spawn --
 -- ctx.spawn's fence: the lease renewed and the child counted open under the parent's row lock;
@@ -130,7 +172,11 @@ WITH candidates AS (
        AND r.status = 'running' AND r.lease_expires_at <= now()
     RETURNING r.id, r.status, r.lease_epoch, r.attempts, r.max_attempts, r.scheduled_for,
               c.epoch AS expired_epoch, r.parent_id, r.tenant, r.session_id
-), joined AS (
+), moved AS (
+    SELECT s.id FROM swept s
+),
+-- include: claims_ended --
+, joined AS (
     -- The dead letters with a parent count in it (runqueue_join).
     SELECT runqueue_join(array_agg(s.parent_id), %(channel)s) AS resumed
       FROM swept s

@@ -5,7 +5,7 @@
 -- The dashboard's hour since %(since)s, from one read of the runs finished in it: per minute and
 -- terminal status how many (throughput), and per class the claims' count, p50 and p99 of wait_ms
 -- (claim latency). A claim is an event row or its run's row (running: a range of the leased
--- index; succeeded: one of the hour's finished runs). A literal since lets the planner prune the
+-- index; succeeded or failed by its handler: one of the hour's finished runs). A literal since lets the planner prune the
 -- days. Why: docs/decisions/queue.md, "Claim and success on the run's row".
 WITH finished AS MATERIALIZED (
     SELECT r.status, r.finished_at, r.priority, r.claim_event_id, r.claimed_at, r.claim_wait_ms
@@ -22,7 +22,7 @@ WITH finished AS MATERIALIZED (
     UNION ALL
     SELECT f.priority, f.claim_wait_ms::float8
       FROM finished f
-     WHERE f.status = 'succeeded' AND f.claim_event_id IS NOT NULL AND f.claimed_at >= %(since)s
+     WHERE f.claim_event_id IS NOT NULL AND f.claimed_at >= %(since)s
 )
 SELECT runqueue_priority_class(c.priority) AS ci, NULL::timestamptz AS minute, NULL::text AS status,
        count(*) AS n,

@@ -5,21 +5,26 @@
 -- End the turn waiting for the user: the run keeps its session slot but
 -- holds no lease. Zero rows: fenced. With a timeout the wait has a deadline
 -- on the database clock (the worker's deadline service, resume_due).
-UPDATE runqueue_run
-   SET status = 'waiting_for_user',
-       lease_owner = '',
-       lease_token = NULL,
-       lease_expires_at = NULL,
-       input = NULL,
-       timed_out = false,
-       wait_reason = 'user',
-       wait_name = '',
-       waiting_since = now(),
-       wait_until = now() + make_interval(secs => %(timeout)s::float8)
- WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
-   AND status = 'running'
-   -- include: idle_limit --
-RETURNING id;
+WITH moved AS (
+    UPDATE runqueue_run
+       SET status = 'waiting_for_user',
+           lease_owner = '',
+           lease_token = NULL,
+           lease_expires_at = NULL,
+           input = NULL,
+           timed_out = false,
+           wait_reason = 'user',
+           wait_name = '',
+           waiting_since = now(),
+           wait_until = now() + make_interval(secs => %(timeout)s::float8),
+           -- include: claim_cleared --
+     WHERE id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_token = %(token)s
+       AND status = 'running'
+       -- include: idle_limit --
+    RETURNING id
+),
+-- include: claims_ended --
+SELECT id FROM moved;
 
 -- name: suspend --
 -- The turn ends waiting for children, a signal, an event or a time, after the fence and under
@@ -68,9 +73,11 @@ WITH mail AS (
                         ELSE (SELECT m.data FROM mail m) END,
            timed_out = false,
            -- include: resume --
+           , -- and its claim written out (claims_ended):
+           -- include: claim_cleared --
       FROM decided d
      WHERE r.id = d.id AND r.status = 'running' AND d.ready
-    RETURNING r.status, r.lease_epoch, r.wait_until, r.priority
+    RETURNING r.id, r.status, r.lease_epoch, r.wait_until, r.priority
 ), waited AS (
     UPDATE runqueue_run r
        SET status = 'waiting',
@@ -85,14 +92,18 @@ WITH mail AS (
                                  now() + make_interval(secs => %(timeout)s::float8)),
            lease_owner = '',
            lease_token = NULL,
-           lease_expires_at = NULL
+           lease_expires_at = NULL,
+           -- include: claim_cleared --
       FROM decided d
      WHERE r.id = d.id AND r.status = 'running' AND NOT d.ready
-    RETURNING r.status, r.lease_epoch, r.wait_until, r.priority
-)
-SELECT * FROM resumed
+    RETURNING r.id, r.status, r.lease_epoch, r.wait_until, r.priority
+), moved AS (
+    SELECT id FROM resumed UNION ALL SELECT id FROM waited
+),
+-- include: claims_ended --
+SELECT status, lease_epoch, wait_until, priority FROM resumed
 UNION ALL
-SELECT * FROM waited;
+SELECT status, lease_epoch, wait_until, priority FROM waited;
 
 -- name: lock_run --
 -- A signal's first statement: the run's row lock, which a wait's transition

@@ -24,7 +24,7 @@ from runqueue.models import EventLog, Run, RunStatus, ToolInvocation, Worker
 from runqueue.runtime import AsyncRunContext, RunContext
 from runqueue.worker.pool import Pool, PoolConfig
 from runqueue.worker.spec import SlotSpec
-from tests.helpers import wait_until
+from tests.helpers import CLAIM_CLEARED, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -240,8 +240,9 @@ def test_an_async_handler_whose_lease_is_lost_is_cancelled_and_writes_nothing(po
     with connection.cursor() as cursor:  # what the sweeper does to an expired lease
         cursor.execute(
             "UPDATE runqueue_run SET status = 'queued', lease_epoch = lease_epoch + 1, "
-            "lease_owner = '', lease_expires_at = NULL, scheduled_for = now() + interval '1h' "
-            "WHERE id = %s",
+            "lease_owner = '', lease_expires_at = NULL, scheduled_for = now() + interval '1h', "
+            + CLAIM_CLEARED
+            + " WHERE id = %s",
             [run_id],
         )
     assert leases.heartbeat_many(pool.held()) == [lease]

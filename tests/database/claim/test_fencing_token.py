@@ -31,12 +31,9 @@ def _lost_claim(run_id: object) -> None:
         cursor.execute(
             "UPDATE runqueue_run SET status = 'queued', lease_epoch = lease_epoch - 1,"
             " attempts = attempts - 1, lease_owner = '', lease_token = NULL,"
-            " lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL"
+            " lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL,"
+            " claim_event_id = NULL, claimed_at = NULL, claim_wait_ms = NULL"
             " WHERE id = %s",
-            [run_id],
-        )
-        cursor.execute(
-            "DELETE FROM runqueue_run_event WHERE run_id = %s AND type = 'run.claimed'",
             [run_id],
         )
 

@@ -36,7 +36,7 @@ from runqueue.models import (
     ToolInvocation,
 )
 from runqueue.submission.submit import SubmitRequest
-from tests.helpers import Worker, event_types, is_blocked, wait_until
+from tests.helpers import CLAIM_CLEARED, Worker, event_types, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -412,7 +412,9 @@ FINISH_HOLDING = (
 )
 CANCEL_HOLDING = (
     "UPDATE runqueue_run SET status = 'cancelled', lease_epoch = lease_epoch + 1,"
-    " finished_at = now(), lease_owner = '', lease_expires_at = NULL WHERE id = %s"
+    " finished_at = now(), lease_owner = '', lease_expires_at = NULL, "
+    + CLAIM_CLEARED
+    + " WHERE id = %s"
 )
 
 

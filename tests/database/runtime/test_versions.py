@@ -352,7 +352,13 @@ def test_racing_workers_of_two_deploys_each_claim_a_run_once_on_their_own_versio
     pinned_to_1 = [r for name, got in first.items() if name.startswith("v1") for r, _ in got]
     assert pinned_to_1  # both deploys claimed
     Run.objects.filter(status=RunStatus.RUNNING).update(
-        status=RunStatus.QUEUED, lease_token=None, lease_expires_at=None, lease_owner=""
+        status=RunStatus.QUEUED,
+        lease_token=None,
+        lease_expires_at=None,
+        lease_owner="",
+        claim_event_id=None,  # a row holds its claim only while running (claim_held)
+        claimed_at=None,
+        claim_wait_ms=None,
     )
     Run.objects.filter(handler_version=2).update(status=RunStatus.SUCCEEDED, finished_at=Now())
     second = _race({"v1": V1, "v2-only": V2_ONLY, "mover-a": V2_MOVES, "mover-b": V2_MOVES})

@@ -21,7 +21,7 @@ from runqueue.stream import hub as hub_module
 from runqueue.stream import sse, text
 from tests.api_helpers import make_caller
 from tests.handlers import token_deltas
-from tests.helpers import is_blocked, wait_until
+from tests.helpers import CLAIM_CLEARED, is_blocked, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,10 +183,10 @@ def test_an_async_handler_streams_with_await(slow_flush) -> None:
 FENCES = {
     # Another claim's epoch (the sweeper's requeue): the row stays live.
     "requeued": "UPDATE runqueue_run SET status = 'queued', lease_epoch = lease_epoch + 1, "
-    "lease_token = NULL WHERE id = %s",
+    "lease_token = NULL, " + CLAIM_CLEARED + " WHERE id = %s",
     # A cancel: the row moves to the finished partition (40001 for a waiter).
     "cancelled": "UPDATE runqueue_run SET status = 'cancelled', lease_epoch = lease_epoch + 1, "
-    "lease_token = NULL, finished_at = now() WHERE id = %s",
+    "lease_token = NULL, finished_at = now(), " + CLAIM_CLEARED + " WHERE id = %s",
 }
 
 
