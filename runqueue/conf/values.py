@@ -385,24 +385,42 @@ def _price(where: str, entry: object) -> Price:
     return Price(*amounts)
 
 
+def _keyed[V](
+    name: str,
+    value: object,
+    *,
+    of: str,
+    keys: str,
+    max_length: int,
+    entry: Callable[[str, object], V],
+) -> Mapping[str, V]:
+    """A setting that is a dict by key (``PRICES``, ``BUDGETS``): each key a
+    1-``max_length`` character string, each value parsed by ``entry``;
+    ``of`` and ``keys`` name them in the errors."""
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a dict from {of}, got {value!r}")
+    parsed = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or len(key) > max_length:
+            raise ImproperlyConfigured(
+                f"RUNQUEUE[{name!r}] keys must be 1-{max_length} character {keys}, got {key!r}"
+            )
+        parsed[key] = entry(f"RUNQUEUE[{name!r}][{key!r}]", item)
+    return MappingProxyType(parsed)
+
+
 def _prices(name: str, value: object) -> Mapping[str, Price]:
     """``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices."""
     from runqueue.limits import USAGE_MODEL_MAX_LENGTH
 
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be a dict from model name to "
-            f'{{"input": ..., "output": ...}} per million tokens, got {value!r}'
-        )
-    prices = {}
-    for model, entry in value.items():
-        if not isinstance(model, str) or not model or len(model) > USAGE_MODEL_MAX_LENGTH:
-            raise ImproperlyConfigured(
-                f"RUNQUEUE[{name!r}] keys must be 1-{USAGE_MODEL_MAX_LENGTH} character model "
-                f"names, got {model!r}"
-            )
-        prices[model] = _price(f"RUNQUEUE[{name!r}][{model!r}]", entry)
-    return MappingProxyType(prices)
+    return _keyed(
+        name,
+        value,
+        of='model name to {"input": ..., "output": ...} per million tokens',
+        keys="model names",
+        max_length=USAGE_MODEL_MAX_LENGTH,
+        entry=_price,
+    )
 
 
 PRICES = Kind('dict: model -> {"input": number, "output": number}', _prices)
@@ -442,19 +460,14 @@ def _budgets(name: str, value: object) -> Mapping[str, BudgetSpec]:
     """``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs."""
     from runqueue.limits import BUDGET_KEY_MAX_LENGTH
 
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be a dict from budget key to its limits, got {value!r}"
-        )
-    specs = {}
-    for key, limits in value.items():
-        if not isinstance(key, str) or not key or len(key) > BUDGET_KEY_MAX_LENGTH:
-            raise ImproperlyConfigured(
-                f"RUNQUEUE[{name!r}] keys must be 1-{BUDGET_KEY_MAX_LENGTH} character "
-                f"strings, got {key!r}"
-            )
-        specs[key] = _budget(f"RUNQUEUE[{name!r}][{key!r}]", limits)
-    return MappingProxyType(specs)
+    return _keyed(
+        name,
+        value,
+        of="budget key to its limits",
+        keys="strings",
+        max_length=BUDGET_KEY_MAX_LENGTH,
+        entry=_budget,
+    )
 
 
 BUDGETS = Kind("dict: key -> {requests, tokens, per_seconds, shares}", _budgets)
