@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.limits import MAX_WAIT_SECONDS, MIN_DEADLINE_SECONDS, TENANT_MAX_LENGTH
+from runqueue.limits import (
+    BUDGET_KEY_MAX_LENGTH,
+    MAX_WAIT_SECONDS,
+    MIN_DEADLINE_SECONDS,
+    TENANT_MAX_LENGTH,
+    USAGE_MODEL_MAX_LENGTH,
+)
 
 if TYPE_CHECKING:
     from runqueue.models import PriorityClass
@@ -386,44 +392,39 @@ def _price(where: str, entry: object) -> Price:
 
 
 def _keyed[V](
-    name: str,
-    value: object,
-    *,
-    of: str,
-    keys: str,
-    max_length: int,
-    entry: Callable[[str, object], V],
-) -> Mapping[str, V]:
-    """A setting that is a dict by key (``PRICES``, ``BUDGETS``): each key a
-    1-``max_length`` character string, each value parsed by ``entry``;
-    ``of`` and ``keys`` name them in the errors."""
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be a dict from {of}, got {value!r}")
-    parsed = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not key or len(key) > max_length:
+    of: str, keys: str, max_length: int, entry: Callable[[str, object], V]
+) -> Callable[[str, object], Mapping[str, V]]:
+    """The parser of a setting that is a dict by key (``PRICES``, ``BUDGETS``):
+    each key a 1-``max_length`` character string, each value parsed by
+    ``entry``; ``of`` and ``keys`` name them in the errors."""
+
+    def parse(name: str, value: object) -> Mapping[str, V]:
+        if not isinstance(value, dict):
             raise ImproperlyConfigured(
-                f"RUNQUEUE[{name!r}] keys must be 1-{max_length} character {keys}, got {key!r}"
+                f"RUNQUEUE[{name!r}] must be a dict from {of}, got {value!r}"
             )
-        parsed[key] = entry(f"RUNQUEUE[{name!r}][{key!r}]", item)
-    return MappingProxyType(parsed)
+        parsed = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key or len(key) > max_length:
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE[{name!r}] keys must be 1-{max_length} character {keys}, got {key!r}"
+                )
+            parsed[key] = entry(f"RUNQUEUE[{name!r}][{key!r}]", item)
+        return MappingProxyType(parsed)
+
+    return parse
 
 
-def _prices(name: str, value: object) -> Mapping[str, Price]:
-    """``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices."""
-    from runqueue.limits import USAGE_MODEL_MAX_LENGTH
-
-    return _keyed(
-        name,
-        value,
-        of='model name to {"input": ..., "output": ...} per million tokens',
-        keys="model names",
-        max_length=USAGE_MODEL_MAX_LENGTH,
-        entry=_price,
-    )
-
-
-PRICES = Kind('dict: model -> {"input": number, "output": number}', _prices)
+#: ``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices.
+PRICES = Kind(
+    'dict: model -> {"input": number, "output": number}',
+    _keyed(
+        'model name to {"input": ..., "output": ...} per million tokens',
+        "model names",
+        USAGE_MODEL_MAX_LENGTH,
+        _price,
+    ),
+)
 
 
 def _budget(where: str, limits: object) -> BudgetSpec:
@@ -456,20 +457,10 @@ def _budget(where: str, limits: object) -> BudgetSpec:
     )
 
 
-def _budgets(name: str, value: object) -> Mapping[str, BudgetSpec]:
-    """``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs."""
-    from runqueue.limits import BUDGET_KEY_MAX_LENGTH
-
-    return _keyed(
-        name,
-        value,
-        of="budget key to its limits",
-        keys="strings",
-        max_length=BUDGET_KEY_MAX_LENGTH,
-        entry=_budget,
-    )
-
-
-BUDGETS = Kind("dict: key -> {requests, tokens, per_seconds, shares}", _budgets)
+#: ``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs.
+BUDGETS = Kind(
+    "dict: key -> {requests, tokens, per_seconds, shares}",
+    _keyed("budget key to its limits", "strings", BUDGET_KEY_MAX_LENGTH, _budget),
+)
 #: ``RUNQUEUE["SCHEDULES"]``, parsed by ``runqueue.schedules.spec``.
 SCHEDULES = Kind("dict: name -> schedule", None)
