@@ -237,24 +237,24 @@ def _event_names(name: str, value: object) -> tuple[str, ...]:
 EVENT_NAMES = Kind("list of event names", _event_names)
 
 
-def _boolean(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be True or False, got {value!r}")
-    return value
+def _accepted(type_: str, accepts: Callable[[object], bool], must_be: str) -> Kind:
+    """A setting whose value is kept as it is once ``accepts`` says yes;
+    otherwise the error says it must be ``must_be`` and shows the value."""
+
+    def parse(name: str, value: object) -> object:
+        if not accepts(value):
+            raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be {must_be}, got {value!r}")
+        return value
+
+    return Kind(type_, parse)
 
 
-BOOLEAN = Kind("bool", _boolean)
-
-
-def _maybe_boolean(name: str, value: object) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None, True or False, got {value!r}"
-        )
-    return value
-
-
-MAYBE_BOOLEAN = Kind("None, True or False", _maybe_boolean)
+BOOLEAN = _accepted("bool", lambda value: isinstance(value, bool), "True or False")
+MAYBE_BOOLEAN = _accepted(
+    "None, True or False",
+    lambda value: value is None or isinstance(value, bool),
+    "None, True or False",
+)
 
 
 def text(longest: int) -> Kind:
@@ -274,15 +274,11 @@ NOTIFY_CHANNEL = text(63)
 TENANT = text(TENANT_MAX_LENGTH)
 
 
-def _alias(name: str, value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None or a DATABASES alias, got {value!r}"
-        )
-    return value
-
-
-DATABASE_ALIAS = Kind("a DATABASES alias or None", _alias)
+DATABASE_ALIAS = _accepted(
+    "a DATABASES alias or None",
+    lambda value: value is None or (isinstance(value, str) and bool(value)),
+    "None or a DATABASES alias",
+)
 
 
 def _secret(name: str, value: object) -> str | None:
@@ -296,16 +292,11 @@ def _secret(name: str, value: object) -> str | None:
 SECRET = Kind("string of 16+ characters, or None", _secret)
 
 
-def _pooler(name: str, value: object) -> str | None:
-    if value not in POOLERS:
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None, 'session' or 'transaction' (what the "
-            f"default database's connections go through), got {value!r}"
-        )
-    return value
-
-
-POOLER = Kind('None, "session" or "transaction"', _pooler)
+POOLER = _accepted(
+    'None, "session" or "transaction"',
+    lambda value: value in POOLERS,
+    "None, 'session' or 'transaction' (what the default database's connections go through)",
+)
 
 
 def _on_busy(name: str, value: object) -> str:
