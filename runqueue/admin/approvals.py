@@ -28,10 +28,9 @@ from runqueue import leases
 from runqueue.admin import permissions
 from runqueue.admin.actions import actor, log_change
 from runqueue.admin.display import pretty_json
-from runqueue.admin.guard import StorableJSONField
+from runqueue.admin.guard import json_area, reason_field
 from runqueue.errors import RunqueueError
 from runqueue.history import usage
-from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import ToolDecision, ToolInvocation, ToolStatus
 from runqueue.runtime.tools import MODEL_STEP_PREFIX
 
@@ -44,22 +43,12 @@ class DecisionForm(forms.Form):
     model) is told; edited arguments and a substitute result are JSON."""
 
     decision = forms.ChoiceField(choices=ToolDecision.choices, widget=forms.RadioSelect)
-    reason = forms.CharField(
+    reason = reason_field(
+        "With a rejection: what the agent is told. Recorded with any decision.",
         required=False,
-        max_length=REASON_MAX_LENGTH,
-        widget=forms.TextInput(attrs={"size": 80}),
-        help_text="With a rejection: what the agent is told. Recorded with any decision.",
     )
-    arguments = StorableJSONField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
-        help_text="With 'approve with edited arguments': the arguments it runs with.",
-    )
-    result = StorableJSONField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
-        help_text="With 'respond': the result that stands for the call (it never runs).",
-    )
+    arguments = json_area(6, "With 'approve with edited arguments': the arguments it runs with.")
+    result = json_area(4, "With 'respond': the result that stands for the call (it never runs).")
 
     def clean(self) -> dict[str, object]:
         data = super().clean() or {}

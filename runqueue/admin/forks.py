@@ -27,10 +27,9 @@ from runqueue import events
 from runqueue.admin import permissions
 from runqueue.admin.actions import PAST, _apply, actor, log_change
 from runqueue.admin.display import pretty_json
-from runqueue.admin.guard import StorableJSONField
+from runqueue.admin.guard import json_area, reason_field
 from runqueue.errors import RunqueueError
 from runqueue.history import forking
-from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.models import EventLog, Run, ToolInvocation
 
 PAST["fork"] = "forked"
@@ -39,15 +38,10 @@ PAST["fork"] = "forked"
 class ForkForm(forms.Form):
     """Why, and the payload the fork runs with (the original's unless edited)."""
 
-    reason = forms.CharField(
-        max_length=REASON_MAX_LENGTH,
-        widget=forms.TextInput(attrs={"size": 80}),
-        help_text="Recorded in both runs' event logs.",
-    )
-    payload = StorableJSONField(
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 8, "cols": 80}),
-        help_text="The fork's payload; leave it as it is to run with the original's. The "
+    reason = reason_field("Recorded in both runs' event logs.")
+    payload = json_area(
+        8,
+        "The fork's payload; leave it as it is to run with the original's. The "
         "steps kept are replayed as recorded: an edit that changes them fails the fork.",
     )
 

@@ -39,6 +39,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, get_resolver
 
 from runqueue import reads
+from runqueue.limits import REASON_MAX_LENGTH
 from runqueue.sql import without_jit
 from runqueue.validation import json_problem
 
@@ -168,6 +169,25 @@ class StorableJSONField(forms.JSONField):
         if json_problem(parsed)[1] is not None:
             return InvalidJSONInput(data)
         return parsed
+
+
+def json_area(rows: int, help_text: str) -> StorableJSONField:
+    """An optional JSON field staff type into: a text area ``rows`` high."""
+    return StorableJSONField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": rows, "cols": 80}),
+        help_text=help_text,
+    )
+
+
+def reason_field(help_text: str, *, required: bool = True) -> forms.CharField:
+    """The reason staff give for an action, as long as a run's event keeps it."""
+    return forms.CharField(
+        required=required,
+        max_length=REASON_MAX_LENGTH,
+        widget=forms.TextInput(attrs={"size": 80}),
+        help_text=help_text,
+    )
 
 
 class _BlankRefusedChoices(forms.BaseForm):

@@ -74,23 +74,14 @@ class RunPermissionsMixin:
 
     opts: Options
 
-    def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return may_requeue(request)
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return may_cancel(request)
-
-    def has_resolve_permission(self, request: HttpRequest) -> bool:
-        return may_resolve(request)
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return may_pause(request)
-
-    def has_fork_permission(self, request: HttpRequest) -> bool:
-        return may_fork(request)
-
-    def has_decide_permission(self, request: HttpRequest) -> bool:
-        return may_decide(request)
+    # Each action's permission (Django asks ``has_<action>_permission``):
+    # the request's, as the views that run the action check it.
+    has_requeue_permission = staticmethod(may_requeue)
+    has_cancel_permission = staticmethod(may_cancel)
+    has_resolve_permission = staticmethod(may_resolve)
+    has_pause_permission = staticmethod(may_pause)
+    has_fork_permission = staticmethod(may_fork)
+    has_decide_permission = staticmethod(may_decide)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs are submitted, never typed in

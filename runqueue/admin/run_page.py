@@ -9,6 +9,7 @@ is rendered by the modules that own it (approvals, tree, forks, display).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib import admin
@@ -52,6 +53,19 @@ class ToolLine:
             error_html=display.pretty_json(tool.error, TOOL_JSON_LIMIT),
             fork_url=fork_url,
         )
+
+
+def _section(
+    description: str, render: Callable[[Run], SafeString]
+) -> Callable[[admin.ModelAdmin, Run], SafeString]:
+    """A read-only section of the run's page that another module renders
+    from the run alone (a ``readonly_fields`` entry, headed ``description``)."""
+
+    @admin.display(description=description)
+    def section(_admin: admin.ModelAdmin, run: Run) -> SafeString:
+        return render(run)
+
+    return section
 
 
 class RunPage(RunPermissionsMixin, admin.ModelAdmin):
@@ -210,13 +224,8 @@ class RunPage(RunPermissionsMixin, admin.ModelAdmin):
         records = list(run.tool_invocations.all())
         return approvals.conversation_html(records, getattr(run, "can_decide", False))
 
-    @admin.display(description="forks")
-    def lineage_display(self, run: Run) -> SafeString:
-        return tree.lineage_html(run)
-
-    @admin.display(description="model calls")
-    def usage_display(self, run: Run) -> SafeString:
-        return tree.usage_html(run)
+    lineage_display = _section("forks", tree.lineage_html)
+    usage_display = _section("model calls", tree.usage_html)
 
     @admin.display(description="checkpoints (newest first)")
     def checkpoints_display(self, run: Run) -> SafeString:
@@ -236,30 +245,10 @@ class RunPage(RunPermissionsMixin, admin.ModelAdmin):
             ),
         )
 
-    @admin.display(description="parent")
-    def parent_display(self, run: Run) -> SafeString:
-        return tree.parent_html(run)
-
-    @admin.display(description="children")
-    def children_display(self, run: Run) -> SafeString:
-        return tree.children_html(run)
-
-    @admin.display(description="its line: active run, then pending turns")
-    def session_display_line(self, run: Run) -> SafeString:
-        return tree.session_html(run)
-
-    @admin.display(description="wait, or why it waits")
-    def wait_display(self, run: Run) -> SafeString:
-        return tree.wait_html(run)
-
-    @admin.display(description="payload")
-    def payload_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.payload)
-
-    @admin.display(description="input")
-    def input_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.input)
-
-    @admin.display(description="result")
-    def result_display(self, run: Run) -> SafeString:
-        return display.pretty_json(run.result)
+    parent_display = _section("parent", tree.parent_html)
+    children_display = _section("children", tree.children_html)
+    session_display_line = _section("its line: active run, then pending turns", tree.session_html)
+    wait_display = _section("wait, or why it waits", tree.wait_html)
+    payload_display = _section("payload", lambda run: display.pretty_json(run.payload))
+    input_display = _section("input", lambda run: display.pretty_json(run.input))
+    result_display = _section("result", lambda run: display.pretty_json(run.result))

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
-from runqueue.limits import MAX_WAIT_SECONDS, MIN_DEADLINE_SECONDS, TENANT_MAX_LENGTH
+from runqueue.limits import (
+    BUDGET_KEY_MAX_LENGTH,
+    MAX_WAIT_SECONDS,
+    MIN_DEADLINE_SECONDS,
+    TENANT_MAX_LENGTH,
+    USAGE_MODEL_MAX_LENGTH,
+)
 
 if TYPE_CHECKING:
     from runqueue.models import PriorityClass
@@ -231,24 +237,24 @@ def _event_names(name: str, value: object) -> tuple[str, ...]:
 EVENT_NAMES = Kind("list of event names", _event_names)
 
 
-def _boolean(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be True or False, got {value!r}")
-    return value
+def _accepted(type_: str, accepts: Callable[[object], bool], must_be: str) -> Kind:
+    """A setting whose value is kept as it is once ``accepts`` says yes;
+    otherwise the error says it must be ``must_be`` and shows the value."""
+
+    def parse(name: str, value: object) -> object:
+        if not accepts(value):
+            raise ImproperlyConfigured(f"RUNQUEUE[{name!r}] must be {must_be}, got {value!r}")
+        return value
+
+    return Kind(type_, parse)
 
 
-BOOLEAN = Kind("bool", _boolean)
-
-
-def _maybe_boolean(name: str, value: object) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None, True or False, got {value!r}"
-        )
-    return value
-
-
-MAYBE_BOOLEAN = Kind("None, True or False", _maybe_boolean)
+BOOLEAN = _accepted("bool", lambda value: isinstance(value, bool), "True or False")
+MAYBE_BOOLEAN = _accepted(
+    "None, True or False",
+    lambda value: value is None or isinstance(value, bool),
+    "None, True or False",
+)
 
 
 def text(longest: int) -> Kind:
@@ -268,15 +274,11 @@ NOTIFY_CHANNEL = text(63)
 TENANT = text(TENANT_MAX_LENGTH)
 
 
-def _alias(name: str, value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None or a DATABASES alias, got {value!r}"
-        )
-    return value
-
-
-DATABASE_ALIAS = Kind("a DATABASES alias or None", _alias)
+DATABASE_ALIAS = _accepted(
+    "a DATABASES alias or None",
+    lambda value: value is None or (isinstance(value, str) and bool(value)),
+    "None or a DATABASES alias",
+)
 
 
 def _secret(name: str, value: object) -> str | None:
@@ -290,16 +292,11 @@ def _secret(name: str, value: object) -> str | None:
 SECRET = Kind("string of 16+ characters, or None", _secret)
 
 
-def _pooler(name: str, value: object) -> str | None:
-    if value not in POOLERS:
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be None, 'session' or 'transaction' (what the "
-            f"default database's connections go through), got {value!r}"
-        )
-    return value
-
-
-POOLER = Kind('None, "session" or "transaction"', _pooler)
+POOLER = _accepted(
+    'None, "session" or "transaction"',
+    lambda value: value in POOLERS,
+    "None, 'session' or 'transaction' (what the default database's connections go through)",
+)
 
 
 def _on_busy(name: str, value: object) -> str:
@@ -385,27 +382,40 @@ def _price(where: str, entry: object) -> Price:
     return Price(*amounts)
 
 
-def _prices(name: str, value: object) -> Mapping[str, Price]:
-    """``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices."""
-    from runqueue.limits import USAGE_MODEL_MAX_LENGTH
+def _keyed[V](
+    of: str, keys: str, max_length: int, entry: Callable[[str, object], V]
+) -> Callable[[str, object], Mapping[str, V]]:
+    """The parser of a setting that is a dict by key (``PRICES``, ``BUDGETS``):
+    each key a 1-``max_length`` character string, each value parsed by
+    ``entry``; ``of`` and ``keys`` name them in the errors."""
 
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be a dict from model name to "
-            f'{{"input": ..., "output": ...}} per million tokens, got {value!r}'
-        )
-    prices = {}
-    for model, entry in value.items():
-        if not isinstance(model, str) or not model or len(model) > USAGE_MODEL_MAX_LENGTH:
+    def parse(name: str, value: object) -> Mapping[str, V]:
+        if not isinstance(value, dict):
             raise ImproperlyConfigured(
-                f"RUNQUEUE[{name!r}] keys must be 1-{USAGE_MODEL_MAX_LENGTH} character model "
-                f"names, got {model!r}"
+                f"RUNQUEUE[{name!r}] must be a dict from {of}, got {value!r}"
             )
-        prices[model] = _price(f"RUNQUEUE[{name!r}][{model!r}]", entry)
-    return MappingProxyType(prices)
+        parsed = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key or len(key) > max_length:
+                raise ImproperlyConfigured(
+                    f"RUNQUEUE[{name!r}] keys must be 1-{max_length} character {keys}, got {key!r}"
+                )
+            parsed[key] = entry(f"RUNQUEUE[{name!r}][{key!r}]", item)
+        return MappingProxyType(parsed)
+
+    return parse
 
 
-PRICES = Kind('dict: model -> {"input": number, "output": number}', _prices)
+#: ``{"gpt-5": {"input": 1.25, "output": 10}}`` (per million tokens) -> Prices.
+PRICES = Kind(
+    'dict: model -> {"input": number, "output": number}',
+    _keyed(
+        'model name to {"input": ..., "output": ...} per million tokens',
+        "model names",
+        USAGE_MODEL_MAX_LENGTH,
+        _price,
+    ),
+)
 
 
 def _budget(where: str, limits: object) -> BudgetSpec:
@@ -438,25 +448,10 @@ def _budget(where: str, limits: object) -> BudgetSpec:
     )
 
 
-def _budgets(name: str, value: object) -> Mapping[str, BudgetSpec]:
-    """``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs."""
-    from runqueue.limits import BUDGET_KEY_MAX_LENGTH
-
-    if not isinstance(value, dict):
-        raise ImproperlyConfigured(
-            f"RUNQUEUE[{name!r}] must be a dict from budget key to its limits, got {value!r}"
-        )
-    specs = {}
-    for key, limits in value.items():
-        if not isinstance(key, str) or not key or len(key) > BUDGET_KEY_MAX_LENGTH:
-            raise ImproperlyConfigured(
-                f"RUNQUEUE[{name!r}] keys must be 1-{BUDGET_KEY_MAX_LENGTH} character "
-                f"strings, got {key!r}"
-            )
-        specs[key] = _budget(f"RUNQUEUE[{name!r}][{key!r}]", limits)
-    return MappingProxyType(specs)
-
-
-BUDGETS = Kind("dict: key -> {requests, tokens, per_seconds, shares}", _budgets)
+#: ``{"openai:gpt-5": {"tokens": 30000, "requests": 500}}`` -> BudgetSpecs.
+BUDGETS = Kind(
+    "dict: key -> {requests, tokens, per_seconds, shares}",
+    _keyed("budget key to its limits", "strings", BUDGET_KEY_MAX_LENGTH, _budget),
+)
 #: ``RUNQUEUE["SCHEDULES"]``, parsed by ``runqueue.schedules.spec``.
 SCHEDULES = Kind("dict: name -> schedule", None)

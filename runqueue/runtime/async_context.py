@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from decimal import Decimal
-from typing import Any
+from typing import Any, Concatenate
 
 from runqueue.history import usage
 from runqueue.leases.outcomes import (
@@ -23,7 +24,6 @@ from runqueue.models import (
 from runqueue.observability import observe
 from runqueue.runtime import aio
 from runqueue.runtime.context import RunContext
-from runqueue.runtime.returns import AskUser, Wait
 from runqueue.runtime.tools import (
     Approval,
     acall,
@@ -31,6 +31,20 @@ from runqueue.runtime.tools import (
     call,
 )
 from runqueue.types import JSON
+
+
+def _as_sync[**P, R](
+    method: Callable[Concatenate[RunContext, P], R],
+) -> Callable[Concatenate[AsyncRunContext, P], R]:
+    """The sync context's ``method``, called as it is: a call with nothing
+    to await (it returns a ``Wait``, or a key). Its signature and
+    docstring are the sync one's, so the two cannot drift apart."""
+
+    @functools.wraps(method)
+    def on_sync(ctx: AsyncRunContext, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(ctx.sync, *args, **kwargs)
+
+    return on_sync
 
 
 class AsyncRunContext:
@@ -92,10 +106,7 @@ class AsyncRunContext:
 
     timed_out = property(lambda self: self.sync.timed_out)
 
-    def ask_user(
-        self, question: JSON, state: JSON = None, timeout: float | dt.timedelta | None = None
-    ) -> AskUser:
-        return self.sync.ask_user(question, state, timeout)
+    ask_user = _as_sync(RunContext.ask_user)
 
     def spawn(
         self,
@@ -175,26 +186,10 @@ class AsyncRunContext:
     async def children(self) -> list[Run]:
         return await aio.db(self.sync.children)
 
-    def wait_for_children(self, state: JSON = None) -> Wait:
-        return self.sync.wait_for_children(state)
-
-    def wait_for_signal(
-        self, name: str, *, timeout: float | dt.timedelta | None = None, state: JSON = None
-    ) -> Wait:
-        return self.sync.wait_for_signal(name, timeout=timeout, state=state)
-
-    def wait_for_event(
-        self,
-        name: str,
-        *,
-        match: dict[str, JSON] | None = None,
-        timeout: float | dt.timedelta | None = None,
-        state: JSON = None,
-    ) -> Wait:
-        return self.sync.wait_for_event(name, match=match, timeout=timeout, state=state)
-
-    def sleep_until(self, when: dt.datetime, state: JSON = None) -> Wait:
-        return self.sync.sleep_until(when, state)
+    wait_for_children = _as_sync(RunContext.wait_for_children)
+    wait_for_signal = _as_sync(RunContext.wait_for_signal)
+    wait_for_event = _as_sync(RunContext.wait_for_event)
+    sleep_until = _as_sync(RunContext.sleep_until)
 
     async def reserve(self, key: str, tokens: int) -> bool:
         self.check()
@@ -229,8 +224,7 @@ class AsyncRunContext:
         checked = usage.checked(model, input_tokens, output_tokens, cost)
         return aio.db(self.sync._record_usage_numbered, self.sync._usage.number(), *checked)
 
-    def idempotency_key(self, seq: int) -> str:
-        return self.sync.idempotency_key(seq)
+    idempotency_key = _as_sync(RunContext.idempotency_key)
 
     def patched(self, name: str) -> Coroutine[Any, Any, bool]:
         """``RunContext.patched``, awaited. Numbered when called, as

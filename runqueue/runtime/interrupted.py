@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import SimpleNamespace
 
 from runqueue import events
@@ -30,6 +30,10 @@ class FinishedTool:
     arguments: JSON
     result: JSON
     error: JSON
+
+
+#: A ``FinishedTool``'s fields: the ``ToolInvocation`` columns of the same names.
+_FINISHED_TOOL_FIELDS = tuple(f.name for f in fields(FinishedTool))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,17 +88,11 @@ def interrupted_of(run_id: uuid.UUID, depth: int = 0) -> Interrupted | None:
         earlier = interrupted_of(run["interrupted_id"], depth + 1)
     last = Checkpoint.objects.filter(run_id=run_id).order_by("-seq").first()
     tools = tuple(
-        FinishedTool(
-            seq=t.seq,
-            tool=t.tool,
-            status=t.status,
-            arguments=t.arguments,
-            result=t.result,
-            error=t.error,
-        )
-        for t in ToolInvocation.objects.filter(run_id=run_id)
+        FinishedTool(**row)
+        for row in ToolInvocation.objects.filter(run_id=run_id)
         .exclude(status=ToolStatus.STARTED)
         .order_by("seq")
+        .values(*_FINISHED_TOOL_FIELDS)
     )
     messages = SimpleNamespace(payload=run["payload"], turn=run["turn"])
     return Interrupted(

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -102,62 +103,68 @@ class Command(BaseCommand):
             "threads (one per slot, at most 256), or with ':loop' in a thread of its own "
             "(the slots are then coroutines); repeatable. Default: " + " ".join(DEFAULT_SLOTS),
         )
-        parser.add_argument(
-            "--lease-seconds",
-            type=seconds,
-            default=conf.LEASE_SECONDS,
-            help="lease length (default: %(default)s)",
+        # The options that take one value, in --help's order: the flag, its
+        # parser, its default, its help.
+        valued: tuple[tuple[str, Callable[[str], object], object, str], ...] = (
+            (
+                "--lease-seconds",
+                seconds,
+                conf.LEASE_SECONDS,
+                "lease length (default: %(default)s)",
+            ),
+            (
+                "--heartbeat-seconds",
+                seconds,
+                None,
+                f"how often held leases are renewed (default: {conf.HEARTBEAT_SECONDS}, "
+                "or a third of a lease shorter than three times that)",
+            ),
+            (
+                "--sweep-seconds",
+                seconds,
+                conf.SWEEP_SECONDS,
+                "how often expired leases are swept (default: %(default)s)",
+            ),
+            (
+                "--poll-seconds",
+                seconds,
+                conf.POLL_SECONDS,
+                "fallback poll when no NOTIFY arrives (default: %(default)s)",
+            ),
+            (
+                "--grace-seconds",
+                grace,
+                conf.GRACE_SECONDS,
+                "on SIGTERM, how long running work may finish (default: %(default)s)",
+            ),
+            (
+                "--claim-ahead",
+                ahead,
+                CLAIM_AHEAD,
+                "leases a non-interactive slot group may hold beyond its idle slots while its "
+                "runs are short, 0 to turn off (default: %(default)s)",
+            ),
+            (
+                "--claim-lanes",
+                lanes,
+                CLAIM_LANES,
+                "claim lanes per non-interactive slot group: each lane is a share of its slots "
+                "with its own claim thread and database connection, so one lane's statement "
+                "overlaps the others' work; 1 for one lane (default: %(default)s)",
+            ),
+            (
+                "--processes",
+                processes,
+                1,
+                "run the slots in this many worker processes, each --slots value shared out "
+                "among them (async=8 with 2: async=4 in each); the command supervises them, "
+                "forwards its signals and exits with them, 1 if one exits unasked. Each process "
+                "is a worker of its own (id <worker-id>-<n>, metrics port <port>+<n>) "
+                "(default: %(default)s)",
+            ),
         )
-        parser.add_argument(
-            "--heartbeat-seconds",
-            type=seconds,
-            default=None,
-            help=f"how often held leases are renewed (default: {conf.HEARTBEAT_SECONDS}, "
-            "or a third of a lease shorter than three times that)",
-        )
-        parser.add_argument(
-            "--sweep-seconds",
-            type=seconds,
-            default=conf.SWEEP_SECONDS,
-            help="how often expired leases are swept (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--poll-seconds",
-            type=seconds,
-            default=conf.POLL_SECONDS,
-            help="fallback poll when no NOTIFY arrives (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--grace-seconds",
-            type=grace,
-            default=conf.GRACE_SECONDS,
-            help="on SIGTERM, how long running work may finish (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--claim-ahead",
-            type=ahead,
-            default=CLAIM_AHEAD,
-            help="leases a non-interactive slot group may hold beyond its idle slots while its "
-            "runs are short, 0 to turn off (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--claim-lanes",
-            type=lanes,
-            default=CLAIM_LANES,
-            help="claim lanes per non-interactive slot group: each lane is a share of its slots "
-            "with its own claim thread and database connection, so one lane's statement "
-            "overlaps the others' work; 1 for one lane (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--processes",
-            type=processes,
-            default=1,
-            help="run the slots in this many worker processes, each --slots value shared out "
-            "among them (async=8 with 2: async=4 in each); the command supervises them, "
-            "forwards its signals and exits with them, 1 if one exits unasked. Each process "
-            "is a worker of its own (id <worker-id>-<n>, metrics port <port>+<n>) "
-            "(default: %(default)s)",
-        )
+        for flag, parse, default, text in valued:
+            parser.add_argument(flag, type=parse, default=default, help=text)
         parser.add_argument(
             "--burst", action="store_true", help="drain the runs that are due, then exit 0"
         )
