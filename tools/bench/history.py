@@ -29,9 +29,10 @@ adds to the first.
 
 Where the schema holds events on the run's row (migration 0024), they are
 loaded as runqueue writes them: every run's ``run.created`` (its data is the
-priority alone), the claim of a running or succeeded run and a success on
-the row (ids from the events' sequence, in that order), and the rest as
-event rows: a failed or cancelled run's claim and its final event.
+priority alone), the claim of a running or succeeded run (and from migration
+0037 of a failed one) and a success on the row (ids from the events'
+sequence, in that order), and the rest as event rows: a cancelled run's
+claim (a failed one's before 0037) and its final event.
 """
 
 from __future__ import annotations
@@ -99,22 +100,31 @@ SELECT r.id, 'tenant-' || (r.i %% 50), 'user:' || (r.i %% 20000),
 """
 #: Events on the run's row (migration 0024): the columns and values the
 #: runs' statement adds; evaluated left to right, so created < claim < success.
+#: {claims}: the statuses whose row holds its claim (a handler's failure too
+#: from migration 0037).
 _HELD = {
     "held_columns": ", created_event_id, claim_event_id, claimed_at, claim_wait_ms,"
     " success_event_id, lease_token",
-    "held_owner": "OR r.status = 'succeeded'",
+    "held_owner": "OR r.status IN ({claims})",
     "held_values": """,
        nextval('runqueue_run_event_id_seq'),
-       CASE WHEN r.status IN ('running', 'succeeded')
+       CASE WHEN r.status IN ({claims})
             THEN nextval('runqueue_run_event_id_seq') END,
-       CASE WHEN r.status IN ('running', 'succeeded')
+       CASE WHEN r.status IN ({claims})
             THEN r.created_at + interval '50 milliseconds' END,
-       CASE WHEN r.status IN ('running', 'succeeded') THEN r.i %% 40 END,
+       CASE WHEN r.status IN ({claims}) THEN r.i %% 40 END,
        CASE WHEN r.status = 'succeeded' THEN nextval('runqueue_run_event_id_seq') END,
-       CASE WHEN r.status IN ('running', 'succeeded') THEN md5('token' || r.i)::uuid END""",
+       CASE WHEN r.status IN ({claims}) THEN md5('token' || r.i)::uuid END""",
 }
+CLAIMS_HELD = "'running', 'succeeded'"
+CLAIMS_HELD_0037 = "'running', 'succeeded', 'failed'"
 RUNS = _RUNS.format(rows=_ROWS, held_columns="", held_owner="", held_values="")
-RUNS_HELD = _RUNS.format(rows=_ROWS, **_HELD)
+RUNS_HELD = {
+    claims: _RUNS.format(
+        rows=_ROWS, **{k: v.replace("{claims}", claims) for k, v in _HELD.items()}
+    )
+    for claims in (CLAIMS_HELD, CLAIMS_HELD_0037)
+}
 
 EVENTS = f"""
 INSERT INTO runqueue_run_event (run_id, type, lease_epoch, data, created_at)
@@ -133,7 +143,7 @@ SELECT r.id, e.type, e.epoch, e.data, e.at
  WHERE e.present
    -- What the run's row holds (RUNS_HELD), when %(held)s.
    AND NOT (%(held)s AND (e.type IN ('run.created', 'run.succeeded')
-                          OR (e.type = 'run.claimed' AND r.status IN ('running', 'succeeded'))))
+                          OR (e.type = 'run.claimed' AND r.status = ANY(%(claims)s))))
 """
 
 TOOLS = f"""
@@ -192,6 +202,11 @@ def load(
             " WHERE table_name = 'runqueue_run' AND column_name = 'claim_event_id')"
         )
         (held,) = cursor.fetchone()
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'runqueue_run_claim_held')"
+        )
+        (failed_held,) = cursor.fetchone()
+    claims = CLAIMS_HELD_0037 if failed_held else CLAIMS_HELD
     begun = time.monotonic()
     for first in range(start, start + runs, batch):
         params = {
@@ -202,9 +217,11 @@ def load(
             "days": days,
             "now": now,
             "held": held,
+            "claims": [status.strip(" '") for status in claims.split(",")],
         }
+        runs_statement = RUNS_HELD[claims] if held else RUNS
         with transaction.atomic(), connection.cursor() as cursor:
-            for statement in (RUNS_HELD if held else RUNS, EVENTS, TOOLS, CHECKPOINTS, KEYS):
+            for statement in (runs_statement, EVENTS, TOOLS, CHECKPOINTS, KEYS):
                 cursor.execute(statement, params)
         done = params["stop"] + 1 - start
         rate = done / (time.monotonic() - begun)
