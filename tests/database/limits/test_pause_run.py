@@ -52,9 +52,14 @@ def test_a_running_run_is_given_back_at_its_next_step_and_resumes_where_it_was()
     handler.start()
     wait_until(lambda: "step1" in ledger_whats(run_id), what="the first step")
     runqueue.pause_run(run_id, actor="ops")
-    # The worker learns it from its NOTIFY or, as here, its heartbeat.
-    assert leases.heartbeat_many([lease]) == []
-    assert lease.paused
+    # The worker learns it from its NOTIFY or, as here, its heartbeat. A
+    # heartbeat steps over a lease whose handler is writing (its write lock
+    # held: the first step's record may still be committing) and the next
+    # one renews it, as the worker's heartbeat thread does round after round.
+    wait_until(
+        lambda: leases.heartbeat_many([lease]) == [] and lease.paused,
+        what="a heartbeat to find the run paused",
+    )
     ledger(run_id, "release")
     assert handler.outcome() == "given_back"
     run = Run.objects.get(id=run_id)
