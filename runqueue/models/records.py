@@ -84,9 +84,10 @@ class EventLog(models.Model):
     succeeds. A submit whose ``run.created`` says only the priority holds it
     on the row the same way (``created_event_id``). An attempt that ends
     any other way writes its claim as an event row, in the statement that
-    ends it (the SQL fragment ``claims_ended``); a row holds a claim only
-    while running or succeeded (``runqueue_run_claim_held``). Every reader
-    of events reads here; writers append to ``RunEvent``.
+    ends it (the SQL fragment ``claims_ended``), but a handler's failure,
+    which keeps it on the row as a success does; a row holds a claim only
+    while running, succeeded or failed (``runqueue_run_claim_held``). Every
+    reader of events reads here; writers append to ``RunEvent``.
     """
 
     run = models.ForeignKey(

@@ -479,6 +479,9 @@ class RunTree(RuleBasedStateMachine):
         #: How many runs are in each status after the last step: rules that
         #: need a run of some status are enabled only when there is one.
         self.statuses: dict[str, int] = {}
+        #: Every lease's token, by run, in claim order: each claim must be
+        #: in its run's log once, whatever ended its attempt.
+        self.claimed: dict[uuid.UUID, list[str]] = {}
 
     def _has(self, *statuses: str) -> bool:
         return any(self.statuses.get(s) for s in statuses)
@@ -578,6 +581,7 @@ class RunTree(RuleBasedStateMachine):
         lease = leases.claim_one("model", leases.ALL_CLASSES, served=served)
         if lease is None:
             return None
+        self.claimed.setdefault(lease.run_id, []).append(str(lease.token))
         have = served or registry.served()
         run = lease.run
         pinned, between = before.get(run.id, (None, None))
@@ -878,6 +882,25 @@ class RunTree(RuleBasedStateMachine):
         an event, the last status it names is the run's, and no id shows
         twice."""
         assert not (wrong := testing.log_mismatches()), wrong
+
+    @invariant()
+    def every_claim_is_in_the_log_once(self) -> None:
+        """Each claim is in its run's log once, with its token, however its
+        attempt ended: a success or a handler's failure keeps it on the row,
+        every other end writes it out in its own statement (migration
+        0037), a requeue of a dead letter too. Runs retention dropped are
+        gone with their logs."""
+        logged: dict[uuid.UUID, list[str]] = {}
+        claims = EventLog.objects.filter(type="run.claimed").values_list("run_id", "data")
+        for run_id, data in claims:
+            logged.setdefault(run_id, []).append(data["token"])
+        present = set(Run.objects.values_list("id", flat=True))
+        lost = {
+            run_id: (tokens, logged.get(run_id, []))
+            for run_id, tokens in self.claimed.items()
+            if run_id in present and sorted(tokens) != sorted(logged.get(run_id, []))
+        }
+        assert not lost, lost
 
     @invariant()
     def a_session_has_one_active_run_and_its_line_moves(self) -> None:
