@@ -11,8 +11,11 @@ only while running, succeeded or failed (a handler's failure keeps it on the
 row, as a success does; the sweep's dead letter writes it out), and a
 success's only while succeeded, so a statement that moves a run and forgets
 its claim fails instead of losing it.
-Added ``NOT VALID`` and then validated: the scan of every run takes no lock
-that stops writes.
+Added ``NOT VALID`` and then validated, each in a transaction of its own
+(``atomic = False``): the trigger's drop and the checks' addition hold the
+table's exclusive lock for a moment, the scan of every run only a lock that
+lets writes go on. In one transaction the exclusive lock lasted the scans: a
+live run's update waited 4.6 s at 10,000,000 runs (migrate 6.0 s).
 
 A worker of the previous release ends an attempt other than by success
 through the trigger; after this migration such a write fails the first check
@@ -27,16 +30,24 @@ CLAIM = models.Q(claim_event_id__isnull=True) | models.Q(
 )
 SUCCESS = models.Q(success_event_id__isnull=True) | models.Q(status="succeeded")
 
+# Each a transaction of its own; the first may be run again after a failed
+# validation (IF EXISTS, the checks dropped and added again). It takes the
+# table's lock first, parent before partitions: writes wait the moment it
+# lasts instead of deadlocking with the drop's lock of each partition.
 FORWARD = """
-DROP TRIGGER runqueue_run_log_kept ON runqueue_run;
-DROP FUNCTION runqueue_run_log_kept();
+BEGIN;
+LOCK TABLE runqueue_run IN ACCESS EXCLUSIVE MODE;
+DROP TRIGGER IF EXISTS runqueue_run_log_kept ON runqueue_run;
+DROP FUNCTION IF EXISTS runqueue_run_log_kept();
+ALTER TABLE runqueue_run DROP CONSTRAINT IF EXISTS runqueue_run_claim_held;
+ALTER TABLE runqueue_run DROP CONSTRAINT IF EXISTS runqueue_run_success_held;
 ALTER TABLE runqueue_run ADD CONSTRAINT runqueue_run_claim_held
     CHECK (claim_event_id IS NULL OR status IN ('running', 'succeeded', 'failed')) NOT VALID;
 ALTER TABLE runqueue_run ADD CONSTRAINT runqueue_run_success_held
     CHECK (success_event_id IS NULL OR status = 'succeeded') NOT VALID;
-ALTER TABLE runqueue_run VALIDATE CONSTRAINT runqueue_run_claim_held;
-ALTER TABLE runqueue_run VALIDATE CONSTRAINT runqueue_run_success_held;
+COMMIT;
 """
+VALIDATE = "ALTER TABLE runqueue_run VALIDATE CONSTRAINT {};"
 
 BACKWARD = """
 ALTER TABLE runqueue_run DROP CONSTRAINT runqueue_run_claim_held;
@@ -74,6 +85,8 @@ EXECUTE FUNCTION runqueue_run_log_kept();
 
 
 class Migration(migrations.Migration):
+    atomic = False
+
     dependencies = [
         ("runqueue", "0036_tenant_index_in_list_order"),
     ]
@@ -94,6 +107,14 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
-            database_operations=[migrations.RunSQL(FORWARD, BACKWARD)],
+            database_operations=[
+                migrations.RunSQL(FORWARD, BACKWARD),
+                migrations.RunSQL(
+                    VALIDATE.format("runqueue_run_claim_held"), migrations.RunSQL.noop
+                ),
+                migrations.RunSQL(
+                    VALIDATE.format("runqueue_run_success_held"), migrations.RunSQL.noop
+                ),
+            ],
         ),
     ]
