@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from decimal import Decimal
 from typing import Any, Concatenate
@@ -45,6 +44,22 @@ def _as_sync[**P, R](
         return method(ctx.sync, *args, **kwargs)
 
     return on_sync
+
+
+def _numbered[**P, R](
+    method: Callable[Concatenate[RunContext, P], R],
+) -> Callable[Concatenate[AsyncRunContext, P], Coroutine[Any, Any, R]]:
+    """The sync context's ``method`` for a recorded step, awaited: numbered
+    when the handler makes the call (on the loop), run as that call on a
+    database thread. Its signature and docstring are the sync one's."""
+
+    @functools.wraps(method)
+    def on_loop(
+        ctx: AsyncRunContext, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, R]:
+        return aio.db(ctx.sync._as_numbered, ctx.sync._number(), method, *args, **kwargs)
+
+    return on_loop
 
 
 class AsyncRunContext:
@@ -108,74 +123,8 @@ class AsyncRunContext:
 
     ask_user = _as_sync(RunContext.ask_user)
 
-    def spawn(
-        self,
-        kind: str,
-        payload: JSON = None,
-        *,
-        priority: int | None = None,
-        concurrency_key: str | None = None,
-        session_id: str | None = None,
-    ) -> Coroutine[Any, Any, uuid.UUID]:
-        """``RunContext.spawn``, awaited; numbered when called."""
-        seq, recorded = self.sync._number()
-        return self._spawn(
-            seq,
-            recorded,
-            kind,
-            payload,
-            priority=priority,
-            concurrency_key=concurrency_key,
-            session_id=session_id,
-        )
-
-    async def _spawn(
-        self,
-        seq: int,
-        recorded: ToolInvocation | None,
-        kind: str,
-        payload: JSON,
-        **options: Any,
-    ) -> uuid.UUID:
-        self.check()
-        return await aio.db(self.sync._spawn_numbered, seq, recorded, kind, payload, **options)
-
-    def schedule(
-        self,
-        kind: str,
-        payload: JSON = None,
-        *,
-        cron: str | None = None,
-        timezone: str | None = None,
-        run_at: dt.datetime | dt.timedelta | None = None,
-        session_id: str | None = None,
-        on_busy: str | None = None,
-        priority: int | None = None,
-        overlap: str | None = None,
-        runs_may_schedule: bool = False,
-    ) -> Coroutine[Any, Any, uuid.UUID]:
-        """``RunContext.schedule``, awaited; numbered when called."""
-        seq, recorded = self.sync._number()
-        return self._schedule(
-            seq,
-            recorded,
-            kind=kind,
-            payload=payload,
-            cron_expr=cron,
-            timezone=timezone,
-            run_at=run_at,
-            session_id=session_id,
-            on_busy=on_busy,
-            priority=priority,
-            overlap=overlap,
-            runs_may_schedule=runs_may_schedule,
-        )
-
-    async def _schedule(
-        self, seq: int, recorded: ToolInvocation | None, **options: Any
-    ) -> uuid.UUID:
-        self.check()
-        return await aio.db(self.sync._schedule_numbered, seq, recorded, **options)
+    spawn = _numbered(RunContext.spawn)
+    schedule = _numbered(RunContext.schedule)
 
     async def steers(self) -> list[JSON]:
         """``RunContext.steers``, awaited. Await it alone, never gathered

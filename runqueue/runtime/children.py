@@ -5,7 +5,6 @@ spawn order, and ends the turn until every one is terminal (the fan-in)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from runqueue import leases
 from runqueue.errors import ChildrenGone
@@ -34,30 +33,17 @@ class Children(ContextBase):
         never makes a second; a fenced handler makes none (RunCancelled)."""
         self.check()
         seq, recorded = self._number()
-        return self._spawn_numbered(
+        if recorded is not None:
+            return respawned(recorded, kind, payload)
+        child = spawning.spawn(
+            self.lease,
             seq,
-            recorded,
-            kind,
-            payload,
+            kind=kind,
+            payload=payload,
             priority=priority,
             concurrency_key=concurrency_key,
             session_id=session_id,
         )
-
-    def _spawn_numbered(
-        self,
-        seq: int,
-        recorded: ToolInvocation | None,
-        kind: str,
-        payload: JSON,
-        **options: Any,
-    ) -> uuid.UUID:
-        """``spawn`` as call ``seq``: the recorded child, or a new one;
-        ``options``: ``spawn``'s keyword arguments (``AsyncRunContext.spawn``
-        passes them on too)."""
-        if recorded is not None:
-            return respawned(recorded, kind, payload)
-        child = spawning.spawn(self.lease, seq, kind=kind, payload=payload, **options)
         if child is None:
             raise self._lost()
         return child

@@ -8,6 +8,8 @@ of its own; ``runqueue.runtime.context`` puts them together."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Concatenate, Self
 
 from runqueue import leases
 from runqueue.errors import RunCancelled, RunPaused
@@ -17,6 +19,10 @@ from runqueue.models import Run, ToolInvocation
 from runqueue.runtime.interrupted import Interrupted
 from runqueue.stream.text import TurnText
 from runqueue.types import JSON
+
+#: The number an async handler's call took on the loop, while a database
+#: thread runs that call (``AsyncRunContext``): ``_number`` gives it back.
+_taken = threading.local()
 
 
 class ContextBase:
@@ -104,9 +110,27 @@ class ContextBase:
         there is one. Taken when the handler makes the call (for an async
         handler: on the loop, before anything is awaited), so the numbers
         follow the order of the calls whatever order they are run in."""
+        taken = getattr(_taken, "number", None)
+        if taken is not None:
+            _taken.number = None
+            return taken
         seq = self._seq
         self._seq += 1
         return seq, self._recorded.pop(seq, None)
+
+    def _as_numbered[**P, R](
+        self,
+        number: tuple[int, ToolInvocation | None],
+        method: Callable[Concatenate[Self, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``method`` run as the call that took ``number`` earlier."""
+        _taken.number = number
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _taken.number = None
 
     def _lost(self) -> RunCancelled:
         """What a step that found the lease fenced raises: nothing was written."""

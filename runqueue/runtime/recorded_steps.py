@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
 
 from runqueue import leases
-from runqueue.models import ToolInvocation
 from runqueue.runtime.context_base import ContextBase
 from runqueue.runtime.tools import PATCH_TOOL, is_patch, patch_name_problem
 from runqueue.schedules import owned
@@ -44,9 +42,11 @@ class RecordedSteps(ContextBase):
         allows it (docs/handlers-runs.md, "Schedules from a handler")."""
         self.check()
         seq, recorded = self._number()
-        return self._schedule_numbered(
+        if recorded is not None:
+            return owned.replayed(recorded, kind)
+        made = owned.create_for_run(
+            self.lease,
             seq,
-            recorded,
             kind=kind,
             payload=payload,
             cron_expr=cron,
@@ -58,14 +58,6 @@ class RecordedSteps(ContextBase):
             overlap=overlap,
             runs_may_schedule=runs_may_schedule,
         )
-
-    def _schedule_numbered(
-        self, seq: int, recorded: ToolInvocation | None, **options: Any
-    ) -> uuid.UUID:
-        """``schedule`` as call ``seq``: the recorded schedule, or a new one."""
-        if recorded is not None:
-            return owned.replayed(recorded, options["kind"])
-        made = owned.create_for_run(self.lease, seq, **options)
         if made is None:
             raise self._lost()
         return made
