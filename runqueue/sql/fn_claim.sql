@@ -1,5 +1,8 @@
 -- What a run must be to be claimed (due, claimable), which worker claims it at
--- which version, and the capped claim's walk.
+-- which version, and the capped claim's walk. The walk's own filters are the
+-- last two fragments, without comments (a function stores what it includes):
+-- has_version, a kind and version the claiming worker has, and
+-- budget_not_blocked, not of a budget the walk stepped over in this call.
 
 -- fragment: due --
 -- Due: queued, its time come (on the database clock), attempts left, and
@@ -150,14 +153,10 @@ BEGIN
                    AND (q.priority, q.created_at) >= (at_priority, at_created)
                    AND q.id <> ALL(tried)
                    -- A budget stepped over is not read again in this call.
-                   AND (q.budget_key IS NULL
-                        OR NOT (q.budget_key = ANY(budgets_blocked)
-                                OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
+                   -- include: budget_not_blocked --
                    -- include: claimable --
                    -- A kind and version this worker has (functions.sql).
-                   AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
-                                              p_newest, p_versions, p_moves,
-                                              p_move_to) IS NOT NULL
+                   -- include: has_version --
                  ORDER BY q.priority, q.created_at
                  LIMIT 64;
         ELSE
@@ -198,15 +197,11 @@ BEGIN
                                            AND least(runqueue_priority_class_high(c.cls), p_max_priority)
                         AND (q.priority, q.created_at) >= (at_priority, at_created)
                         AND q.id <> ALL(tried)
-                        AND (q.budget_key IS NULL
-                             OR NOT (q.budget_key = ANY(budgets_blocked)
-                                     OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
+                        -- include: budget_not_blocked --
                         -- A paused kind is not filtered here: the lock's
                         -- re-check below does it.
                         -- include: due --
-                        AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
-                                                   p_newest, p_versions, p_moves,
-                                                   p_move_to) IS NOT NULL
+                        -- include: has_version --
                       ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
                       LIMIT p_limit) AS h
                  WHERE keys.key IS NOT NULL
@@ -301,9 +296,7 @@ BEGIN
                -- include: claimable --
                -- Its pin read again: a claim and a release since the
                -- candidates were read may have moved it to another version.
-               AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
-                                          p_newest, p_versions, p_moves,
-                                          p_move_to) IS NOT NULL
+               -- include: has_version --
                FOR NO KEY UPDATE SKIP LOCKED;
             locked := FOUND;
             IF locked AND cand_budget IS NOT NULL THEN
@@ -338,3 +331,13 @@ BEGIN
     RETURN chosen;
 END;
 $fn$;
+
+-- fragment: has_version --
+AND runqueue_claim_version(q.id, q.kind, q.handler_version, p_kinds,
+                           p_newest, p_versions, p_moves,
+                           p_move_to) IS NOT NULL
+
+-- fragment: budget_not_blocked --
+AND (q.budget_key IS NULL
+     OR NOT (q.budget_key = ANY(budgets_blocked)
+             OR (q.budget_key || '|' || q.tenant) = ANY(budgets_blocked)))
