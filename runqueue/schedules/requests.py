@@ -9,6 +9,7 @@ refuse is refused where it is made, not at every tick.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from dataclasses import dataclass
@@ -46,19 +47,8 @@ class ScheduleRequest:
     runs_may_schedule: bool
 
     def fields(self) -> dict[str, object]:
-        """The Schedule model's definition fields."""
-        return {
-            "kind": self.kind,
-            "payload": self.payload,
-            "priority": self.priority,
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "run_at": self.run_at,
-            "session_id": self.session_id,
-            "on_busy": self.on_busy,
-            "overlap": self.overlap,
-            "runs_may_schedule": self.runs_may_schedule,
-        }
+        """The Schedule model's definition fields: every field of the request."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     def same_as(self, schedule: Schedule) -> bool:
         """``schedule`` is this request's (a replay of its create)."""

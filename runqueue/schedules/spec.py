@@ -36,7 +36,8 @@ from runqueue.types import JSON
 RESERVED_PREFIX = "api:"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 MAX_CATCH_UP_LIMIT = 1000
-_KEYS = {
+#: The keys a settings schedule takes: each is the Schedule field it defines.
+_KEYS = (
     "cron",
     "kind",
     "payload",
@@ -47,7 +48,7 @@ _KEYS = {
     "catch_up_limit",
     "overlap",
     "max_attempts",
-}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,19 +72,8 @@ class ScheduleSpec:
         return json.loads(self.payload_json)
 
     def fields(self) -> dict[str, object]:
-        """The Schedule model's definition fields."""
-        return {
-            "cron": self.cron,
-            "kind": self.kind,
-            "payload": self.payload,
-            "priority": self.priority,
-            "timezone": self.timezone,
-            "tenant": self.tenant,
-            "catch_up": self.catch_up,
-            "catch_up_limit": self.catch_up_limit,
-            "overlap": self.overlap,
-            "max_attempts": self.max_attempts,
-        }
+        """The Schedule model's definition fields: one per settings key."""
+        return {key: getattr(self, key) for key in _KEYS}
 
 
 def check_name(name: object) -> str:
@@ -165,7 +155,7 @@ def build(name: object, raw: object, conf: Settings | None = None) -> ScheduleSp
     name = check_name(name)
     if not isinstance(raw, dict):
         raise ValueError(f"must be a dict, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _KEYS)
+    unknown = sorted(set(raw).difference(_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}")
     for required in ("cron", "kind"):
