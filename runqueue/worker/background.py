@@ -74,6 +74,27 @@ def _started[T: threading.Thread](thread: T) -> T:
     return thread
 
 
+def _each_sweep(
+    name: str,
+    doc: str,
+    tick: Callable[[Host], Callable[[], object]],
+    *,
+    reads: tuple[str, ...] = (),
+    burst: Literal["run", "once", "off"] = "off",
+) -> BackgroundService:
+    """A maintenance service ticking every ``sweep_seconds``
+    (``SWEEP_SECONDS``); ``reads``: the other settings it reads."""
+    return BackgroundService(
+        name=name,
+        doc=doc,
+        runs_on="maintenance",
+        interval="sweep_seconds",
+        reads=("SWEEP_SECONDS", *reads),
+        burst=burst,
+        tick=tick,
+    )
+
+
 SERVICES: tuple[BackgroundService, ...] = (
     BackgroundService(
         name="heartbeat",
@@ -97,48 +118,34 @@ SERVICES: tuple[BackgroundService, ...] = (
             )
         ),
     ),
-    BackgroundService(
-        name="sweeper",
-        doc="requeues or dead-letters the runs whose lease expired",
-        runs_on="maintenance",
-        interval="sweep_seconds",
-        reads=("SWEEP_SECONDS", "--sweep-seconds"),
+    _each_sweep(
+        "sweeper",
+        "requeues or dead-letters the runs whose lease expired",
+        lambda pool: leases.sweep,
+        reads=("--sweep-seconds",),
         burst="once",
-        tick=lambda pool: leases.sweep,
     ),
-    BackgroundService(
-        name="schedule-ticker",
-        # Every worker may fire a due tick; each fires once.
-        doc="submits the runs of the schedules that are due",
-        runs_on="maintenance",
-        interval="sweep_seconds",
-        reads=("SWEEP_SECONDS", "SCHEDULES"),
-        tick=lambda pool: schedules.tick,
+    # Every worker may fire a due tick; each fires once.
+    _each_sweep(
+        "schedule-ticker",
+        "submits the runs of the schedules that are due",
+        lambda pool: schedules.tick,
+        reads=("SCHEDULES",),
     ),
-    BackgroundService(
-        name="caps-refresh",
-        doc="re-reads the concurrency limits",
-        runs_on="maintenance",
-        interval="sweep_seconds",
-        reads=("SWEEP_SECONDS", "CONCURRENCY"),
-        tick=lambda pool: concurrency.refresh,
+    _each_sweep(
+        "caps-refresh",
+        "re-reads the concurrency limits",
+        lambda pool: concurrency.refresh,
+        reads=("CONCURRENCY",),
     ),
-    BackgroundService(
-        name="budgets-refresh",
-        doc="re-reads the budgets",
-        runs_on="maintenance",
-        interval="sweep_seconds",
-        reads=("SWEEP_SECONDS", "BUDGETS"),
-        tick=lambda pool: budgets.refresh,
+    _each_sweep(
+        "budgets-refresh", "re-reads the budgets", lambda pool: budgets.refresh, reads=("BUDGETS",)
     ),
-    BackgroundService(
-        name="worker-row",
-        doc="the Worker row's last_seen_at (the admin tells live workers by it) and the "
+    _each_sweep(
+        "worker-row",
+        "the Worker row's last_seen_at (the admin tells live workers by it) and the "
         "slots cancelled runs hold",
-        runs_on="maintenance",
-        interval="sweep_seconds",
-        reads=("SWEEP_SECONDS",),
-        tick=lambda pool: pool.report_seen,
+        lambda pool: pool.report_seen,
     ),
     BackgroundService(
         name="housekeeping",
