@@ -6,7 +6,7 @@ are made from this table.
 The rows are declared by topic (``table_workers``, ``table_database``,
 ``table_runs``, ``table_http``, ``table_operations``); this module puts
 them in the one order the settings object's fields and the reference's
-sections follow."""
+sections follow, each group under its reference heading."""
 
 from __future__ import annotations
 
@@ -17,23 +17,23 @@ from runqueue.conf import (
     table_runs,
     table_workers,
 )
-from runqueue.conf.setting import Setting
+from runqueue.conf.setting import Setting, section
 
 SETTINGS: tuple[Setting, ...] = (
-    *table_workers.WORKER_KEYS,
-    *table_workers.RETRY_KEYS,
-    *table_runs.SUBMIT_KEYS,
-    *table_database.DATABASE_KEYS,
-    *table_workers.HANDLER_KEYS,
-    *table_runs.DEADLINE_KEYS,
-    *table_runs.SESSION_KEYS,
-    *table_http.API_KEYS,
-    *table_http.STREAM_KEYS,
-    *table_operations.SPENDING_KEYS,
-    *table_runs.SCHEDULE_KEYS,
-    *table_http.EVENT_KEYS,
-    *table_operations.OBSERVABILITY_KEYS,
-    *table_http.WEBHOOK_KEYS,
+    *section("Workers and leases", table_workers.WORKER_KEYS),
+    *section("Retries", table_workers.RETRY_KEYS),
+    *section("Submitting runs", table_runs.SUBMIT_KEYS),
+    *section("Database and poolers", table_database.DATABASE_KEYS),
+    *section("Handlers", table_workers.HANDLER_KEYS),
+    *section("Deadlines and retention", table_runs.DEADLINE_KEYS),
+    *section("Sessions", table_runs.SESSION_KEYS),
+    *section("HTTP API", table_http.API_KEYS),
+    *section("Event streams", table_http.STREAM_KEYS),
+    *section("Concurrency, budgets and cost", table_operations.SPENDING_KEYS),
+    *section("Scheduled work", table_runs.SCHEDULE_KEYS),
+    *section("Inbound events", table_http.EVENT_KEYS),
+    *section("Observability", table_operations.OBSERVABILITY_KEYS),
+    *section("Webhooks", table_http.WEBHOOK_KEYS),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

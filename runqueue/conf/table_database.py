@@ -6,87 +6,47 @@ claims. Apart from the other topics so that each reads whole;
 from __future__ import annotations
 
 from runqueue.conf import values as v
-from runqueue.conf.setting import Setting
+from runqueue.conf.setting import Key, Keys
 
-DATABASE = "Database and poolers"
-
-DATABASE_KEYS: tuple[Setting, ...] = (
-    Setting(
-        name="NOTIFY_CHANNEL",
-        kind=v.NOTIFY_CHANNEL,
-        default="runqueue",
-        doc="the LISTEN/NOTIFY channel",
-        section=DATABASE,
+DATABASE_KEYS: Keys = {
+    Key("NOTIFY_CHANNEL", v.NOTIFY_CHANNEL, "runqueue"): "the LISTEN/NOTIFY channel",
+    Key("LISTEN_DATABASE", v.DATABASE_ALIAS, None, checks=("runqueue.E004", "runqueue.W005")): (
+        "the `DATABASES` alias the LISTEN connections (workers', event streams') open: a "
+        "direct connection when `default` goes through a transaction pooler (`None`: `default`)"
     ),
-    Setting(
-        name="LISTEN_DATABASE",
-        kind=v.DATABASE_ALIAS,
-        default=None,
-        doc="the `DATABASES` alias the LISTEN connections (workers', event streams') open: a "
-        "direct connection when `default` goes through a transaction pooler (`None`: `default`)",
-        section=DATABASE,
-        checks=("runqueue.E004", "runqueue.W005"),
-    ),
-    Setting(
-        name="READ_DATABASE",
-        kind=v.DATABASE_ALIAS,
-        default=None,
-        doc="the `DATABASES` alias of a replica the console's lists and dashboard, `/metrics` "
-        "and the API's event, step and session reads read from (with "
-        "`runqueue.reads.routing.ReadReplicaRouter` in `DATABASE_ROUTERS`); `None`: the primary",
-        section=DATABASE,
+    Key(
+        "READ_DATABASE",
+        v.DATABASE_ALIAS,
+        None,
         checks=("runqueue.E016", "runqueue.E017", "runqueue.W007"),
+    ): (
+        "the `DATABASES` alias of a replica the console's lists and dashboard, `/metrics` "
+        "and the API's event, step and session reads read from (with "
+        "`runqueue.reads.routing.ReadReplicaRouter` in `DATABASE_ROUTERS`); `None`: the primary"
     ),
-    Setting(
-        name="READ_LAG_WARNING_SECONDS",
-        kind=v.number(),
-        default=5.0,
-        doc="a read from the replica this far behind (or more) says so: a notice on the "
-        "console's page, a `Runqueue-Read-Lag` header on the API's and `/metrics`' answers",
-        section=DATABASE,
+    Key("READ_LAG_WARNING_SECONDS", v.NUMBER, 5.0): (
+        "a read from the replica this far behind (or more) says so: a notice on the "
+        "console's page, a `Runqueue-Read-Lag` header on the API's and `/metrics`' answers"
     ),
-    Setting(
-        name="READ_MAX_LAG_SECONDS",
-        kind=v.number(none=True),
-        default=60.0,
-        doc="past this lag (or an unknown one) reads go to the primary instead of the "
-        "replica (`None`: never, however far behind)",
-        section=DATABASE,
+    Key("READ_MAX_LAG_SECONDS", v.number(none=True), 60.0): (
+        "past this lag (or an unknown one) reads go to the primary instead of the "
+        "replica (`None`: never, however far behind)"
     ),
-    Setting(
-        name="PREPARED_STATEMENTS",
-        kind=v.MAYBE_BOOLEAN,
-        default=None,
-        doc="prepare the worker's hot statements (claim, fences, finishes) on the server; "
-        '`None`: yes, unless `POOLER` is `"transaction"` without `POOLER_TRACKS_PREPARED`',
-        section=DATABASE,
-        checks=("runqueue.E005",),
+    Key("PREPARED_STATEMENTS", v.MAYBE_BOOLEAN, None, checks=("runqueue.E005",)): (
+        "prepare the worker's hot statements (claim, fences, finishes) on the server; "
+        '`None`: yes, unless `POOLER` is `"transaction"` without `POOLER_TRACKS_PREPARED`'
     ),
-    Setting(
-        name="POOLER",
-        kind=v.POOLER,
-        default=None,
-        doc="what the default database's connections go through: `None` (the server), "
-        '`"session"` or `"transaction"` (a pooler in that mode, such as PgBouncer)',
-        section=DATABASE,
-        checks=("runqueue.E005", "runqueue.W005", "runqueue.W006"),
+    Key("POOLER", v.POOLER, None, checks=("runqueue.E005", "runqueue.W005", "runqueue.W006")): (
+        "what the default database's connections go through: `None` (the server), "
+        '`"session"` or `"transaction"` (a pooler in that mode, such as PgBouncer)'
     ),
-    Setting(
-        name="POOLER_TRACKS_PREPARED",
-        kind=v.BOOLEAN,
-        default=False,
-        doc="the transaction pooler carries protocol-level prepared statements (PgBouncer "
-        "1.21+ with `max_prepared_statements` above 0)",
-        section=DATABASE,
-        checks=("runqueue.E005",),
+    Key("POOLER_TRACKS_PREPARED", v.BOOLEAN, False, checks=("runqueue.E005",)): (
+        "the transaction pooler carries protocol-level prepared statements (PgBouncer "
+        "1.21+ with `max_prepared_statements` above 0)"
     ),
-    Setting(
-        name="DURABLE_CLAIMS",
-        kind=v.BOOLEAN,
-        default=False,
-        doc="a statement that only claims waits for its commit to reach the disk (and a "
+    Key("DURABLE_CLAIMS", v.BOOLEAN, False): (
+        "a statement that only claims waits for its commit to reach the disk (and a "
         "synchronous standby); `False`: it does not, and the lease token fences a claim a "
-        "crash lost (`docs/decisions/queue.md`)",
-        section=DATABASE,
+        "crash lost (`docs/decisions/queue.md`)"
     ),
-)
+}

@@ -6,107 +6,57 @@ whole; ``runqueue.conf.table`` assembles them."""
 from __future__ import annotations
 
 from runqueue.conf import values as v
-from runqueue.conf.setting import Setting
+from runqueue.conf.setting import Key, Keys
 
-SUBMIT = "Submitting runs"
-DEADLINES = "Deadlines and retention"
-SESSIONS = "Sessions"
-SCHEDULES = "Scheduled work"
+#: A run deadline's kind: off (None), or a microsecond at least.
+DEADLINE = v.number(positive=True, none=True, bound=v.deadline_bound)
 
-SUBMIT_KEYS: tuple[Setting, ...] = (
-    Setting(
-        name="IDEMPOTENCY_KEY_RETENTION_SECONDS",
-        kind=v.number(positive=True),
-        default=86400,
-        doc="how long an Idempotency-Key is remembered",
-        section=SUBMIT,
+SUBMIT_KEYS: Keys = {
+    Key("IDEMPOTENCY_KEY_RETENTION_SECONDS", v.POSITIVE, 86400): (
+        "how long an Idempotency-Key is remembered"
     ),
-    Setting(
-        name="SUBMIT_LOCK_TIMEOUT_MS",
-        kind=v.number(integer=True, positive=True),
-        default=2000,
-        doc="how long a submit waits on a concurrent one with the same key",
-        section=SUBMIT,
+    Key("SUBMIT_LOCK_TIMEOUT_MS", v.COUNT, 2000): (
+        "how long a submit waits on a concurrent one with the same key"
     ),
-    Setting(
-        name="MAX_PAYLOAD_BYTES",
-        kind=v.number(integer=True, positive=True),
-        default=1048576,
-        doc="a submitted payload's size limit, as JSON",
-        section=SUBMIT,
-    ),
-)
+    Key("MAX_PAYLOAD_BYTES", v.COUNT, 1048576): "a submitted payload's size limit, as JSON",
+}
 
-DEADLINE_KEYS: tuple[Setting, ...] = (
-    Setting(
-        name="TERMINAL_RUN_RETENTION_SECONDS",
-        kind=v.number(positive=True, none=True),
-        default=None,
-        doc="drop finished runs older than this, by whole days (`None` keeps them)",
-        section=DEADLINES,
+DEADLINE_KEYS: Keys = {
+    Key("TERMINAL_RUN_RETENTION_SECONDS", v.number(positive=True, none=True), None): (
+        "drop finished runs older than this, by whole days (`None` keeps them)"
     ),
-    Setting(
-        name="START_WITHIN_SECONDS",
-        kind=v.number(positive=True, none=True, bound=v.deadline_bound),
-        default=None,
-        doc="a run not claimed this long after it is due is cancelled, reason `expired` "
-        '(docs/handlers.md, "Run deadlines"; `None`: no limit)',
-        section=DEADLINES,
+    Key("START_WITHIN_SECONDS", DEADLINE, None): (
+        "a run not claimed this long after it is due is cancelled, reason `expired` "
+        '(docs/handlers.md, "Run deadlines"; `None`: no limit)'
     ),
-    Setting(
-        name="MAX_DURATION_SECONDS",
-        kind=v.number(positive=True, none=True, bound=v.deadline_bound),
-        default=None,
-        doc="an attempt running this long is cancelled and its run fails, reason "
-        "`max_duration` (`None`: no limit)",
-        section=DEADLINES,
+    Key("MAX_DURATION_SECONDS", DEADLINE, None): (
+        "an attempt running this long is cancelled and its run fails, reason "
+        "`max_duration` (`None`: no limit)"
     ),
-)
+}
 
-SESSION_KEYS: tuple[Setting, ...] = (
-    Setting(
-        name="SESSION_ON_BUSY",
-        kind=v.SESSION_ON_BUSY,
-        default="reject",
-        doc="what a submit to a busy session does when it does not say "
-        '(docs/decisions/sessions.md, "Busy sessions: on_busy")',
-        section=SESSIONS,
+SESSION_KEYS: Keys = {
+    Key("SESSION_ON_BUSY", v.SESSION_ON_BUSY, "reject"): (
+        "what a submit to a busy session does when it does not say "
+        '(docs/decisions/sessions.md, "Busy sessions: on_busy")'
     ),
-    Setting(
-        name="SESSION_MAX_PENDING",
-        kind=v.number(integer=True, positive=True, none=True),
-        default=10,
-        doc="pending turns one session may hold behind its active run (`SessionQueueFull`; "
-        "the API: 409 `session-queue-full`; `None`: no limit)",
-        section=SESSIONS,
+    Key("SESSION_MAX_PENDING", v.MAYBE_COUNT, 10): (
+        "pending turns one session may hold behind its active run (`SessionQueueFull`; "
+        "the API: 409 `session-queue-full`; `None`: no limit)"
     ),
-)
+}
 
-SCHEDULE_KEYS: tuple[Setting, ...] = (
-    Setting(
-        name="SCHEDULES",
-        kind=v.SCHEDULES,
-        default=(),
-        shown="{}",
-        doc="recurring runs by name "
-        '(docs/operations.md, "Scheduled work"; `runqueue/schedules/spec.py`)',
-        section=SCHEDULES,
-        checks=("runqueue.W020",),
+SCHEDULE_KEYS: Keys = {
+    Key("SCHEDULES", v.SCHEDULES, (), shown="{}", checks=("runqueue.W020",)): (
+        "recurring runs by name "
+        '(docs/operations.md, "Scheduled work"; `runqueue/schedules/spec.py`)'
     ),
-    Setting(
-        name="API_SCHEDULES_PER_TOKEN",
-        kind=v.number(integer=True, positive=True, none=True),
-        default=100,
-        doc="schedules one API token may own that can still fire (a fired one-shot no longer "
-        "counts); the next create gets 409 `schedule-limit-reached` (`None`: no bound)",
-        section=SCHEDULES,
+    Key("API_SCHEDULES_PER_TOKEN", v.MAYBE_COUNT, 100): (
+        "schedules one API token may own that can still fire (a fired one-shot no longer "
+        "counts); the next create gets 409 `schedule-limit-reached` (`None`: no bound)"
     ),
-    Setting(
-        name="HANDLER_SCHEDULES_PER_TENANT",
-        kind=v.number(integer=True, positive=True, none=True),
-        default=1000,
-        doc="schedules handlers (`ctx.schedule`) may own in one tenant that can still fire; "
-        "past it `ctx.schedule` raises `ScheduleRefused` (`None`: no bound)",
-        section=SCHEDULES,
+    Key("HANDLER_SCHEDULES_PER_TENANT", v.MAYBE_COUNT, 1000): (
+        "schedules handlers (`ctx.schedule`) may own in one tenant that can still fire; "
+        "past it `ctx.schedule` raises `ScheduleRefused` (`None`: no bound)"
     ),
-)
+}

@@ -129,6 +129,13 @@ def number(
     return Kind(f"{type_} or None" if none else type_, parse)
 
 
+#: The numbers most keys take (``number`` gives the others, with a bound).
+NUMBER = number()
+POSITIVE = number(positive=True)
+COUNT = number(integer=True, positive=True)
+MAYBE_COUNT = number(integer=True, positive=True, none=True)
+
+
 def at_most(limit: float, why: str = "") -> Callable[[str, float], None]:
     """A bound: the value at most ``limit`` (``why`` said in the error)."""
 
