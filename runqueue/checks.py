@@ -7,7 +7,7 @@ together.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
@@ -22,17 +22,40 @@ if TYPE_CHECKING:
     from runqueue.conf import Settings
 
 
-def _parsed() -> Settings | None:
-    """The RUNQUEUE dict, parsed afresh; None when malformed (that is
-    check_settings' runqueue.E002)."""
+def _parsed() -> Settings | ImproperlyConfigured:
+    """The RUNQUEUE dict, parsed afresh, or why it is malformed."""
     from django.conf import settings
 
     from runqueue.conf import parse
 
     try:
         return parse(getattr(settings, "RUNQUEUE", {}))
-    except ImproperlyConfigured:
-        return None
+    except ImproperlyConfigured as exc:
+        return exc
+
+
+type _Check = Callable[..., list[CheckMessage]]
+
+
+def _of_settings(*tags: str) -> Callable[[Callable[[Settings], list[CheckMessage]]], _Check]:
+    """Register a check of the parsed RUNQUEUE dict (under ``tags``): it
+    is given the settings object, and is not run while the dict is
+    malformed, which check_settings reports (runqueue.E002)."""
+
+    def decorate(check: Callable[[Settings], list[CheckMessage]]) -> _Check:
+        def run(
+            app_configs: Sequence[AppConfig] | None = None, **kwargs: object
+        ) -> list[CheckMessage]:
+            conf = _parsed()
+            return [] if isinstance(conf, ImproperlyConfigured) else check(conf)
+
+        # Named as the check, but not wrapping it: Django asks the function
+        # it registers (its signature) to take keyword arguments.
+        run.__name__ = run.__qualname__ = check.__name__
+        run.__doc__ = check.__doc__
+        return register(*tags)(run)
+
+    return decorate
 
 
 @register(Tags.database, Tags.compatibility)
@@ -62,34 +85,24 @@ def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: object
 ) -> list[Error]:
     """Report a malformed RUNQUEUE dict as a check error, not a crash later."""
-    from django.conf import settings
-
-    from runqueue.conf import parse
-
-    try:
-        parse(getattr(settings, "RUNQUEUE", {}))
-    except ImproperlyConfigured as exc:
-        return [
-            Error(
-                str(exc),
-                hint="docs/settings.md lists the settings, what each may hold and its default.",
-                id="runqueue.E002",
-            )
-        ]
-    return []
+    if not isinstance(problem := _parsed(), ImproperlyConfigured):
+        return []
+    return [
+        Error(
+            str(problem),
+            hint="docs/settings.md lists the settings, what each may hold and its default.",
+            id="runqueue.E002",
+        )
+    ]
 
 
-@register()
-def check_schedules(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
-) -> list[CheckMessage]:
+@_of_settings()
+def check_schedules(conf: Settings) -> list[CheckMessage]:
     """A settings schedule naming a kind no handler is registered for would
     log an error at every tick instead of firing."""
     from runqueue import registry
     from runqueue.schedules.spec import configured
 
-    if (conf := _parsed()) is None:
-        return []  # reported by check_settings
     return [
         CheckWarning(
             f"RUNQUEUE['SCHEDULES'][{spec.name!r}] submits kind {spec.kind!r}, "
@@ -103,15 +116,11 @@ def check_schedules(
     ]
 
 
-@register()
-def check_concurrency_and_api_kinds(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
-) -> list[CheckMessage]:
+@_of_settings()
+def check_concurrency_and_api_kinds(conf: Settings) -> list[CheckMessage]:
     """Caps need READ COMMITTED claims; API_KINDS should name handled kinds."""
     from runqueue import registry
 
-    if (conf := _parsed()) is None:
-        return []  # reported as runqueue.E002
     messages: list[CheckMessage] = []
     isolation = default_isolation_level()
     if conf.caps_configured and isolation not in (None, _read_committed()):
@@ -138,14 +147,10 @@ def check_concurrency_and_api_kinds(
     return messages
 
 
-@register()
-def check_listen_database(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
-) -> list[CheckMessage]:
+@_of_settings()
+def check_listen_database(conf: Settings) -> list[CheckMessage]:
     """RUNQUEUE["LISTEN_DATABASE"] must name a database Django knows: the
     listener would fail at every reconnect and fall back to polling."""
-    if (conf := _parsed()) is None:
-        return []  # reported as runqueue.E002
     alias = conf.LISTEN_DATABASE
     known = list(connections)  # DATABASES' aliases
     if alias is None or alias in known:
@@ -160,18 +165,14 @@ def check_listen_database(
     ]
 
 
-@register()
-def check_pooler(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
-) -> list[CheckMessage]:
+@_of_settings()
+def check_pooler(conf: Settings) -> list[CheckMessage]:
     """Behind a transaction pooler (RUNQUEUE["POOLER"]): no statement
     prepared on one client's server connection may run on another's, and a
     LISTEN needs a direct connection. A default database on PgBouncer's
     usual port with no POOLER said is asked about."""
     from django.conf import settings
 
-    if (conf := _parsed()) is None:
-        return []  # reported as runqueue.E002
     default = settings.DATABASES.get("default", {})
     threshold = (default.get("OPTIONS") or {}).get("prepare_threshold")
     messages: list[CheckMessage] = []
@@ -238,10 +239,8 @@ def _read_committed() -> IsolationLevel:
 ROUTER = "runqueue.reads.routing.ReadReplicaRouter"
 
 
-@register(Tags.database)
-def check_read_database(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: object
-) -> list[CheckMessage]:
+@_of_settings(Tags.database)
+def check_read_database(conf: Settings) -> list[CheckMessage]:
     """RUNQUEUE["READ_DATABASE"] must name a database Django knows, and its
     router must be installed: without it the console's ORM reads would stay
     on the primary while its raw ones went to the replica."""
@@ -249,8 +248,6 @@ def check_read_database(
 
     from runqueue.reads.routing import ReadReplicaRouter
 
-    if (conf := _parsed()) is None:
-        return []  # reported as runqueue.E002
     alias = conf.READ_DATABASE
     if alias is None:
         return []
