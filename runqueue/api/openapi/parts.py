@@ -16,12 +16,9 @@ from runqueue.types import JSON
 
 REF = "#/components/schemas/"
 NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
-RUN_ID = {
-    "name": "run_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "format": "uuid"},
-}
+UUID = {"type": "string", "format": "uuid"}
+#: The body of an answer that is an event stream (a run's, a session's).
+EVENT_STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
 
 #: The path parameters of each route, by its name or its name's first word
 #: (``run-events``: ``run``).
@@ -49,6 +46,63 @@ def path(name: str) -> str:
     return url
 
 
+def parameter(
+    name: str,
+    where: str,
+    schema: JSON,
+    *,
+    description: str | None = None,
+    required: bool | None = None,
+) -> JSON:
+    """An operation's parameter ``in`` ``where`` (path, query or header): a
+    path's is always required; the others say so only when ``required`` is
+    given."""
+    declared: dict[str, JSON] = {"name": name, "in": where}
+    if where == "path" or required is not None:
+        declared["required"] = where == "path" or bool(required)
+    if description is not None:
+        declared["description"] = description
+    declared["schema"] = schema
+    return declared
+
+
+RUN_ID = parameter("run_id", "path", UUID)
+
+
+def operation(
+    operation_id: str,
+    parameters: list[JSON],
+    answers: dict[str, JSON],
+    codes: tuple[int, ...],
+    *,
+    summary: str | None = None,
+    description: str | None = None,
+    body: JSON = None,
+) -> JSON:
+    """An operation: its id, what it says it does, its parameters, its
+    request body (if any), and its answers, then its problem answers with
+    these status ``codes``."""
+    declared: dict[str, JSON] = {"operationId": operation_id}
+    if summary is not None:
+        declared["summary"] = summary
+    if description is not None:
+        declared["description"] = description
+    declared["parameters"] = parameters
+    if body is not None:
+        declared["requestBody"] = body
+    declared["responses"] = {**answers, **problems(*codes)}
+    return declared
+
+
+def answer(description: str, schema: str, *, headers: dict[str, JSON] | None = None) -> JSON:
+    """An answer with a JSON body of the named schema (and ``headers``)."""
+    declared: dict[str, JSON] = {"description": description}
+    if headers is not None:
+        declared["headers"] = headers
+    declared["content"] = json_content(schema)
+    return declared
+
+
 def json_content(schema: str) -> dict[str, JSON]:
     """A JSON body of the named schema."""
     return {"application/json": {"schema": {"$ref": REF + schema}}}
@@ -67,28 +121,29 @@ def problems(*codes: int) -> dict[str, JSON]:
     }
 
 
-def page(member: str, item: str) -> JSON:
+def page(member: str, item: str, *, next_described: bool = True) -> JSON:
     """A page of a list: its ``item`` schemas under ``member``, and the URL
-    of the next page (null on the last)."""
+    of the next page (null on the last), described unless ``next_described``
+    is false (the steps' page, as it always was)."""
+    after: dict[str, JSON] = {"type": ["string", "null"]}
+    if next_described:
+        after["description"] = "URL of the next page"
     return {
         "type": "object",
         "required": [member, "next"],
-        "properties": {
-            member: {"type": "array", "items": {"$ref": REF + item}},
-            "next": {"type": ["string", "null"], "description": "URL of the next page"},
-        },
+        "properties": {member: {"type": "array", "items": {"$ref": REF + item}}, "next": after},
     }
 
 
 def idempotency_key(*, required: bool) -> JSON:
     """The Idempotency-Key header a write takes (a submit, a create: required)."""
-    return {
-        "name": "Idempotency-Key",
-        "in": "header",
-        "required": required,
-        "description": KEY_RULE,
-        "schema": {"type": "string", "pattern": KEY_PATTERN},
-    }
+    return parameter(
+        "Idempotency-Key",
+        "header",
+        {"type": "string", "pattern": KEY_PATTERN},
+        description=KEY_RULE,
+        required=required,
+    )
 
 
 def replayed(what: str) -> dict[str, JSON]:

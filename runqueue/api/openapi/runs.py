@@ -9,9 +9,11 @@ from runqueue.api.openapi.parts import (
     NULLABLE_TIME,
     REF,
     RUN_ID,
+    answer,
     idempotency_key,
     json_content,
-    problems,
+    operation,
+    parameter,
     replayed,
 )
 from runqueue.api.parsing import MAX_REASON
@@ -19,6 +21,8 @@ from runqueue.models import PriorityClass, RunStatus
 from runqueue.submission import fields as submission_fields
 from runqueue.types import JSON
 
+#: The body of a write that takes any JSON, or none.
+_ANY_BODY = {"required": False, "content": {"application/json": {"schema": {}}}}
 _REASON = {"type": "string", "maxLength": MAX_REASON, "pattern": "^[^\\u0000]*$"}
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the run's URL"}}
 _OUTCOME = {
@@ -238,140 +242,111 @@ def schemas(kinds: list[str]) -> dict[str, JSON]:
 
 def paths() -> dict[str, JSON]:
     """By route name: a run submitted, read, and each write on it."""
+    writes = (401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503)
     return {
         "runs": {
-            "post": {
-                "operationId": "submitRun",
-                "summary": "Create a run, or deliver input to the session's waiting run",
-                "parameters": [idempotency_key(required=True)],
-                "requestBody": {"required": True, "content": json_content("SubmitRun")},
-                "responses": {
-                    "201": {
-                        "description": "run created: queued, pending behind the "
-                        "session's active run (on_busy enqueue or steer), or interrupting "
-                        "it (or a replay of that)",
-                        "headers": _LOCATION | _OUTCOME | replayed("request"),
-                        "content": json_content("Run"),
-                    },
-                    "202": {
-                        "description": "input delivered to the session's waiting run, "
-                        "or the payload merged into its turn not started yet (on_busy "
-                        "merge)",
-                        "headers": _LOCATION | _OUTCOME | replayed("request"),
-                        "content": json_content("Run"),
-                    },
-                    **problems(400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),
+            "post": operation(
+                "submitRun",
+                [idempotency_key(required=True)],
+                {
+                    "201": answer(
+                        "run created: queued, pending behind the session's active run "
+                        "(on_busy enqueue or steer), or interrupting it (or a replay of that)",
+                        "Run",
+                        headers=_LOCATION | _OUTCOME | replayed("request"),
+                    ),
+                    "202": answer(
+                        "input delivered to the session's waiting run, or the payload merged "
+                        "into its turn not started yet (on_busy merge)",
+                        "Run",
+                        headers=_LOCATION | _OUTCOME | replayed("request"),
+                    ),
                 },
-            }
+                (400, 401, 403, 405, 409, 413, 415, 422, 429, 500, 503),
+                summary="Create a run, or deliver input to the session's waiting run",
+                body={"required": True, "content": json_content("SubmitRun")},
+            )
         },
         "run": {
-            "get": {
-                "operationId": "getRun",
-                "parameters": [RUN_ID],
-                "responses": {
-                    "200": {"description": "the run", "content": json_content("Run")},
-                    **problems(401, 404, 405, 500, 503),
-                },
-            }
+            "get": operation(
+                "getRun", [RUN_ID], {"200": answer("the run", "Run")}, (401, 404, 405, 500, 503)
+            )
         },
-        "run-cancel": _run_write(
-            "cancelRun",
-            None,
-            "CancelRun",
-            "the cancelled run",
-            (401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
-        ),
+        "run-cancel": _run_write("cancelRun", "CancelRun", "the cancelled run", writes),
         "run-pause": _run_write(
             "pauseRun",
-            "Pause a run (tree: and every run below it): not claimed, its start deadline "
-            "frozen; a running one is given back at its next step. Pausing a paused run again "
-            "changes nothing.",
             "PauseRun",
             "the run",
-            (401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+            writes,
+            description="Pause a run (tree: and every run below it): not claimed, its start "
+            "deadline frozen; a running one is given back at its next step. Pausing a paused "
+            "run again changes nothing.",
         ),
         "run-resume": _run_write(
             "resumeRun",
-            "Resume a paused run (tree: and every run below it).",
             "PauseRun",
             "the run",
             (401, 403, 404, 405, 413, 415, 422, 429, 500, 503),
+            description="Resume a paused run (tree: and every run below it).",
         ),
         "run-signal": {
-            "post": {
-                "operationId": "signalRun",
-                "description": "Send a signal to a run of your tenant; the body (any JSON, "
-                "or none) is its data, the run's input when a wait for that name ends.",
-                "parameters": [
+            "post": operation(
+                "signalRun",
+                [
                     RUN_ID,
-                    {
-                        "name": "name",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                    },
+                    parameter(
+                        "name", "path", {"type": "string", "minLength": 1, "maxLength": 255}
+                    ),
                 ],
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": {}}},
-                },
-                "responses": {
-                    "202": {
-                        "description": "delivered or kept",
-                        "content": json_content("Signalled"),
-                    },
-                    **problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
-                },
-            }
+                {"202": answer("delivered or kept", "Signalled")},
+                (400, *writes),
+                description="Send a signal to a run of your tenant; the body (any JSON, or "
+                "none) is its data, the run's input when a wait for that name ends.",
+                body=_ANY_BODY,
+            )
         },
         "run-input": {
-            "post": {
-                "operationId": "answerRun",
-                "summary": "Answer a run waiting for the user, whatever its session",
-                "description": "The body (any JSON, or none for null) is the run's input, "
-                "as the payload of a submit to its session would be: the run is queued "
-                "again and its handler resumes with it as ctx.input. Its question is "
-                "wait.question in the run. 409 run-not-waiting-for-user once answered. "
-                "An Idempotency-Key (optional) makes a retry safe, as on a submit: the "
-                "same answer again is the first response with Idempotent-Replayed: true; "
-                "the key with another answer or run is 422 idempotency-key-reused.",
-                "parameters": [
-                    RUN_ID,
-                    idempotency_key(required=False),
-                ],
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": {}}},
+            "post": operation(
+                "answerRun",
+                [RUN_ID, idempotency_key(required=False)],
+                {
+                    "202": answer(
+                        "the answer is the run's input; the run is queued (or a replay of that)",
+                        "Run",
+                        headers=_LOCATION | replayed("request"),
+                    ),
                 },
-                "responses": {
-                    "202": {
-                        "description": "the answer is the run's input; the run is queued "
-                        "(or a replay of that)",
-                        "headers": _LOCATION | replayed("request"),
-                        "content": json_content("Run"),
-                    },
-                    **problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
-                },
-            }
+                (400, *writes),
+                summary="Answer a run waiting for the user, whatever its session",
+                description="The body (any JSON, or none for null) is the run's input, as the "
+                "payload of a submit to its session would be: the run is queued again and its "
+                "handler resumes with it as ctx.input. Its question is wait.question in the "
+                "run. 409 run-not-waiting-for-user once answered. An Idempotency-Key "
+                "(optional) makes a retry safe, as on a submit: the same answer again is the "
+                "first response with Idempotent-Replayed: true; the key with another answer or "
+                "run is 422 idempotency-key-reused.",
+                body=_ANY_BODY,
+            )
         },
     }
 
 
 def _run_write(
     operation_id: str,
-    description: str | None,
     body: str,
-    answer: str,
+    answered: str,
     codes: tuple[int, ...],
+    *,
+    description: str | None = None,
 ) -> JSON:
     """A POST on a run with an optional ``body`` schema, answered with the run."""
-    operation: dict[str, JSON] = {"operationId": operation_id}
-    if description is not None:
-        operation["description"] = description
-    operation["parameters"] = [RUN_ID]
-    operation["requestBody"] = {"required": False, "content": json_content(body)}
-    operation["responses"] = {
-        "200": {"description": answer, "content": json_content("Run")},
-        **problems(*codes),
+    return {
+        "post": operation(
+            operation_id,
+            [RUN_ID],
+            {"200": answer(answered, "Run")},
+            codes,
+            description=description,
+            body={"required": False, "content": json_content(body)},
+        )
     }
-    return {"post": operation}

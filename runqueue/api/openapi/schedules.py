@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from runqueue.api.openapi.parts import (
     NULLABLE_TIME,
+    UUID,
+    answer,
     idempotency_key,
     json_content,
+    operation,
     page,
-    problems,
+    parameter,
     replayed,
 )
 from runqueue.api.parsing import MAX_PAUSE_REASON, MAX_SCHEDULE_PAGE, SCHEDULE_PAGE
@@ -20,12 +23,7 @@ from runqueue.submission.rules import TEXT_LIMITS
 from runqueue.types import JSON
 
 _NO_NUL = "^[^\\u0000]+$"
-_ID = {
-    "name": "schedule_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "format": "uuid"},
-}
+_ID = parameter("schedule_id", "path", UUID)
 
 
 def _pause_body() -> dict[str, JSON]:
@@ -45,93 +43,82 @@ def _pause_body() -> dict[str, JSON]:
 
 def paths() -> dict[str, JSON]:
     """By route name: the schedules, one schedule, its pause and resume."""
-    one = {"200": {"description": "the schedule", "content": json_content("Schedule")}}
+    one = {"200": answer("the schedule", "Schedule")}
+    writes = (400, 401, 404, 405, 413, 415, 422, 429, 500, 503)
     return {
         "schedules": {
-            "post": {
-                "operationId": "createSchedule",
-                "summary": "Make a schedule: a cron in a time zone, or once at run_at",
-                "description": "Each tick submits a run of kind with payload, as "
-                "POST /api/runs/ would (the same kinds, the same priority ceiling; "
-                "principal schedule:api:<id>); with session_id, a turn of that session "
-                "submitted with on_busy (default enqueue). A token owns at most "
+            "post": operation(
+                "createSchedule",
+                [idempotency_key(required=True)],
+                {
+                    "201": answer(
+                        "made (or a replay of that)",
+                        "Schedule",
+                        headers={"Location": {"schema": {"type": "string"}}, **replayed("create")},
+                    ),
+                },
+                (400, 401, 405, 409, 411, 413, 415, 422, 429, 500, 503),
+                summary="Make a schedule: a cron in a time zone, or once at run_at",
+                description="Each tick submits a run of kind with payload, as POST /api/runs/ "
+                "would (the same kinds, the same priority ceiling; principal "
+                "schedule:api:<id>); with session_id, a turn of that session submitted with "
+                "on_busy (default enqueue). A token owns at most "
                 "RUNQUEUE['API_SCHEDULES_PER_TOKEN'] schedules that can still fire (409 "
                 "schedule-limit-reached). The Idempotency-Key works as on a submit.",
-                "parameters": [idempotency_key(required=True)],
-                "requestBody": {"required": True, "content": json_content("CreateSchedule")},
-                "responses": {
-                    "201": {
-                        "description": "made (or a replay of that)",
-                        "headers": {
-                            "Location": {"schema": {"type": "string"}},
-                            **replayed("create"),
-                        },
-                        "content": json_content("Schedule"),
-                    },
-                    **problems(400, 401, 405, 409, 411, 413, 415, 422, 429, 500, 503),
-                },
-            },
-            "get": {
-                "operationId": "listSchedules",
-                "summary": "The schedules of your tenant made over the API or by handlers, "
-                "sorted by id",
-                "parameters": [
-                    {"name": "session_id", "in": "query", "schema": {"type": "string"}},
-                    {"name": "kind", "in": "query", "schema": {"type": "string"}},
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "description": "the last id of the previous page",
-                        "schema": {"type": "string", "format": "uuid"},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "description": f"schedules per page (default {SCHEDULE_PAGE})",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SCHEDULE_PAGE},
-                    },
+                body={"required": True, "content": json_content("CreateSchedule")},
+            ),
+            "get": operation(
+                "listSchedules",
+                [
+                    parameter("session_id", "query", {"type": "string"}),
+                    parameter("kind", "query", {"type": "string"}),
+                    parameter(
+                        "after", "query", UUID, description="the last id of the previous page"
+                    ),
+                    parameter(
+                        "limit",
+                        "query",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_SCHEDULE_PAGE},
+                        description=f"schedules per page (default {SCHEDULE_PAGE})",
+                    ),
                 ],
-                "responses": {
-                    "200": {"description": "a page", "content": json_content("SchedulePage")},
-                    **problems(400, 401, 405, 500, 503),
-                },
-            },
+                {"200": answer("a page", "SchedulePage")},
+                (400, 401, 405, 500, 503),
+                summary="The schedules of your tenant made over the API or by handlers, "
+                "sorted by id",
+            ),
         },
         "schedule": {
-            "get": {
-                "operationId": "getSchedule",
-                "parameters": [_ID],
-                "responses": {**one, **problems(401, 404, 405, 500, 503)},
-            },
-            "delete": {
-                "operationId": "deleteSchedule",
-                "summary": "Delete the schedule and its ticks; its runs stay as they are",
-                "parameters": [_ID],
-                "responses": {
-                    "204": {"description": "deleted"},
-                    **problems(401, 404, 405, 429, 500, 503),
-                },
-            },
+            "get": operation("getSchedule", [_ID], one, (401, 404, 405, 500, 503)),
+            "delete": operation(
+                "deleteSchedule",
+                [_ID],
+                {"204": {"description": "deleted"}},
+                (401, 404, 405, 429, 500, 503),
+                summary="Delete the schedule and its ticks; its runs stay as they are",
+            ),
         },
         "schedule-pause": {
-            "post": {
-                "operationId": "pauseSchedule",
-                "summary": "Stop firing; ticks while paused are not caught up (a paused "
+            "post": operation(
+                "pauseSchedule",
+                [_ID],
+                one,
+                writes,
+                summary="Stop firing; ticks while paused are not caught up (a paused "
                 "schedule: 200, as the first time)",
-                "parameters": [_ID],
-                "requestBody": _pause_body(),
-                "responses": {**one, **problems(400, 401, 404, 405, 413, 415, 422, 429, 500, 503)},
-            }
+                body=_pause_body(),
+            )
         },
         "schedule-resume": {
-            "post": {
-                "operationId": "resumeSchedule",
-                "summary": "Fire again from now on; a one-shot whose time passed fires now "
-                "(an active schedule: 200)",
-                "parameters": [_ID],
-                "requestBody": _pause_body(),
-                "responses": {**one, **problems(400, 401, 404, 405, 413, 415, 422, 429, 500, 503)},
-            }
+            "post": operation(
+                "resumeSchedule",
+                [_ID],
+                one,
+                writes,
+                summary="Fire again from now on; a one-shot whose time passed fires now (an "
+                "active schedule: 200)",
+                body=_pause_body(),
+            )
         },
     }
 

@@ -4,24 +4,30 @@ other resources so that each reads whole; the package assembles them."""
 
 from __future__ import annotations
 
-from runqueue.api.openapi.parts import NULLABLE_TIME, REF, json_content, problems
+from runqueue.api.openapi.parts import (
+    EVENT_STREAM,
+    NULLABLE_TIME,
+    REF,
+    answer,
+    operation,
+    parameter,
+)
 from runqueue.models import RunStatus
 from runqueue.submission.rules import TEXT_LIMITS
 from runqueue.types import JSON
 
-_SESSION_ID = {
-    "name": "session_id",
-    "in": "path",
-    "required": True,
-    "description": "the session's id, in the caller's tenant (one holding '/' cannot be "
-    "named in a path)",
-    "schema": {
+_SESSION_ID = parameter(
+    "session_id",
+    "path",
+    {
         "type": "string",
         "minLength": 1,
         "maxLength": TEXT_LIMITS["session_id"],
         "pattern": "^[^/\\u0000]+$",
     },
-}
+    description="the session's id, in the caller's tenant (one holding '/' cannot be named "
+    "in a path)",
+)
 _SESSION_CURSOR = "^[0-9a-f]{32}:[0-9]{1,19}([.][0-9a-z]{1,13})?$"
 
 
@@ -136,64 +142,62 @@ def paths() -> dict[str, JSON]:
     """By route name: a session and its stream."""
     return {
         "session": {
-            "get": {
-                "operationId": "getSession",
-                "summary": "A session of your tenant: its newest turns in submit order "
-                "with how each ended, its active run, its line and its usage",
-                "parameters": [
+            "get": operation(
+                "getSession",
+                [
                     _SESSION_ID,
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "description": "turns per page (default 20)",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
-                    },
-                    {
-                        "name": "before",
-                        "in": "query",
-                        "description": "the turns before this cursor (a page's "
-                        "links.older carries it)",
-                        "schema": {"type": "string"},
-                    },
+                    parameter(
+                        "limit",
+                        "query",
+                        {"type": "integer", "minimum": 1, "maximum": 100},
+                        description="turns per page (default 20)",
+                    ),
+                    parameter(
+                        "before",
+                        "query",
+                        {"type": "string"},
+                        description="the turns before this cursor (a page's links.older "
+                        "carries it)",
+                    ),
                 ],
-                "responses": {
-                    "200": {"description": "the session", "content": json_content("Session")},
-                    **problems(400, 401, 404, 405, 500, 503),
-                },
-            }
+                {"200": answer("the session", "Session")},
+                (400, 401, 404, 405, 500, 503),
+                summary="A session of your tenant: its newest turns in submit order with how "
+                "each ended, its active run, its line and its usage",
+            )
         },
         "session-stream": {
-            "get": {
-                "operationId": "streamSessionEvents",
-                "summary": "Server-Sent Events: every turn's events of a session in "
-                "order, each naming its run, then each new one as it commits, the next "
-                "turns' too; closed after STREAM_MAX_SECONDS (resume with Last-Event-ID)",
-                "parameters": [
+            "get": operation(
+                "streamSessionEvents",
+                [
                     _SESSION_ID,
-                    {
-                        "name": "Last-Event-ID",
-                        "in": "header",
-                        "description": "resume after this message's id: (wins over "
-                        "after), across turns; a cursor not on this server's history or "
-                        "not of this session starts again after a stream.reset message",
-                        "schema": {"type": "string", "pattern": _SESSION_CURSOR},
-                    },
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "description": "the same cursor as Last-Event-ID",
-                        "schema": {"type": "string", "pattern": _SESSION_CURSOR},
-                    },
+                    parameter(
+                        "Last-Event-ID",
+                        "header",
+                        {"type": "string", "pattern": _SESSION_CURSOR},
+                        description="resume after this message's id: (wins over after), "
+                        "across turns; a cursor not on this server's history or not of this "
+                        "session starts again after a stream.reset message",
+                    ),
+                    parameter(
+                        "after",
+                        "query",
+                        {"type": "string", "pattern": _SESSION_CURSOR},
+                        description="the same cursor as Last-Event-ID",
+                    ),
                 ],
-                "responses": {
+                {
                     "200": {
-                        "description": "the stream: one message per event, id: the "
-                        "cursor, event: its type, data: the event as JSON with its run_id; "
-                        "without a cursor, from the newest finished turn and the live ones",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        "description": "the stream: one message per event, id: the cursor, "
+                        "event: its type, data: the event as JSON with its run_id; without a "
+                        "cursor, from the newest finished turn and the live ones",
+                        "content": EVENT_STREAM,
                     },
-                    **problems(400, 401, 404, 405, 429, 500, 503),
                 },
-            }
+                (400, 401, 404, 405, 429, 500, 503),
+                summary="Server-Sent Events: every turn's events of a session in order, each "
+                "naming its run, then each new one as it commits, the next turns' too; closed "
+                "after STREAM_MAX_SECONDS (resume with Last-Event-ID)",
+            )
         },
     }

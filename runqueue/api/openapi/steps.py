@@ -7,8 +7,11 @@ from __future__ import annotations
 from runqueue.api.openapi.parts import (
     REF,
     RUN_ID,
+    answer,
     json_content,
-    problems,
+    operation,
+    page,
+    parameter,
     replayed,
 )
 from runqueue.models import ToolDecision, ToolStatus
@@ -47,14 +50,7 @@ def schemas() -> dict[str, JSON]:
                 },
             },
         },
-        "Steps": {
-            "type": "object",
-            "required": ["steps", "next"],
-            "properties": {
-                "steps": {"type": "array", "items": {"$ref": REF + "Step"}},
-                "next": {"type": ["string", "null"]},
-            },
-        },
+        "Steps": page("steps", "Step", next_described=False),
         "ToolDecision": {
             "type": "object",
             "required": ["decision"],
@@ -78,45 +74,33 @@ def paths() -> dict[str, JSON]:
     """By route name: a run's steps and a tool call's decision."""
     return {
         "run-steps": {
-            "get": {
-                "operationId": "getRunSteps",
-                "description": "The run's recorded steps in order: each model request "
-                "and response, each tool call with its arguments, outcome and approval.",
-                "parameters": [
+            "get": operation(
+                "getRunSteps",
+                [
                     RUN_ID,
-                    {"name": "after", "in": "query", "schema": {"type": "integer"}},
-                    {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+                    parameter("after", "query", {"type": "integer"}),
+                    parameter("limit", "query", {"type": "integer"}),
                 ],
-                "responses": {
-                    "200": {"description": "a page of steps", "content": json_content("Steps")},
-                    **problems(400, 401, 404, 405, 500, 503),
-                },
-            }
+                {"200": answer("a page of steps", "Steps")},
+                (400, 401, 404, 405, 500, 503),
+                description="The run's recorded steps in order: each model request and "
+                "response, each tool call with its arguments, outcome and approval.",
+            )
         },
         "run-tool-decision": {
-            "post": {
-                "operationId": "decideTool",
-                "description": "Approve, edit, reject or respond to a tool call awaiting "
+            "post": operation(
+                "decideTool",
+                [RUN_ID, parameter("seq", "path", {"type": "integer", "minimum": 0})],
+                {
+                    "200": answer(
+                        "the decided call and its run", "Decided", headers=replayed("request")
+                    )
+                },
+                (400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
+                description="Approve, edit, reject or respond to a tool call awaiting "
                 "approval; the run resumes. The same decision again answers as the first "
                 "(Idempotent-Replayed); another is 409 tool-not-awaiting-approval.",
-                "parameters": [
-                    RUN_ID,
-                    {
-                        "name": "seq",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "integer", "minimum": 0},
-                    },
-                ],
-                "requestBody": {"required": True, "content": json_content("ToolDecision")},
-                "responses": {
-                    "200": {
-                        "description": "the decided call and its run",
-                        "headers": replayed("request"),
-                        "content": json_content("Decided"),
-                    },
-                    **problems(400, 401, 403, 404, 405, 409, 413, 415, 422, 429, 500, 503),
-                },
-            }
+                body={"required": True, "content": json_content("ToolDecision")},
+            )
         },
     }
