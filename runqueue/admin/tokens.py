@@ -17,11 +17,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from runqueue import tokens
-from runqueue.admin import display
+from runqueue.admin import display, secrets
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
 from runqueue.models import ApiToken
@@ -56,7 +55,7 @@ class ApiTokenForm(forms.ModelForm):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(NoBulkDelete, GuardedAdmin):
+class ApiTokenAdmin(secrets.ShowsSecretOnAdd, NoBulkDelete, GuardedAdmin):
     # Short headers and values: every column fits a 1366 px screen.
     list_display = (
         "__str__",
@@ -131,7 +130,7 @@ class ApiTokenAdmin(NoBulkDelete, GuardedAdmin):
         self, request: HttpRequest, obj: ApiToken, form: forms.BaseForm, change: bool
     ) -> None:
         if not change:
-            request._runqueue_raw_token = tokens.assign_secret(obj)  # type: ignore[attr-defined]
+            secrets.made(request, tokens.assign_secret(obj))
         super().save_model(request, obj, form, change)
         nonce = form.cleaned_data.get("issue_nonce") if not change else None
         if nonce:
@@ -159,22 +158,13 @@ class ApiTokenAdmin(NoBulkDelete, GuardedAdmin):
             return redirect(reverse("admin:runqueue_apitoken_change", args=[issued[nonce]]))
         return super().add_view(request, form_url, extra_context)
 
-    def response_add(
-        self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None
-    ) -> HttpResponse:
-        raw = getattr(request, "_runqueue_raw_token", None)
-        if raw is None:
-            return super().response_add(request, obj, post_url_continue)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "token": obj,
-            "raw_token": raw,
-            "title": "API token created",
-        }
-        response = TemplateResponse(request, "admin/runqueue/apitoken/token_created.html", context)
-        response["Cache-Control"] = "no-store"
-        return response
+    def secret_made(self, request: HttpRequest, obj: ApiToken, secret: str) -> HttpResponse:
+        return secrets.shown_once(
+            self,
+            request,
+            "admin/runqueue/apitoken/token_created.html",
+            {"token": obj, "raw_token": secret, "title": "API token created"},
+        )
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

@@ -13,11 +13,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
 from runqueue import webhooks
+from runqueue.admin import secrets
 from runqueue.admin.guard import GuardedAdmin
 from runqueue.admin.permissions import NoBulkDelete
 from runqueue.errors import RunqueueError
@@ -65,7 +65,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(NoBulkDelete, GuardedAdmin):
+class WebhookEndpointAdmin(secrets.ShowsSecretOnAdd, NoBulkDelete, GuardedAdmin):
     form = WebhookEndpointForm
     list_display = ("__str__", "url", "tenant", "subscribed", "active", "rotation", "created_at")
     list_filter = ("active", "subscribed", "tenant")
@@ -84,28 +84,17 @@ class WebhookEndpointAdmin(NoBulkDelete, GuardedAdmin):
         super().save_model(request, obj, form, change)
         secret = getattr(form, "new_secret", None)
         if secret:
-            request._runqueue_webhook_secret = secret  # type: ignore[attr-defined]
+            secrets.made(request, secret)
 
-    def response_add(
-        self, request: HttpRequest, obj: WebhookEndpoint, post_url_continue: str | None = None
-    ) -> HttpResponse:
-        secret = getattr(request, "_runqueue_webhook_secret", None)
-        if secret is None:
-            return super().response_add(request, obj, post_url_continue)
+    def secret_made(self, request: HttpRequest, obj: WebhookEndpoint, secret: str) -> HttpResponse:
         return self._secret_page(request, [(obj, secret)], "Webhook endpoint created")
 
     def _secret_page(
         self, request: HttpRequest, shown: list[tuple[WebhookEndpoint, str]], title: str
     ) -> HttpResponse:
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "shown": shown,
-            "title": title,
-        }
-        response = TemplateResponse(request, SHOWN_ONCE_TEMPLATE, context)
-        response["Cache-Control"] = "no-store"
-        return response
+        return secrets.shown_once(
+            self, request, SHOWN_ONCE_TEMPLATE, {"shown": shown, "title": title}
+        )
 
     @admin.action(description="Rotate the secret of selected endpoints", permissions=["change"])
     def rotate_secrets(
