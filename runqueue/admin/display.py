@@ -9,7 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Callable
 
+from django.contrib import admin
+from django.db.models import Model
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -88,6 +91,17 @@ def age(since: dt.datetime | None, now: dt.datetime | None = None) -> str:
     if since is None:
         return "-"
     return timesince(since, now or timezone.now(), depth=1)
+
+
+def age_column(field: str, description: str) -> Callable[[admin.ModelAdmin, Model], str]:
+    """A list's column headed ``description``: how long ago the row's
+    ``field`` (a time) was, sorted by it."""
+
+    @admin.display(description=description, ordering=field)
+    def column(_admin: admin.ModelAdmin, row: Model) -> str:
+        return age(getattr(row, field))
+
+    return column
 
 
 def duration(value: dt.timedelta | None) -> str:

@@ -146,9 +146,7 @@ class PausedKindAdmin(NoBulkDelete, GuardedAdmin):
             return "All classes"
         return PriorityClass(row.priority_class).label
 
-    @admin.display(description="paused for", ordering="paused_at")
-    def since(self, row: PausedKind) -> str:
-        return display.age(row.paused_at)
+    since = display.age_column("paused_at", "paused for")
 
 
 @admin.register(QueueEvent)

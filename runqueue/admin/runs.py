@@ -264,13 +264,20 @@ class RunAdmin(OperatorMixin, RunPage, NoBulkDelete, GuardedAdmin):
             unknown,
         )
 
-    @admin.display(description="age", ordering="created_at")
-    def age_display(self, run: Run) -> str:
-        return display.age(run.created_at)
+    age_display = display.age_column("created_at", "age")
+
+
+class RunListAdmin(RunAdmin):
+    """A list of some runs (the failed ones, the uncertain ones): its bulk
+    pages are its own; a run's pages (dashboard, session, resolve, decide,
+    fork) stay the runs admin's."""
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
 
 
 @admin.register(DeadLetteredRun)
-class DeadLetteredRunAdmin(RunAdmin):
+class DeadLetteredRunAdmin(RunListAdmin):
     """Failed runs, most recently failed first, with the reason at a glance."""
 
     list_display = [
@@ -287,9 +294,6 @@ class DeadLetteredRunAdmin(RunAdmin):
     actions = [requeue_runs, forks.fork_from_failure]
     bulk_verbs = ("requeue",)
 
-    def get_urls(self) -> list[URLPattern]:
-        return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
-
     @admin.display(description="failure")
     def failure_summary(self, run: Run) -> SafeString | str:
         failure = run.failure or {}
@@ -301,13 +305,11 @@ class DeadLetteredRunAdmin(RunAdmin):
         # Every run here is failed: the marker goes with the failure.
         return format_html("{} {}", display.uncertain_marker(), text)
 
-    @admin.display(description="failed", ordering="finished_at")
-    def failed_ago(self, run: Run) -> str:
-        return display.age(run.finished_at)
+    failed_ago = display.age_column("finished_at", "failed")
 
 
 @admin.register(UncertainRun)
-class UncertainRunAdmin(RunAdmin):
+class UncertainRunAdmin(RunListAdmin):
     """Runs with a side effect nobody knows happened: resolve each one."""
 
     list_display = [
@@ -324,9 +326,6 @@ class UncertainRunAdmin(RunAdmin):
     # and the run's page (most runs here have finished anyway).
     actions: list = []
     bulk_verbs = ()
-
-    def get_urls(self) -> list[URLPattern]:
-        return [*self.bulk_urls(), *admin.ModelAdmin.get_urls(self)]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         unresolved = ToolInvocation.objects.filter(
