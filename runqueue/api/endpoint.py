@@ -1,7 +1,8 @@
 """What every view of the API shares: ``api_view`` (the method check,
 authentication, problem+json for every error, reads from a replica), a
-service error mapped to its answer, integer query parameters, and what the
-two event streams (a run's, a session's) bound and show by caller.
+service error mapped to its answer, integer query parameters, a page of a
+run's records (events, steps), and what the two event streams (a run's, a
+session's) bound and show by caller.
 
 Apart from the views, which are by resource (runs, run_events, steps,
 sessions, inbound_events, schedules), so that each imports it from below.
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import OperationalError
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -21,7 +23,7 @@ from runqueue import reads
 from runqueue.api.auth import Caller, authenticate
 from runqueue.api.errors import ApiError, from_service_error, request_id
 from runqueue.api.render import run_url
-from runqueue.conf import get_settings
+from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import RunqueueError
 from runqueue.stream import StreamLimit
 from runqueue.stream.sse import Stream
@@ -184,3 +186,21 @@ def _int_value(name: str, raw: str, low: int, high: int) -> int:
             extensions={"parameter": name},
         )
     return int(raw)
+
+
+def page_after[M: Model](
+    request: HttpRequest, rows: QuerySet[M], key: str, first: int, last: int, url: str
+) -> tuple[list[M], str | None]:
+    """A page of ``rows`` in ``key`` order: those after the ``after`` query
+    parameter (from ``first``, its default, to ``last``), ``limit`` of them
+    (API_EVENTS_PAGE_SIZE unless asked), and the URL (``url``) of the next
+    page, None on the last."""
+    after = int_param(request, "after", first, first, last)
+    limit = int_param(
+        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
+    )
+    page = list(rows.filter(**{f"{key}__gt": after}).order_by(key)[: limit + 1])
+    if len(page) <= limit:
+        return page, None
+    page = page[:limit]
+    return page, f"{url}?after={getattr(page[-1], key)}&limit={limit}"

@@ -13,11 +13,17 @@ from django.http import (
 
 from runqueue import events
 from runqueue.api.auth import Caller
-from runqueue.api.endpoint import answer_stream, api_view, int_param, is_operator, last_event_id
+from runqueue.api.endpoint import (
+    answer_stream,
+    api_view,
+    int_param,
+    is_operator,
+    last_event_id,
+    page_after,
+)
 from runqueue.api.errors import ApiError
 from runqueue.api.render import events_url
 from runqueue.api.runs import run_or_404
-from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.models import EventLog
 from runqueue.stream import open_stream
 from runqueue.stream.sse import parse_cursor
@@ -27,14 +33,8 @@ from runqueue.stream.sse import parse_cursor
 def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse:
     """A page of the run's events, oldest first; ``next`` continues after the last."""
     run = run_or_404(caller, run_id)
-    after = int_param(request, "after", 0, 0, 2**63 - 1)
-    limit = int_param(
-        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
-    )
-    page = list(EventLog.objects.filter(run_id=run.id, id__gt=after).order_by("id")[: limit + 1])
-    more = len(page) > limit
-    page = page[:limit]
-    next_url = f"{events_url(run.id)}?after={page[-1].id}&limit={limit}" if more else None
+    rows = EventLog.objects.filter(run_id=run.id)
+    page, next_url = page_after(request, rows, "id", 0, 2**63 - 1, events_url(run.id))
     operator = is_operator(caller)
     return JsonResponse(
         {"events": [events.event_body(e, operator=operator) for e in page], "next": next_url}

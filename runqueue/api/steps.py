@@ -10,11 +10,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 import runqueue
 from runqueue.api import parsing
 from runqueue.api.auth import Caller
-from runqueue.api.endpoint import api_view, int_param, mapped
+from runqueue.api.endpoint import api_view, mapped, page_after
 from runqueue.api.errors import ApiError, not_found, refused_in_status, validation_failed
 from runqueue.api.render import run_body, step_body, steps_url
 from runqueue.api.runs import run_or_404, writable
-from runqueue.conf import MAX_EVENTS_PAGE_SIZE, get_settings
 from runqueue.errors import (
     InvalidArgument,
     InvalidTransition,
@@ -30,16 +29,8 @@ def run_steps(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse
     """A page of the run's recorded steps in order (model requests, tool
     calls with their approvals, spawns); ``next`` continues after the last."""
     run = run_or_404(caller, run_id)
-    after = int_param(request, "after", -1, -1, 2**31 - 1)
-    limit = int_param(
-        request, "limit", get_settings().API_EVENTS_PAGE_SIZE, 1, MAX_EVENTS_PAGE_SIZE
-    )
-    page = list(ToolInvocation.objects.filter(run_id=run.id, seq__gt=after).order_by("seq"))[
-        : limit + 1
-    ]
-    more = len(page) > limit
-    page = page[:limit]
-    next_url = f"{steps_url(run.id)}?after={page[-1].seq}&limit={limit}" if more else None
+    rows = ToolInvocation.objects.filter(run_id=run.id)
+    page, next_url = page_after(request, rows, "seq", -1, 2**31 - 1, steps_url(run.id))
     return JsonResponse({"steps": [step_body(s) for s in page], "next": next_url})
 
 
