@@ -20,3 +20,21 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def seconds_within(accept: Callable[[float], bool], rule: str) -> Callable[[str], float]:
+    """An option's parser: a number of seconds that ``accept`` takes
+    (``rule`` says which: "0 or more")."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds, got {text!r}"
+            ) from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    return parse

@@ -10,16 +10,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
 from runqueue.history import housekeeping
+from runqueue.management.options import seconds_within
 
-
-def retention(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+#: ``--older-than``'s parser.
+retention = seconds_within(lambda value: value >= 0, "0 or more")
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from runqueue.conf import get_settings
-from runqueue.management.options import whole_number
+from runqueue.management.options import seconds_within, whole_number
 from runqueue.models import PriorityClass
 from runqueue.worker.config import (
     CLAIM_AHEAD,
@@ -34,14 +34,7 @@ def slot_spec(text: str) -> SlotSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, got {text}")
-    return value
+seconds = seconds_within(lambda value: 0 < value <= 86400, "more than 0 and at most 86400")
 
 
 ahead = whole_number(0, 256)
