@@ -9,6 +9,7 @@ from runqueue.api.openapi.parts import (
     EVENT_STREAM,
     NULLABLE_TIME,
     RUN_ID,
+    UUID,
     answer,
     idempotency_key,
     operation,
@@ -32,7 +33,7 @@ def schemas() -> dict[str, JSON]:
                 "received_at": {"type": "string", "format": "date-time"},
                 "started": {
                     "type": "array",
-                    "items": {"type": "string", "format": "uuid"},
+                    "items": UUID,
                     "description": "the runs the event's triggers started (the first "
                     "delivery's, on a replay)",
                 },

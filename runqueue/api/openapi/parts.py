@@ -1,9 +1,10 @@
 """What the resources' parts of the OpenAPI document are made of: a
-schema's reference, a route's path as the document writes it, the problem
-answers with their schema and types, and the parameters and headers several
-operations share. Apart from the resources' modules (runs, events, steps,
-sessions, schedules), which all use it, and from the package, which puts
-them together."""
+schema's reference, a route's path as the document writes it, an operation
+with its parameters and answers, the problem answers with their schema and
+types, and the schemas, parameters and headers several operations share.
+Apart from the resources' modules (runs, events, steps, sessions,
+schedules), which all use it, and from the package, which puts them
+together."""
 
 from __future__ import annotations
 
@@ -58,8 +59,10 @@ def parameter(
     path's is always required; the others say so only when ``required`` is
     given."""
     declared: dict[str, JSON] = {"name": name, "in": where}
-    if where == "path" or required is not None:
-        declared["required"] = where == "path" or bool(required)
+    if where == "path":
+        required = True
+    if required is not None:
+        declared["required"] = required
     if description is not None:
         declared["description"] = description
     declared["schema"] = schema

@@ -9,6 +9,7 @@ from runqueue.api.openapi.parts import (
     NULLABLE_TIME,
     REF,
     RUN_ID,
+    UUID,
     answer,
     idempotency_key,
     json_content,
@@ -133,7 +134,7 @@ def schemas(kinds: list[str]) -> dict[str, JSON]:
             "type": "object",
             "required": ["id", "kind", "status", "priority", "links"],
             "properties": {
-                "id": {"type": "string", "format": "uuid"},
+                "id": UUID,
                 "kind": {"type": "string"},
                 "status": {"type": "string", "enum": list(RunStatus.values)},
                 "parent_id": {
@@ -148,7 +149,7 @@ def schemas(kinds: list[str]) -> dict[str, JSON]:
                 },
                 "forks": {
                     "type": "array",
-                    "items": {"type": "string", "format": "uuid"},
+                    "items": UUID,
                     "description": "the runs forked from this one, newest first (at most 100)",
                 },
                 "children_open": {"type": "integer", "minimum": 0},

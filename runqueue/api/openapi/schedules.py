@@ -184,7 +184,7 @@ def schemas(kinds: list[str]) -> dict[str, JSON]:
             "type": "object",
             "required": ["id", "url", "kind", "state", "next_fire_at", "last_run"],
             "properties": {
-                "id": {"type": "string", "format": "uuid"},
+                "id": UUID,
                 "url": {"type": "string"},
                 "kind": {"type": "string"},
                 "payload": {},

@@ -8,6 +8,7 @@ from runqueue.api.openapi.parts import (
     EVENT_STREAM,
     NULLABLE_TIME,
     REF,
+    UUID,
     answer,
     operation,
     parameter,
@@ -38,7 +39,7 @@ def schemas() -> dict[str, JSON]:
             "type": "object",
             "required": ["id", "status", "place"],
             "properties": {
-                "id": {"type": "string", "format": "uuid"},
+                "id": UUID,
                 "status": {"type": "string", "enum": list(RunStatus.values)},
                 "place": {"type": ["integer", "null"]},
             },
@@ -62,7 +63,7 @@ def schemas() -> dict[str, JSON]:
             "description": "one run of a session",
             "required": ["id", "kind", "status", "payloads", "ended", "links"],
             "properties": {
-                "id": {"type": "string", "format": "uuid"},
+                "id": UUID,
                 "kind": {"type": "string"},
                 "status": {"type": "string", "enum": list(RunStatus.values)},
                 "place": {"type": ["integer", "null"]},
