@@ -134,20 +134,15 @@ class RunBody(TypedDict):
     links: RunLinks
 
 
+def run_route(route: str, run_id: uuid.UUID | None, **more: object) -> str:
+    """The URL of the run's route ``runqueue-api:<route>`` (``run``,
+    ``run-events``, ``run-cancel``...); ``more``: the route's other
+    parameters (a tool call's ``seq``)."""
+    return reverse(f"runqueue-api:{route}", kwargs={"run_id": str(run_id), **more})
+
+
 def run_url(run_id: uuid.UUID | None) -> str:
-    return reverse("runqueue-api:run", kwargs={"run_id": str(run_id)})
-
-
-def events_url(run_id: uuid.UUID) -> str:
-    return reverse("runqueue-api:run-events", kwargs={"run_id": str(run_id)})
-
-
-def steps_url(run_id: uuid.UUID) -> str:
-    return reverse("runqueue-api:run-steps", kwargs={"run_id": str(run_id)})
-
-
-def decision_url(run_id: uuid.UUID, seq: int) -> str:
-    return reverse("runqueue-api:run-tool-decision", kwargs={"run_id": str(run_id), "seq": seq})
+    return run_route("run", run_id)
 
 
 class StepBody(TypedDict):
@@ -198,12 +193,8 @@ def step_body(step: ToolInvocation) -> StepBody:
         "finished_at": public_time(step.finished_at),
     }
     if step.status == ToolStatus.AWAITING_APPROVAL:
-        body["decision"] = decision_url(step.run_id, step.seq)
+        body["decision"] = run_route("run-tool-decision", step.run_id, seq=step.seq)
     return body
-
-
-def input_url(run_id: uuid.UUID) -> str:
-    return reverse("runqueue-api:run-input", kwargs={"run_id": str(run_id)})
 
 
 def question(run: Run) -> JSON:
@@ -283,15 +274,15 @@ def run_body(run: Run) -> RunBody:
         )
     links: RunLinks = {
         "self": run_url(run.id),
-        "events": events_url(run.id),
-        "stream": reverse("runqueue-api:run-stream", kwargs={"run_id": str(run.id)}),
-        "cancel": reverse("runqueue-api:run-cancel", kwargs={"run_id": str(run.id)}),
-        "pause": reverse("runqueue-api:run-pause", kwargs={"run_id": str(run.id)}),
-        "resume": reverse("runqueue-api:run-resume", kwargs={"run_id": str(run.id)}),
-        "steps": steps_url(run.id),
+        "events": run_route("run-events", run.id),
+        "stream": run_route("run-stream", run.id),
+        "cancel": run_route("run-cancel", run.id),
+        "pause": run_route("run-pause", run.id),
+        "resume": run_route("run-resume", run.id),
+        "steps": run_route("run-steps", run.id),
     }
     if run.status == RunStatus.WAITING_FOR_USER:
-        links["input"] = input_url(run.id)
+        links["input"] = run_route("run-input", run.id)
     tree = usage.tree_of(run.id)
     return {
         "id": str(run.id),

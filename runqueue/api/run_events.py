@@ -22,7 +22,7 @@ from runqueue.api.endpoint import (
     page_after,
 )
 from runqueue.api.errors import ApiError
-from runqueue.api.render import events_url
+from runqueue.api.render import run_route
 from runqueue.api.runs import run_or_404
 from runqueue.models import EventLog
 from runqueue.stream import open_stream
@@ -34,7 +34,7 @@ def run_events(request: HttpRequest, caller: Caller, run_id: str) -> HttpRespons
     """A page of the run's events, oldest first; ``next`` continues after the last."""
     run = run_or_404(caller, run_id)
     rows = EventLog.objects.filter(run_id=run.id)
-    page, next_url = page_after(request, rows, "id", 0, 2**63 - 1, events_url(run.id))
+    page, next_url = page_after(request, rows, "id", 0, 2**63 - 1, run_route("run-events", run.id))
     operator = is_operator(caller)
     return JsonResponse(
         {"events": [events.event_body(e, operator=operator) for e in page], "next": next_url}

@@ -12,7 +12,7 @@ from runqueue.api import parsing
 from runqueue.api.auth import Caller
 from runqueue.api.endpoint import api_view, mapped, page_after
 from runqueue.api.errors import ApiError, not_found, refused_in_status, validation_failed
-from runqueue.api.render import run_body, step_body, steps_url
+from runqueue.api.render import run_body, run_route, step_body
 from runqueue.api.runs import run_or_404, writable
 from runqueue.errors import (
     InvalidArgument,
@@ -30,7 +30,9 @@ def run_steps(request: HttpRequest, caller: Caller, run_id: str) -> HttpResponse
     calls with their approvals, spawns); ``next`` continues after the last."""
     run = run_or_404(caller, run_id)
     rows = ToolInvocation.objects.filter(run_id=run.id)
-    page, next_url = page_after(request, rows, "seq", -1, 2**31 - 1, steps_url(run.id))
+    page, next_url = page_after(
+        request, rows, "seq", -1, 2**31 - 1, run_route("run-steps", run.id)
+    )
     return JsonResponse({"steps": [step_body(s) for s in page], "next": next_url})
 
 
