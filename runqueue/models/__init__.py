@@ -8,8 +8,9 @@ one-active-run-per-session indexes declared below, and finished runs in a
 partition per day of ``finished_at``; events are partitioned by day too.
 The ORM sees one table: ``Run.objects`` finds a run live or finished.
 Foreign keys to ``Run`` have no database constraint (PostgreSQL cannot
-reference a partitioned table's id alone): deletes cascade in the ORM, and
-retention drops a finished day with everything of its runs.
+reference a partitioned table's id alone; ``runqueue.models.run_keys``
+declares them): deletes cascade in the ORM, and retention drops a finished
+day with everything of its runs.
 
 Run state is written by ``runqueue.submission`` (new runs, through
 ``runqueue.submission.inserts``; input delivered)

@@ -14,7 +14,7 @@ from django.db.models.functions import Now
 
 from runqueue.limits import KIND_MAX_LENGTH, TENANT_MAX_LENGTH
 from runqueue.models.choices import PriorityClass
-from runqueue.models.runs import Run
+from runqueue.models.run_keys import run_key
 
 #: The longest event name and key: their columns' length.
 EVENT_NAME_MAX_LENGTH = 255
@@ -63,14 +63,8 @@ class EventDelivery(models.Model):
     event twice. Goes with its event (retention) or its run (``DEPENDANTS``
     of ``runqueue.history.partitions``)."""
 
-    run = models.ForeignKey(
-        Run,
-        on_delete=models.CASCADE,
-        related_name="event_deliveries",
-        db_constraint=False,
-        # The unique (run, event) index serves lookups by run.
-        db_index=False,
-    )
+    # The unique (run, event) index serves lookups by run.
+    run = run_key("event_deliveries", db_index=False)
     event = models.ForeignKey(InboundEvent, on_delete=models.CASCADE, related_name="deliveries")
     delivered_at = models.DateTimeField(db_default=Now())
 

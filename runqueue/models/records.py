@@ -9,7 +9,7 @@ from django.db.models.functions import Now
 
 from runqueue.limits import TENANT_MAX_LENGTH
 from runqueue.models.choices import Idempotency, SubmitOutcome, ToolStatus
-from runqueue.models.runs import Run
+from runqueue.models.run_keys import run_key
 
 
 class IdempotencyKey(models.Model):
@@ -19,9 +19,7 @@ class IdempotencyKey(models.Model):
     principal = models.CharField(max_length=255, blank=True, default="")
     key = models.CharField(max_length=255)
     request_hash = models.CharField(max_length=64)
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="idempotency_keys", db_constraint=False
-    )
+    run = run_key("idempotency_keys")
     outcome = models.CharField(max_length=20, choices=SubmitOutcome)
     created_at = models.DateTimeField(db_default=Now())
     expires_at = models.DateTimeField()
@@ -51,9 +49,7 @@ class RunEvent(models.Model):
     # db_index=False: the primary key in the database is (run, id,
     # created_at) (migration 0023), so it serves every read by run; Django
     # knows id as the key, which the sequence keeps unique.
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="events", db_constraint=False, db_index=False
-    )
+    run = run_key("events", db_index=False)
     type = models.CharField(max_length=64)
     lease_epoch = models.BigIntegerField()
     data = models.JSONField(default=dict, blank=True)
@@ -90,13 +86,7 @@ class EventLog(models.Model):
     reader of events reads here; writers append to ``RunEvent``.
     """
 
-    run = models.ForeignKey(
-        Run,
-        on_delete=models.DO_NOTHING,
-        related_name="log",
-        db_constraint=False,
-        db_index=False,
-    )
+    run = run_key("log", on_delete=models.DO_NOTHING, db_index=False)
     type = models.CharField(max_length=64)
     lease_epoch = models.BigIntegerField()
     data = models.JSONField(default=dict, blank=True)
@@ -117,9 +107,7 @@ class Signal(models.Model):
     transition, under the run's row lock, so a signal sent before the wait
     begins is delivered once, never lost and never twice."""
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="signals", db_constraint=False, db_index=False
-    )
+    run = run_key("signals", db_index=False)
     name = models.CharField(max_length=255)
     data = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
@@ -157,9 +145,7 @@ class StreamWatch(models.Model):
 class ToolInvocation(models.Model):
     """One side effect of a run, recorded started before it runs."""
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="tool_invocations", db_constraint=False
-    )
+    run = run_key("tool_invocations")
     seq = models.IntegerField()
     tool = models.CharField(max_length=255)
     idempotency = models.CharField(max_length=20, choices=Idempotency)
@@ -208,9 +194,7 @@ class ToolInvocation(models.Model):
 class Checkpoint(models.Model):
     """A handler's saved state at a tool-invocation boundary."""
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="checkpoints", db_constraint=False
-    )
+    run = run_key("checkpoints")
     seq = models.IntegerField()
     state = models.JSONField()
     #: How many tool invocations the handler had made when it saved this

@@ -13,7 +13,7 @@ from runqueue.limits import (
     TENANT_MAX_LENGTH,
     USAGE_MODEL_MAX_LENGTH,
 )
-from runqueue.models.runs import Run
+from runqueue.models.run_keys import run_key, run_primary_key
 
 
 class Usage(models.Model):
@@ -25,9 +25,7 @@ class Usage(models.Model):
     again by a fenced worker's same call, counts once (docs/decisions/run-trees.md,
     "Usage and cost")."""
 
-    run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="usage", db_constraint=False, db_index=False
-    )
+    run = run_key("usage", db_index=False)
     #: The run's tree root when it was recorded (itself for a root).
     root_id = models.UUIDField()
     tenant = models.CharField(max_length=TENANT_MAX_LENGTH)
@@ -79,13 +77,7 @@ class TreeSpend(models.Model):
     row's lock, so the one call that takes the cost to the cap is known
     (docs/decisions/run-trees.md, "Usage and cost")."""
 
-    run = models.OneToOneField(
-        Run,
-        primary_key=True,
-        on_delete=models.CASCADE,
-        related_name="tree_spend",
-        db_constraint=False,
-    )
+    run = run_primary_key("tree_spend")
     #: The tree ends (reason spend_cap) once its cost reaches this; NULL: no cap.
     spend_cap = models.DecimalField(
         max_digits=COST_DIGITS, decimal_places=COST_PLACES, null=True, blank=True

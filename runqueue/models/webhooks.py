@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 
 from runqueue.limits import TENANT_MAX_LENGTH
 from runqueue.models.api_tokens import ApiToken
-from runqueue.models.runs import Run
+from runqueue.models.run_keys import run_key, run_primary_key
 
 #: The events a webhook reports (the ``type`` of its body).
 WEBHOOK_EVENTS = (
@@ -102,13 +102,7 @@ class WebhookTarget(models.Model):
     """A run's own webhook URL (``submit(webhook=...)``), with the endpoint
     whose secret signs it: written in the run's insert transaction."""
 
-    run = models.OneToOneField(
-        Run,
-        on_delete=models.CASCADE,
-        primary_key=True,
-        related_name="webhook_target",
-        db_constraint=False,
-    )
+    run = run_primary_key("webhook_target")
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="+")
     url = models.CharField(max_length=URL_MAX_LENGTH)
 
@@ -129,15 +123,11 @@ class WebhookDelivery(models.Model):
         WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
     )
     url = models.CharField(max_length=URL_MAX_LENGTH)
-    run = models.ForeignKey(
-        Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
-    )
+    run = run_key("+", on_delete=models.DO_NOTHING)
     event_type = models.CharField(max_length=64)
     message_id = models.CharField(max_length=255)
     body = models.JSONField()
-    attempt_run = models.ForeignKey(
-        Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
-    )
+    attempt_run = run_key("+", on_delete=models.DO_NOTHING)
     created_at = models.DateTimeField(db_default=Now())
     attempts = models.IntegerField(default=0, db_default=0)
     last_status = models.IntegerField(null=True, blank=True)
