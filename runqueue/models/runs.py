@@ -86,6 +86,16 @@ def _run_link(*, related_name: str) -> models.ForeignKey[Run | None, Run | None]
     )
 
 
+def _index_where_set(field: str) -> models.Index:
+    """An index of the runs that have ``field`` (not NULL): a run without
+    it writes no entry."""
+    return models.Index(
+        fields=[field],
+        condition=Q(**{f"{field}__isnull": False}),
+        name=f"runqueue_run_{field}_idx",
+    )
+
+
 class Run(models.Model):
     """One unit of agent work: a turn, a research job, a maintenance job."""
 
@@ -331,11 +341,7 @@ class Run(models.Model):
             # kind and class filters over history, on the finished days only
             # (0009).
             models.Index(fields=["tenant", "created_at"], name="runqueue_run_tenant_idx"),
-            models.Index(
-                fields=["session_id"],
-                condition=Q(session_id__isnull=False),
-                name="runqueue_run_session_id_idx",
-            ),
+            _index_where_set("session_id"),
             # A session's turns newest first, a page at a time (the session
             # read, its stream's runs): runs with a session only, on every
             # partition (migration 0030). created_at never changes, so it
@@ -368,11 +374,7 @@ class Run(models.Model):
             ),
             # A run's children, on every partition (the admin's tree, the
             # cascade of a cancel, ctx.children()).
-            models.Index(
-                fields=["parent"],
-                condition=Q(parent__isnull=False),
-                name="runqueue_run_parent_idx",
-            ),
+            _index_where_set("parent"),
             # Waiting runs by deadline: the worker's deadline service reads
             # the next due ones here (live partition only).
             models.Index(
@@ -388,11 +390,7 @@ class Run(models.Model):
                 name="runqueue_run_start_by_idx",
             ),
             # A run's forks, on every partition (the run page, the API).
-            models.Index(
-                fields=["forked_from"],
-                condition=Q(forked_from__isnull=False),
-                name="runqueue_run_forked_from_idx",
-            ),
+            _index_where_set("forked_from"),
             # Runs waiting for an inbound event, by tenant and name: an
             # event's insert finds the waits it ends here (live partition).
             models.Index(
