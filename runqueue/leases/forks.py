@@ -52,16 +52,20 @@ def fork(
     reason: str,
     traceparent: str = "",
 ) -> Run:
-    """A new run from finished run ``run_id``: its first ``from_step``
-    recorded steps copied (replayed by the fork's handler, not run again),
-    ``payload`` (None: the original's) as its payload. Returns the fork.
-    ``traceparent``: the forking trace's (``runqueue.history.forking`` passes it).
+    """A new run of finished run ``run_id``'s kind, tenant, principal,
+    priority and concurrency key, holding no session slot, whose first
+    ``from_step`` recorded steps (tool outcomes and spawns, in call order)
+    are copied so its handler replays them without running them again;
+    ``payload`` replaces the original's (None: the same). ``run.forked`` on
+    both runs names ``actor`` and ``reason``. Returns the fork.
+    ``traceparent``: the trace the fork links to (``runqueue.fork`` passes
+    the caller's).
 
     Raises InvalidArgument (a malformed id, reason or actor, a step out of
     range, a payload that cannot be stored), RunNotFound, InvalidTransition
     (the run is not finished), UnknownKind (no handler for its kind now),
-    ForkRefused (a copied step's outcome is unknown, or its child is still
-    live). Nothing is written then.
+    ForkRefused (a step to copy has an outcome nobody knows, or spawned a
+    child still live). Nothing is written then.
     """
     run_id = checked_operation("fork", run_id, reason=reason, actor=actor)
     if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
