@@ -126,9 +126,8 @@ class OperatorMixin(admin.ModelAdmin):
     ) -> HttpResponse:
         """More runs than a page: a maintenance run does it, so the request
         cannot time out; its page shows the progress (checkpoints, events)."""
-        run = bulk.submit_in_background(
-            ids, verb=verb, actor=actor(request), reason=reason, user_id=staff_id(request)
-        )
+        action = bulk.BulkAction(verb, actor(request), reason)
+        run = bulk.submit_in_background(ids, action, user_id=staff_id(request))
         self.message_user(
             request,
             f"{LABELS[verb]}: {len(ids):,} run(s) will be {PAST[verb]} in the background by "
@@ -141,15 +140,10 @@ class OperatorMixin(admin.ModelAdmin):
     def _bulk_apply(
         self, request: HttpRequest, verb: str, ids: list[uuid.UUID], reason: str
     ) -> HttpResponse:
-        message = f"{PAST[verb].capitalize()} (bulk) by {actor(request)}" + (
-            f": {reason}" if reason else ""
-        )
+        action = bulk.BulkAction(verb, actor(request), reason)
+        message = action.history_message("bulk")
         result = bulk.apply(
-            ids,
-            verb=verb,
-            actor=actor(request),
-            reason=reason,
-            after_batch=lambda runs: log_change(request, runs, message),
+            ids, action, after_batch=lambda runs: log_change(request, runs, message)
         )
         self.message_user(
             request,

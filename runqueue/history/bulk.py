@@ -41,6 +41,33 @@ def actionable(queryset: QuerySet[Run], verb: str) -> QuerySet[Run]:
     raise _unknown(verb)
 
 
+@dataclass(frozen=True)
+class BulkAction:
+    """What a bulk action does to each run and in whose name: ``verb``
+    (requeue or cancel), with the ``actor`` and ``reason`` each run's event
+    records."""
+
+    verb: str
+    actor: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.verb not in VERBS:
+            raise _unknown(self.verb)
+
+    def on(self, run_id: uuid.UUID) -> Run:
+        """The run requeued or cancelled (RunqueueError if it cannot be)."""
+        if self.verb == "requeue":
+            return leases.requeue(run_id, actor=self.actor, reason=self.reason)
+        return leases.cancel(run_id, reason=self.reason, actor=self.actor)
+
+    def history_message(self, how: str) -> str:
+        """The admin history's entry for each run changed, e.g. "Requeued
+        (bulk) by ops: provider back"; ``how`` goes in the parentheses."""
+        done = f"{PAST[self.verb].capitalize()} ({how}) by {self.actor}"
+        return done + (f": {self.reason}" if self.reason else "")
+
+
 @dataclass
 class BulkResult:
     """What a bulk action did: runs changed, and runs left with the reason."""
@@ -51,26 +78,19 @@ class BulkResult:
 
 def apply(
     run_ids: Sequence[uuid.UUID],
+    action: BulkAction,
     *,
-    verb: str,
-    actor: str,
-    reason: str,
     batch: int = BATCH,
     after_batch: Callable[[list[Run]], None] | None = None,
 ) -> BulkResult:
     """Requeue or cancel each run, ``batch`` at a time; ``after_batch`` gets
     the runs each batch changed (the admin writes its LogEntries there)."""
-    if verb not in VERBS:
-        raise _unknown(verb)
     result = BulkResult()
     for start in range(0, len(run_ids), batch):
         done: list[Run] = []
         for run_id in run_ids[start : start + batch]:
             try:
-                if verb == "requeue":
-                    done.append(leases.requeue(run_id, actor=actor, reason=reason))
-                else:
-                    done.append(leases.cancel(run_id, reason=reason, actor=actor))
+                done.append(action.on(run_id))
             except RunqueueError as exc:
                 result.refused.append((run_id, exc))
         result.done += len(done)
@@ -88,12 +108,7 @@ KEEP_REFUSALS = 20
 
 
 def submit_in_background(
-    run_ids: Sequence[uuid.UUID],
-    *,
-    verb: str,
-    actor: str,
-    reason: str,
-    user_id: object = None,
+    run_ids: Sequence[uuid.UUID], action: BulkAction, *, user_id: object = None
 ) -> Run:
     """A maintenance run that acts on ``run_ids`` in batches, checkpointing
     its progress after each: a web request cannot outlive its timeout, a run
@@ -101,13 +116,11 @@ def submit_in_background(
     names the staff member whose admin history records each change."""
     from runqueue.submission.submit import submit
 
-    if verb not in VERBS:
-        raise _unknown(verb)
     payload = {
-        "verb": verb,
+        "verb": action.verb,
         "ids": [str(run_id) for run_id in run_ids],
-        "actor": actor,
-        "reason": reason,
+        "actor": action.actor,
+        "reason": action.reason,
         "user_id": user_id if user_id is None else str(user_id),
     }
     return submit(
@@ -115,7 +128,7 @@ def submit_in_background(
     ).run
 
 
-def _admin_history(user_id: str | None, verb: str, message: str) -> Callable[[list[Run]], None]:
+def _admin_history(user_id: str | None, message: str) -> Callable[[list[Run]], None]:
     def log(runs: list[Run]) -> None:
         if user_id is None or not apps.is_installed("django.contrib.admin"):
             return
@@ -132,15 +145,12 @@ def run_in_background(ctx: RunContext) -> dict:
     position, so a retried attempt goes on from the last batch done."""
     payload = ctx.payload
     ids = [uuid.UUID(run_id) for run_id in payload["ids"]]
-    verb, actor, reason = payload["verb"], payload["actor"], payload["reason"]
-    message = f"{PAST[verb].capitalize()} (bulk, run {ctx.run.id}) by {actor}" + (
-        f": {reason}" if reason else ""
-    )
-    log = _admin_history(payload.get("user_id"), verb, message)
+    action = BulkAction(payload["verb"], payload["actor"], payload["reason"])
+    log = _admin_history(payload.get("user_id"), action.history_message(f"bulk, run {ctx.run.id}"))
     state = ctx.state or {"of": len(ids), "position": 0, "done": 0, "refused": 0, "refusals": []}
     while state["position"] < len(ids):
         chunk = ids[state["position"] : state["position"] + BATCH]
-        result = apply(chunk, verb=verb, actor=actor, reason=reason, after_batch=log)
+        result = apply(chunk, action, after_batch=log)
         refusals = state["refusals"] + [f"{run_id}: {exc}" for run_id, exc in result.refused]
         state = {
             "of": len(ids),
