@@ -40,7 +40,23 @@ class IdempotencyKey(models.Model):
         return f"{self.tenant}/{self.principal}/{self.key}"
 
 
-class RunEvent(models.Model):
+class _LogEntry(models.Model):
+    """The columns of an entry of a run's log, as ``RunEvent`` writes it and
+    ``EventLog`` reads it."""
+
+    type = models.CharField(max_length=64)
+    lease_epoch = models.BigIntegerField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.type} @{self.lease_epoch}"
+
+
+class RunEvent(_LogEntry):
     """Append-only log of a run's events, but for those its row holds (a
     plain creation, the running or last claim, the success: migration
     0024): read through ``EventLog``, which shows them all, so the log
@@ -50,14 +66,10 @@ class RunEvent(models.Model):
     # created_at) (migration 0023), so it serves every read by run; Django
     # knows id as the key, which the sequence keeps unique.
     run = run_key("events", db_index=False)
-    type = models.CharField(max_length=64)
-    lease_epoch = models.BigIntegerField()
-    data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
-    class Meta:
+    class Meta(_LogEntry.Meta):
         db_table = "runqueue_run_event"
-        ordering = ["id"]
         indexes = [
             # Events by time (the dashboard's last minutes of claims). A BRIN
             # in the database, as events are written in created_at order
@@ -65,11 +77,8 @@ class RunEvent(models.Model):
             models.Index(fields=["created_at"], name="runqueue_event_created_idx"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.type} @{self.lease_epoch}"
 
-
-class EventLog(models.Model):
+class EventLog(_LogEntry):
     """A run's whole log, to read: its event rows, and the events its row
     holds instead (a view, ``runqueue_event_log``, migration 0024).
 
@@ -87,18 +96,11 @@ class EventLog(models.Model):
     """
 
     run = run_key("log", on_delete=models.DO_NOTHING, db_index=False)
-    type = models.CharField(max_length=64)
-    lease_epoch = models.BigIntegerField()
-    data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
 
-    class Meta:
+    class Meta(_LogEntry.Meta):
         managed = False
         db_table = "runqueue_event_log"
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"{self.type} @{self.lease_epoch}"
 
 
 class Signal(models.Model):
