@@ -4,7 +4,8 @@ of how a row names its run.
 None has a database constraint: PostgreSQL cannot reference the
 partitioned runs table's id alone (migration 0009), so deletes cascade in
 the ORM and retention drops a finished day with everything of its runs
-(``runqueue.history.partitions``).
+(``runqueue.history.partitions``). A schedule's tick, which may name no
+run, declares its own.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ def run_key(
     related_name: str, *, on_delete: Callable[..., None] = models.CASCADE, db_index: bool = True
 ) -> models.ForeignKey[Run, Run]:
     """A row's run: deleted with it unless ``on_delete`` says otherwise.
-    ``db_index=False`` where the table's key or a unique index leading with
-    the run already serves the reads by run."""
+    ``db_index=False`` where the run needs no index of its own: the table's
+    key or another of its indexes leads with it, or it is a view."""
     return models.ForeignKey(
         Run,
         on_delete=on_delete,
