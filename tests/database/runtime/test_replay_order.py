@@ -10,6 +10,7 @@ permanently instead of returning another call's outcome."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import uuid
 from typing import Any
 
@@ -18,8 +19,9 @@ import pytest
 import runqueue
 from runqueue import Idempotency, leases, runtime, testing
 from runqueue.leases import payload_digest
-from runqueue.models import PriorityClass, Run, RunStatus, ToolInvocation
+from runqueue.models import PriorityClass, Run, RunStatus, Schedule, ToolInvocation
 from runqueue.runtime import aio
+from runqueue.schedules.owned import name_of
 from tests.helpers import claimed, expire_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,6 +80,13 @@ async def gathered_spawns(ctx: runtime.AsyncRunContext) -> Any:
     return [str(i) for i in ids]
 
 
+@runqueue.handler("order.schedules")
+async def gathered_schedules(ctx: runtime.AsyncRunContext) -> Any:
+    calls = [ctx.schedule("order.child", {"i": i}, run_at=dt.timedelta(hours=1)) for i in range(N)]
+    ids = await _gathered(calls, ctx.payload["order"])
+    return [str(i) for i in ids]
+
+
 @runqueue.handler("order.child")
 def child(ctx: runtime.RunContext) -> Any:
     return ctx.payload
@@ -124,6 +133,23 @@ def test_gathered_spawns_are_recorded_and_replayed_in_the_order_made(order: str)
     ids = [uuid.UUID(i) for i in Run.objects.get(id=run.id).result]
     assert [Run.objects.get(id=i).payload for i in ids] == [{"i": i} for i in range(N)]
     assert Run.objects.filter(parent_id=run.id).count() == N
+
+
+@pytest.mark.parametrize("order", ["made", "reversed"])
+def test_gathered_schedules_are_recorded_and_replayed_in_the_order_made(order: str) -> None:
+    """Schedule call i is record i and the schedule of payload i, whatever
+    order the database threads ran the calls in; the second attempt gets
+    the same schedules back, each call its own, and makes none."""
+    run = runqueue.submit(kind="order.schedules", payload={"order": order}).run
+    _crash_after_the_handler(claimed(classes=[INTER]))
+    records = list(ToolInvocation.objects.filter(run_id=run.id).order_by("seq"))
+    by_record = [name_of(uuid.UUID(r.result["schedule_id"])) for r in records]
+    payloads = {s.name: s.payload for s in Schedule.objects.all()}
+    assert [payloads[name] for name in by_record] == [{"i": i} for i in range(N)]
+    assert testing.execute(claimed(classes=[INTER])) == "succeeded"
+    ids = [uuid.UUID(i) for i in Run.objects.get(id=run.id).result]
+    assert [payloads[name_of(i)] for i in ids] == [{"i": i} for i in range(N)]
+    assert Schedule.objects.count() == N
 
 
 # --- a replay that does not match its record ------------------------------------------
