@@ -309,7 +309,8 @@ def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
 
 def slot_holders(limit: int = 50) -> list[Run]:
     """The running runs that have held their slot longest (this attempt's
-    claim), with the worker holding each: the head of the leased index."""
+    claim), with the worker holding each: the key index's running range
+    (as many as the slots taken), sorted by claim."""
     return list(
         Run.objects.filter(status=RunStatus.RUNNING)
         .order_by("claimed_at", "id")

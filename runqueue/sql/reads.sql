@@ -4,8 +4,9 @@
 -- name: dashboard_hour --
 -- The dashboard's hour since %(since)s, from one read of the runs finished in it: per minute and
 -- terminal status how many (throughput), and per class the claims' count, p50 and p99 of wait_ms
--- (claim latency). A claim is an event row or its run's row (running: a range of the leased
--- index; succeeded or failed by its handler: one of the hour's finished runs). A literal since
+-- (claim latency). A claim is an event row or its run's row (running: the key index's running
+-- range, as many as the slots taken; succeeded or failed by its handler: one of the hour's
+-- finished runs). A literal since
 -- lets the planner prune the days. Why: docs/decisions/queue.md, "Claim and success on the
 -- run's row".
 WITH finished AS MATERIALIZED (
@@ -100,12 +101,12 @@ SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
 UNION ALL
 SELECT 'running', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'running'
-         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
+         ORDER BY concurrency_key, priority, created_at LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting_for_user'
-         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
+         ORDER BY id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting', q.kind, q.handler_version, count(*)
