@@ -6,7 +6,9 @@ created_at)`` over queued and running runs: the capped claim's count of a
 (key, class)'s running runs and its key-by-key walk of queued runs read it as
 before (each within one status), and the sweeper, the dashboard and the
 metrics read the running runs as its 'running' range, sorted by claim there
-(they are as many as the slots taken). ``runqueue_run_leased_idx`` gives way
+(they are as many as the slots taken; those reads say ``concurrency_key IS
+NOT NULL``, always true, which the index's predicate keeps so that a finish's
+``status = 'running'`` alone does not imply it). ``runqueue_run_leased_idx`` gives way
 to ``runqueue_run_user_wait_idx``, the runs waiting for their user in id
 order (they hold no claim, so the leased index had them in id order already).
 
@@ -342,7 +344,7 @@ $fn$;
 FORWARD = """
 DROP INDEX runqueue_run_key_idx;
 CREATE INDEX runqueue_run_key_idx ON runqueue_run_live (status, concurrency_key, priority, created_at)
-    WHERE status IN ('queued', 'running');
+    WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running');
 DROP INDEX runqueue_run_leased_idx;
 CREATE INDEX runqueue_run_user_wait_idx ON runqueue_run_live (id)
     WHERE status = 'waiting_for_user';
@@ -375,7 +377,9 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(
                     model_name="run",
                     index=models.Index(
-                        condition=models.Q(status__in=["queued", "running"]),
+                        condition=models.Q(
+                            status__in=["queued", "running"], concurrency_key__isnull=False
+                        ),
                         fields=["status", "concurrency_key", "priority", "created_at"],
                         name="runqueue_run_key_idx",
                     ),

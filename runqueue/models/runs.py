@@ -317,10 +317,17 @@ class Run(models.Model):
             # its 'running' range (as many as the slots taken, so sorting
             # them by claim costs little). The only index of the live
             # partition besides pkey, created and tenant that a claim's new
-            # row enters; a heartbeat changes none of its columns (HOT).
+            # row enters; a heartbeat changes none of its columns (HOT). The
+            # key's IS NOT NULL (always true) keeps the predicate from being
+            # implied by a finish's or fence's "status = 'running'": with
+            # statistics taken while runs were queued, the planner walked the
+            # running range for them instead of going by id. A key's
+            # equality implies it; a read of every running run says it.
             models.Index(
                 fields=["status", "concurrency_key", "priority", "created_at"],
-                condition=Q(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]),
+                condition=Q(
+                    status__in=[RunStatus.QUEUED, RunStatus.RUNNING], concurrency_key__isnull=False
+                ),
                 name="runqueue_run_key_idx",
             ),
             # Queued runs with a budget, per budget and tenant: whether a

@@ -312,7 +312,8 @@ def slot_holders(limit: int = 50) -> list[Run]:
     claim), with the worker holding each: the key index's running range
     (as many as the slots taken), sorted by claim."""
     return list(
-        Run.objects.filter(status=RunStatus.RUNNING)
+        # The key's IS NOT NULL (always true) opts into that index.
+        Run.objects.filter(status=RunStatus.RUNNING, concurrency_key__isnull=False)
         .order_by("claimed_at", "id")
         .only("id", "kind", "priority", "tenant", "concurrency_key", "lease_owner", "claimed_at")[
             :limit

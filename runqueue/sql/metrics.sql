@@ -24,7 +24,8 @@ SELECT c.idx,
 -- index's running range in its order; waiting for the user: random ids), each status a literal
 -- read in its index's order, never sorted. Why: docs/decisions/history.md, "Prometheus metrics".
 SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
-  FROM (SELECT priority FROM runqueue_run WHERE status = 'running'
+  FROM (SELECT priority FROM runqueue_run
+         WHERE status = 'running' AND concurrency_key IS NOT NULL
          ORDER BY concurrency_key, priority, created_at LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL

@@ -20,7 +20,7 @@ WITH finished AS MATERIALIZED (
     UNION ALL
     SELECT r.priority, r.claim_wait_ms::float8
       FROM runqueue_run r
-     WHERE r.status = 'running' AND r.claimed_at >= %(since)s
+     WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL AND r.claimed_at >= %(since)s
     UNION ALL
     SELECT f.priority, f.claim_wait_ms::float8
       FROM finished f
@@ -100,7 +100,8 @@ SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
  GROUP BY 2, 3
 UNION ALL
 SELECT 'running', q.kind, q.handler_version, count(*)
-  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'running'
+  FROM (SELECT kind, handler_version FROM runqueue_run
+         WHERE status = 'running' AND concurrency_key IS NOT NULL
          ORDER BY concurrency_key, priority, created_at LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
