@@ -7,13 +7,13 @@ class and status, the planner's estimate above; the oldest among the first
 samples as many (``runqueue.reads.versions``), throughput reads the
 hour's finished runs once (``dashboard_hour``), which also give the hour's
 dead letters and, with the ``run.claimed`` event rows and the running runs'
-claims (the key index's running range), the claim latency; the slot holders
-are the longest held of that range, uncertain invocations their partial index.
-No query scans every run: the running runs are as many as the slots taken.
-Claim latency and the oldest due run's wait both count from when the run
-last became due (created, or ``scheduled_for``, which a requeue, an input
-delivery, a shutdown release or a retry's backoff set), never from its
-creation alone, so a requeued old run does not read as a slow claim.
+claims (a range of the leased index), the claim latency; the slot holders
+are that index's head, uncertain invocations their partial index.
+No query scans every run. Claim latency and the oldest due run's wait both
+count from when the run last became due (created, or ``scheduled_for``,
+which a requeue, an input delivery, a shutdown release or a retry's backoff
+set), never from its creation alone, so a requeued old run does not read as
+a slow claim.
 """
 
 from __future__ import annotations

@@ -300,31 +300,34 @@ class Run(models.Model):
                 condition=Q(status=RunStatus.QUEUED),
                 name="runqueue_run_claim_idx",
             ),
-            # Runs waiting for their user, in id order: they hold no claim,
-            # so an id range is a fair sample for the capped metrics and the
-            # dashboard's versions. A running run is not here but in the key
-            # index (one index entry fewer per claim).
+            # Runs that hold or wait for a lease, in claim order: the sweeper
+            # (status) finds them here, never through the claim index,
+            # whatever the statistics say; the dashboard reads the last
+            # hour's claims and the longest held slots as a range of it. The
+            # owner's IS NOT NULL (always true; migration 0038) keeps the
+            # predicate from being implied by a finish's or fence's "status =
+            # 'running'": with statistics taken while runs were queued, the
+            # planner walked every running run here for each finish instead
+            # of going by id. The reads of this range say it.
             models.Index(
-                fields=["id"],
-                condition=Q(status=RunStatus.WAITING_FOR_USER),
-                name="runqueue_run_user_wait_idx",
+                fields=["status", "claimed_at", "id"],
+                condition=Q(
+                    status__in=[RunStatus.RUNNING, RunStatus.WAITING_FOR_USER],
+                    lease_owner__isnull=False,
+                ),
+                name="runqueue_run_leased_idx",
             ),
-            # Queued and running runs per status and key, in claim order: the
-            # capped claim counts a (key, class)'s running runs here and finds
-            # each key's next queued runs, so it steps over a key's long
-            # backlog at its cap in one probe instead of walking it; the
-            # sweeper, the dashboard and the metrics read the running runs as
-            # its 'running' range (as many as the slots taken, so sorting
-            # them by claim costs little). The only index of the live
-            # partition besides pkey, created and tenant that a claim's new
-            # row enters; a heartbeat changes none of its columns (HOT). The
+            # The capped claim's index: per key and status, in claim order. It
+            # counts a (key, class)'s running runs, and finds each key's next
+            # queued runs, so a claim steps over a key's long backlog at its
+            # cap in one probe instead of walking it. Queued and running runs
+            # only; a heartbeat changes none of its columns (still HOT). The
             # key's IS NOT NULL (always true) keeps the predicate from being
-            # implied by a finish's or fence's "status = 'running'": with
-            # statistics taken while runs were queued, the planner walked the
-            # running range for them instead of going by id. A key's
-            # equality implies it; a read of every running run says it.
+            # implied by a fence's "status = 'running'": with statistics taken
+            # while runs were queued, the planner would otherwise send fences
+            # through this index.
             models.Index(
-                fields=["status", "concurrency_key", "priority", "created_at"],
+                fields=["concurrency_key", "status", "priority", "created_at"],
                 condition=Q(
                     status__in=[RunStatus.QUEUED, RunStatus.RUNNING], concurrency_key__isnull=False
                 ),

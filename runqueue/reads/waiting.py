@@ -309,11 +309,10 @@ def waiting_by_reason(cap: int = CAP) -> dict[str, int]:
 
 def slot_holders(limit: int = 50) -> list[Run]:
     """The running runs that have held their slot longest (this attempt's
-    claim), with the worker holding each: the key index's running range
-    (as many as the slots taken), sorted by claim."""
+    claim), with the worker holding each: the head of the leased index."""
     return list(
-        # The key's IS NOT NULL (always true) opts into that index.
-        Run.objects.filter(status=RunStatus.RUNNING, concurrency_key__isnull=False)
+        # The owner's IS NOT NULL (always true): the leased index's guard.
+        Run.objects.filter(status=RunStatus.RUNNING, lease_owner__isnull=False)
         .order_by("claimed_at", "id")
         .only("id", "kind", "priority", "tenant", "concurrency_key", "lease_owner", "claimed_at")[
             :limit
@@ -381,6 +380,11 @@ def _running(cls: PriorityClass, **filters: str) -> int:
     """Running runs of a class (and filters), counted up to CAP + 1."""
     low, high = cls.bounds
     queryset = Run.objects.filter(
-        status=RunStatus.RUNNING, priority__gte=low, priority__lte=high, **filters
+        status=RunStatus.RUNNING,
+        # The leased index's guard (always true), for filters that are not a key.
+        lease_owner__isnull=False,
+        priority__gte=low,
+        priority__lte=high,
+        **filters,
     )
     return db.capped_count(queryset, CAP)

@@ -165,8 +165,7 @@ BEGIN
             -- runs must come from runqueue_run_key_idx, never from a walk of
             -- the claim index filtered by key (the backlog this mode is for):
             -- the key is a range of one, not an equality, so the ORDER BY
-            -- keeps it and only that index (status, key, priority,
-            -- created_at) gives the order without a sort.
+            -- keeps it and only that index gives the order without a sort.
             OPEN candidates FOR
                 WITH RECURSIVE keys(key) AS (
                     (SELECT q.concurrency_key
@@ -203,7 +202,7 @@ BEGIN
                         -- re-check below does it.
                         -- include: due --
                         -- include: has_version --
-                      ORDER BY q.status, q.concurrency_key, q.priority, q.created_at
+                      ORDER BY q.concurrency_key, q.status, q.priority, q.created_at
                       LIMIT p_limit) AS h
                  WHERE keys.key IS NOT NULL
                    AND (c.cls || ':' || keys.key) <> ALL(blocked)

@@ -20,18 +20,18 @@ SELECT c.idx,
  ORDER BY c.idx;
 
 -- name: metrics_leased --
--- Prometheus: running and waiting runs by class, at most %(cap)s per status (running: the key
--- index's running range in its order; waiting for the user: random ids), each status a literal
--- read in its index's order, never sorted. Why: docs/decisions/history.md, "Prometheus metrics".
+-- Prometheus: running and waiting runs by class, at most %(cap)s per status (the oldest claims;
+-- for a run waiting for its user, which holds none, random ids), each status a literal read in
+-- its index's order (the owner's IS NOT NULL, always true, is the leased index's guard). Why: docs/decisions/history.md, "Prometheus metrics".
 SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
-  FROM (SELECT priority FROM runqueue_run
-         WHERE status = 'running' AND concurrency_key IS NOT NULL
-         ORDER BY concurrency_key, priority, created_at LIMIT %(cap)s) AS q
+  FROM (SELECT priority FROM runqueue_run WHERE status = 'running' AND lease_owner IS NOT NULL
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
 SELECT 'waiting_for_user', runqueue_priority_class(q.priority), count(*)
-  FROM (SELECT priority FROM runqueue_run WHERE status = 'waiting_for_user'
-         ORDER BY id LIMIT %(cap)s) AS q
+  FROM (SELECT priority FROM runqueue_run
+         WHERE status = 'waiting_for_user' AND lease_owner IS NOT NULL
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2
 UNION ALL
 -- Waiting runs (children, a signal, a time, an event) through the waiting index by

@@ -4,9 +4,8 @@
 -- name: dashboard_hour --
 -- The dashboard's hour since %(since)s, from one read of the runs finished in it: per minute and
 -- terminal status how many (throughput), and per class the claims' count, p50 and p99 of wait_ms
--- (claim latency). A claim is an event row or its run's row (running: the key index's running
--- range, as many as the slots taken; succeeded or failed by its handler: one of the hour's
--- finished runs). A literal since
+-- (claim latency). A claim is an event row or its run's row (running: a range of the leased
+-- index, its guard said; succeeded or failed by its handler: one of the hour's finished runs). A literal since
 -- lets the planner prune the days. Why: docs/decisions/queue.md, "Claim and success on the
 -- run's row".
 WITH finished AS MATERIALIZED (
@@ -20,7 +19,7 @@ WITH finished AS MATERIALIZED (
     UNION ALL
     SELECT r.priority, r.claim_wait_ms::float8
       FROM runqueue_run r
-     WHERE r.status = 'running' AND r.concurrency_key IS NOT NULL AND r.claimed_at >= %(since)s
+     WHERE r.status = 'running' AND r.lease_owner IS NOT NULL AND r.claimed_at >= %(since)s
     UNION ALL
     SELECT f.priority, f.claim_wait_ms::float8
       FROM finished f
@@ -101,13 +100,14 @@ SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
 UNION ALL
 SELECT 'running', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run
-         WHERE status = 'running' AND concurrency_key IS NOT NULL
-         ORDER BY concurrency_key, priority, created_at LIMIT %(cap)s) AS q
+         WHERE status = 'running' AND lease_owner IS NOT NULL
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
-  FROM (SELECT kind, handler_version FROM runqueue_run WHERE status = 'waiting_for_user'
-         ORDER BY id LIMIT %(cap)s) AS q
+  FROM (SELECT kind, handler_version FROM runqueue_run
+         WHERE status = 'waiting_for_user' AND lease_owner IS NOT NULL
+         ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting', q.kind, q.handler_version, count(*)

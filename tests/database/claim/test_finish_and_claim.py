@@ -232,12 +232,13 @@ def test_the_finishes_find_their_runs_by_id_whatever_the_statistics_say() -> Non
         cursor.execute("EXPLAIN " + queries()["finish_and_claim"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     # The finishes' scan: by id (the primary key), never the table, nor the
-    # key index's running range with the ids as a filter: statistics that say
-    # nothing is running made that look cheap to PostgreSQL 15 (every running
-    # run read per finish) until the index's predicate asked for the key too
-    # (migration 0038). (The claim's own plan, on the claim index, is
-    # tests/database/claim/test_leases.py's.)
+    # leased index's running range with the ids as a filter: statistics that
+    # say nothing is running made that look cheap to PostgreSQL 15 (every
+    # running run read per finish) until the index's predicate asked for the
+    # owner too (migration 0038). (The claim's own plan, on the claim index,
+    # is tests/database/claim/test_leases.py's.)
     finishes = plan.split("CTE finished", 1)[1].split("CTE joined", 1)[0]
     assert "Seq Scan on runqueue_run" not in finishes, plan
+    assert "runqueue_run_leased_idx" not in finishes, plan
     assert "runqueue_run_key_idx" not in finishes, plan
     assert "runqueue_run_live_pkey" in finishes, plan
