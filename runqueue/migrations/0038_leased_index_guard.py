@@ -4,8 +4,10 @@ true: the column is NOT NULL), so that a finish's or a fence's ``status =
 queued (nothing running), PostgreSQL 15 planned each finish of
 ``finish_and_claim`` as a walk of the index's running range with the ids as a
 filter: every running run read per finish. Now they go by id (the primary
-key). The reads of the range (the sweeper, the dashboard, the metrics) say the
-guard. The concurrency key index has had the same guard since 0004.
+key). The reads of the range (the sweeper, the dashboard, the metrics) say
+``lease_owner >= ''`` (always true), which implies the guard on every version
+(PostgreSQL 17 drops a query's own IS NOT NULL on a NOT NULL column). The
+concurrency key index has had the same guard since 0004.
 
 Dropped and made on the live partition, where it lives (0009, 0035): the live
 partition holds live runs only (200,000 at ten million runs: 0.17 s).

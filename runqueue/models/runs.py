@@ -308,7 +308,9 @@ class Run(models.Model):
             # predicate from being implied by a finish's or fence's "status =
             # 'running'": with statistics taken while runs were queued, the
             # planner walked every running run here for each finish instead
-            # of going by id. The reads of this range say it.
+            # of going by id. The reads of this range say "lease_owner >= ''"
+            # (always true), which implies it: an IS NOT NULL of their own
+            # would not do, as PostgreSQL 17 drops one on a NOT NULL column.
             models.Index(
                 fields=["status", "claimed_at", "id"],
                 condition=Q(

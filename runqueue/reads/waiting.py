@@ -311,8 +311,8 @@ def slot_holders(limit: int = 50) -> list[Run]:
     """The running runs that have held their slot longest (this attempt's
     claim), with the worker holding each: the head of the leased index."""
     return list(
-        # The owner's IS NOT NULL (always true): the leased index's guard.
-        Run.objects.filter(status=RunStatus.RUNNING, lease_owner__isnull=False)
+        # The owner >= '' (always true) proves the leased index's guard.
+        Run.objects.filter(status=RunStatus.RUNNING, lease_owner__gte="")
         .order_by("claimed_at", "id")
         .only("id", "kind", "priority", "tenant", "concurrency_key", "lease_owner", "claimed_at")[
             :limit
@@ -381,8 +381,9 @@ def _running(cls: PriorityClass, **filters: str) -> int:
     low, high = cls.bounds
     queryset = Run.objects.filter(
         status=RunStatus.RUNNING,
-        # The leased index's guard (always true), for filters that are not a key.
-        lease_owner__isnull=False,
+        # Always true: proves the leased index's guard, for filters that are
+        # not a key.
+        lease_owner__gte="",
         priority__gte=low,
         priority__lte=high,
         **filters,

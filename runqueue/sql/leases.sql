@@ -147,8 +147,8 @@ RETURNING id;
 SELECT id, lease_epoch, attempts, max_attempts
   FROM runqueue_run
  WHERE status = 'running' AND lease_expires_at <= now()
-   -- Always true: the leased index's range (runqueue/models/runs.py).
-   AND lease_owner IS NOT NULL
+   -- Always true: the leased index's range (its guard, runqueue/models/runs.py).
+   AND lease_owner >= ''
  ORDER BY lease_expires_at
  LIMIT %(limit)s;
 

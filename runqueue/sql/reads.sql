@@ -19,7 +19,7 @@ WITH finished AS MATERIALIZED (
     UNION ALL
     SELECT r.priority, r.claim_wait_ms::float8
       FROM runqueue_run r
-     WHERE r.status = 'running' AND r.lease_owner IS NOT NULL AND r.claimed_at >= %(since)s
+     WHERE r.status = 'running' AND r.lease_owner >= '' AND r.claimed_at >= %(since)s
     UNION ALL
     SELECT f.priority, f.claim_wait_ms::float8
       FROM finished f
@@ -100,13 +100,13 @@ SELECT 'queued' AS status, q.kind, q.handler_version, count(*)
 UNION ALL
 SELECT 'running', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run
-         WHERE status = 'running' AND lease_owner IS NOT NULL
+         WHERE status = 'running' AND lease_owner >= ''
          ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
 SELECT 'waiting_for_user', q.kind, q.handler_version, count(*)
   FROM (SELECT kind, handler_version FROM runqueue_run
-         WHERE status = 'waiting_for_user' AND lease_owner IS NOT NULL
+         WHERE status = 'waiting_for_user' AND lease_owner >= ''
          ORDER BY claimed_at, id LIMIT %(cap)s) AS q
  GROUP BY 2, 3
 UNION ALL
