@@ -22,7 +22,8 @@ SELECT c.idx,
 -- name: metrics_leased --
 -- Prometheus: running and waiting runs by class, at most %(cap)s per status (the oldest claims;
 -- for a run waiting for its user, which holds none, random ids), each status a literal read in
--- its index's order (the owner >= '', always true, proves the leased index's guard). Why: docs/decisions/history.md, "Prometheus metrics".
+-- its index's order (lease_owner >= '', always true, proves the leased index's guard). Why:
+-- docs/decisions/history.md, "Prometheus metrics".
 SELECT 'running' AS status, runqueue_priority_class(q.priority) AS idx, count(*) AS n
   FROM (SELECT priority FROM runqueue_run WHERE status = 'running' AND lease_owner >= ''
          ORDER BY claimed_at, id LIMIT %(cap)s) AS q
