@@ -6,8 +6,8 @@
 -- terminal status how many (throughput), and per class the claims' count, p50 and p99 of wait_ms
 -- (claim latency). A claim is an event row or its run's row (running: a range of the leased
 -- index, lease_owner >= '' proving its guard; succeeded or failed by its handler: one of the
--- hour's finished runs). A literal since lets the planner prune the days. Why: docs/decisions/queue.md, "Claim and success on the
--- run's row".
+-- hour's finished runs). A literal since lets the planner prune the days. Why:
+-- docs/decisions/queue.md, "Claim and success on the run's row".
 WITH finished AS MATERIALIZED (
     SELECT r.status, r.finished_at, r.priority, r.claim_event_id, r.claimed_at, r.claim_wait_ms
       FROM runqueue_run r
