@@ -10,7 +10,8 @@ key). The reads of the range (the sweeper, the dashboard, the metrics) say
 concurrency key index has had the same guard since 0004.
 
 Dropped and made on the live partition, where it lives (0009, 0035): the live
-partition holds live runs only (200,000 at ten million runs: 0.17 s).
+partition holds live runs only (at ten million runs, 200,000 live: `migrate`
+of this migration 2.1 s of wall time, Django's start-up included).
 """
 
 from django.db import migrations, models
