@@ -46,9 +46,9 @@ def scratch(db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_a_window_counts_every_commit_of_the_measured_connections_and_none_of_the_probes(
-    scratch: str,
-) -> None:
+def _one_window(scratch: str) -> tuple[int, int]:
+    """(commits counted, commits one connection costs) for a window in which
+    a worker commits 6 times and the bench's own probe 5 times."""
     window = measure.CommitWindow(scratch)
     try:
         assert window.calibrate() >= 1  # opening a connection commits (1 on PostgreSQL 15)
@@ -72,7 +72,27 @@ def test_a_window_counts_every_commit_of_the_measured_connections_and_none_of_th
         closer.join()
     finally:
         window.close()
-    assert commits == 6 + window.connect_commits  # the worker's connection opened in the window
+    return commits, window.connect_commits
+
+
+def test_a_window_counts_every_commit_of_the_measured_connections_and_none_of_the_probes(
+    scratch: str,
+) -> None:
+    # A server with autovacuum on (the embedded one) visits each database now
+    # and then, even one with nothing to vacuum, and the visit's commits count
+    # in pg_stat_database like any backend's. Such a visit only ever adds, so
+    # the window is taken again (three times at most) until one comes out
+    # without it; a count below the worker's, or one that never comes out
+    # exact, is the window's own error.
+    counts = []
+    for _attempt in range(3):
+        commits, connect_commits = _one_window(scratch)
+        expected = 6 + connect_commits  # the worker's connection opened in the window
+        counts.append(commits)
+        assert commits >= expected, counts
+        if commits == expected:
+            break
+    assert counts[-1] == expected, counts
 
 
 def test_a_window_waits_for_every_backend_to_exit(scratch: str) -> None:
