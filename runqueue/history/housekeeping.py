@@ -44,13 +44,20 @@ logger = logging.getLogger("runqueue.history.housekeeping")
 
 def maintain_partitions() -> list[str]:
     """Make the day partitions of today and the days ahead (cheap when they
-    exist: one catalog read per table). A failure is logged, never raised:
-    the default partitions take the rows until the next try."""
+    exist: one catalog read per table), and summarize the BRIN ranges the
+    days wrote since (``partitions.summarize``). A failure is logged, never
+    raised: the default partitions take the rows, and the dashboard reads an
+    unsummarized range whole, until the next try."""
     try:
-        return partitions.ensure()
+        made = partitions.ensure()
     except DatabaseError:
         logger.exception("Could not make the day partitions ahead; retrying next time")
-        return []
+        made = []
+    try:
+        partitions.summarize()
+    except DatabaseError:
+        logger.exception("Could not summarize the days' BRIN indexes; retrying next time")
+    return made
 
 
 def schedule() -> list[Run]:

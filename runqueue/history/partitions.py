@@ -49,6 +49,12 @@ logger = logging.getLogger("runqueue.history.partitions")
 AHEAD_DAYS = 3
 #: How long a detach waits for the queue's statements to let go of the parent.
 LOCK_TIMEOUT = "2s"
+#: How long a summary waits for its day's lock (a VACUUM of the day holds
+#: it; the summary is skipped then, and the VACUUM summarizes anyway).
+SUMMARY_LOCK_TIMEOUT = "200ms"
+#: The BRIN of each day-partitioned table (migration 0016), on its parent:
+#: each day's partition has its own, attached to it.
+BRINS = ("runqueue_run_finished_idx", "runqueue_event_created_idx")
 DAY = dt.timedelta(days=1)
 
 
@@ -136,6 +142,51 @@ def ensure(*, ahead: int = AHEAD_DAYS, today: dt.date | None = None) -> list[str
                 _make(table, day)
                 made.append(table.name(day))
     return made
+
+
+def summarize(*, today: dt.date | None = None) -> dict[str, int]:
+    """Summarize the BRIN ranges written since the last summary in the
+    finished runs' and events' partitions of yesterday and today; return the
+    ranges summarized per index (an index whose day a VACUUM holds: skipped).
+
+    A BRIN range is summarized only by a VACUUM or by this; until then every
+    read through the index reads all its pages. The dashboard reads its last
+    hour of finished runs and claims through these BRINs, so on a day no
+    VACUUM had summarized (autovacuum off, or behind) it read the whole day so
+    far: at ten million runs, 192-273 ms against 93-97 summarized
+    (docs/performance.md). The worker's housekeeping calls this each round.
+    Yesterday too: its last minutes are written after the round before
+    midnight."""
+    today = today or _today()
+    days = [table.name(day) for table in (RUNS, EVENTS) for day in (today - DAY, today)]
+    indexes = _run(
+        sql.SQL(
+            "SELECT x.relname FROM pg_inherits i"
+            " JOIN pg_index ix ON ix.indexrelid = i.inhrelid"
+            " JOIN pg_class x ON x.oid = ix.indexrelid"
+            " JOIN pg_class t ON t.oid = ix.indrelid"
+            " WHERE i.inhparent = ANY(%(brins)s::regclass[]) AND t.relname = ANY(%(days)s)"
+            " AND t.relnamespace = current_schema()::regnamespace ORDER BY 1"
+        ),
+        {"brins": list(BRINS), "days": days},
+    )
+    summarized = {}
+    for (name,) in indexes:
+        try:
+            with transaction.atomic():
+                set_config(connection, "lock_timeout", SUMMARY_LOCK_TIMEOUT)
+                rows = _run(
+                    sql.SQL("SELECT brin_summarize_new_values({}::regclass)").format(
+                        sql.Literal(name)
+                    )
+                )
+        except OperationalError as exc:
+            if sqlstate(exc) != "55P03":  # lock_not_available
+                raise
+            logger.info("Skipped summarizing %s: its day is locked (a VACUUM)", name)
+            continue
+        summarized[name] = rows[0][0]
+    return summarized
 
 
 def _make(table: DayPartitioned, day: dt.date) -> None:

@@ -149,7 +149,8 @@ SERVICES: tuple[BackgroundService, ...] = (
     ),
     BackgroundService(
         name="housekeeping",
-        doc="submits the housekeeping runs (retention: old terminal runs, finished runs' signals)",
+        doc="makes the days ahead, summarizes the days' BRIN indexes and submits the "
+        "housekeeping runs (retention: old terminal runs, finished runs' signals)",
         runs_on="maintenance",
         interval="housekeeping_seconds",
         reads=("TERMINAL_RUN_RETENTION_SECONDS",),

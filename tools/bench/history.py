@@ -229,9 +229,22 @@ def load(
     with connection.cursor() as cursor:
         for table in TABLES:
             cursor.execute(f"{'VACUUM (ANALYZE)' if vacuum else 'ANALYZE'} {table}")
+    _summarize(echo)
     took = time.monotonic() - begun
     done_with = "vacuumed and analyzed" if vacuum else "analyzed"
     echo(f"loaded {runs:,} runs over {days:g} days in {took:,.0f} s; {done_with}")
+
+
+def _summarize(echo=print) -> None:
+    """The BRIN ranges of yesterday and today summarized, as a worker's
+    housekeeping keeps them (``partitions.summarize``, each round); a layout
+    without it has nothing to do."""
+    try:
+        from runqueue.history.partitions import summarize
+    except ImportError:
+        return
+    ranges = sum(summarize().values())
+    echo(f"summarized {ranges:,} BRIN ranges of yesterday and today, as housekeeping does")
 
 
 def _make_days(now: object, days: float, echo=print) -> None:

@@ -565,3 +565,90 @@ def test_a_write_racing_the_making_of_its_day_lands_in_the_day(raw_connect, tabl
         with connection.cursor() as cursor:
             for made in (partitions.RUNS, partitions.EVENTS):
                 cursor.execute(f"DROP TABLE IF EXISTS {made.name(day)}")  # noqa: S608
+
+
+def _brin_heap_blocks(day: str, low: dt.datetime) -> int:
+    """Heap blocks a read of the day's finished runs since ``low`` takes
+    through its BRIN (the dashboard's hour reads the same way)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM {day}"  # noqa: S608
+            " WHERE finished_at >= %s",
+            [low],
+        )
+        plan = cursor.fetchone()[0][0]["Plan"]
+    scans = [n for n in _nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"]
+    assert scans, plan  # the BRIN is the read
+    return sum(n.get("Exact Heap Blocks", 0) + n.get("Lossy Heap Blocks", 0) for n in scans)
+
+
+def _finished_in_order(day: dt.date, runs: int) -> str:
+    """``runs`` finished runs on ``day``, written in the order they finished,
+    a second apart from the day's start; the day's partition (analyzed)."""
+    name = partitions.RUNS.name(day)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runqueue_run (id, tenant, concurrency_key, principal, kind, payload,"
+            " status, priority, attempts, max_attempts, lease_epoch, lease_owner, created_at,"
+            " finished_at)"
+            " SELECT gen_random_uuid(), 'brin', 'brin', '', 'k', '{}', 'succeeded', 20, 1, 3, 1,"
+            " '', %(start)s + make_interval(secs => g), %(start)s + make_interval(secs => g)"
+            " FROM generate_series(1, %(runs)s) g",
+            {"start": dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC), "runs": runs},
+        )
+        cursor.execute(f"ANALYZE {name}")  # noqa: S608
+    return name
+
+
+def test_a_summary_lets_the_last_hour_read_its_own_pages_of_the_day() -> None:
+    """Rows written after a day's BRIN was made are in no summary until a
+    VACUUM or ``partitions.summarize``: a read of the day's last hour reads
+    the whole day. (A day ahead: no other test writes rows there, whose
+    times would widen the ranges' summaries.)"""
+    day = _today() + 2 * DAY
+    partitions.ensure(today=_today(), ahead=3)
+    name = _finished_in_order(day, 30_000)  # more than 8 hours: ~580 pages
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT pg_relation_size('{name}') / current_setting('block_size')::int")
+        (pages,) = cursor.fetchone()
+    last_hour = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC) + dt.timedelta(seconds=26_400)
+    assert pages >= 300
+    # Nothing summarized but the first range (made with the index, and kept
+    # up to date by the inserts into it): every page after it is read.
+    assert _brin_heap_blocks(name, last_hour) >= pages - 128
+    assert partitions.summarize(today=day)[f"{name}_finished_at_idx"] >= 3
+    after = _brin_heap_blocks(name, last_hour)
+    # The hour's rows (~70 pages) and the rest of their 128-page ranges.
+    assert after <= 2 * 128, (after, pages)
+    assert partitions.summarize(today=day)[f"{name}_finished_at_idx"] == 0  # nothing new
+
+
+def test_housekeeping_summarizes_today() -> None:
+    """The worker's housekeeping round leaves nothing of today's finished
+    runs and events unsummarized."""
+    from runqueue.history import housekeeping
+
+    today = _today()
+    partitions.ensure(today=today - DAY, ahead=1)
+    name = _finished_in_order(today, 12_000)  # a few 128-page ranges
+    housekeeping.maintain_partitions()
+    left = partitions.summarize(today=today)
+    assert left[f"{name}_finished_at_idx"] == 0
+    assert left[f"{partitions.EVENTS.name(today)}_created_at_idx"] == 0
+
+
+def test_a_summary_steps_over_a_day_a_vacuum_holds(raw_connect) -> None:
+    """A VACUUM of the day holds the lock a summary takes: the summary of
+    that day is skipped (the VACUUM summarizes it), the others made, and
+    housekeeping does not wait behind it."""
+    today = _today()
+    partitions.ensure(today=today - DAY, ahead=1)
+    day = partitions.RUNS.name(today)
+    holder = raw_connect(autocommit=False)
+    holder.execute(f"LOCK TABLE {day} IN SHARE UPDATE EXCLUSIVE MODE")  # a VACUUM's lock
+    summarized = partitions.summarize(today=today)
+    assert f"{day}_finished_at_idx" not in summarized
+    assert f"{partitions.EVENTS.name(today)}_created_at_idx" in summarized
+    holder.rollback()
+    assert f"{day}_finished_at_idx" in partitions.summarize(today=today)
