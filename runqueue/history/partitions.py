@@ -52,9 +52,6 @@ LOCK_TIMEOUT = "2s"
 #: How long a summary waits for its day's lock (a VACUUM of the day holds
 #: it; the summary is skipped then, and the VACUUM summarizes anyway).
 SUMMARY_LOCK_TIMEOUT = "200ms"
-#: The BRIN of each day-partitioned table (migration 0016), on its parent:
-#: each day's partition has its own, attached to it.
-BRINS = ("runqueue_run_finished_idx", "runqueue_event_created_idx")
 DAY = dt.timedelta(days=1)
 
 
@@ -64,6 +61,9 @@ class DayPartitioned:
 
     parent: str
     column: str
+    #: The BRIN on ``column`` (migration 0016), on the parent: each day's
+    #: partition has its own, attached to it.
+    brin: str
 
     @property
     def default(self) -> str:
@@ -77,8 +77,8 @@ class DayPartitioned:
         return dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None  # noqa: DTZ007
 
 
-RUNS = DayPartitioned("runqueue_run_finished", "finished_at")
-EVENTS = DayPartitioned("runqueue_run_event", "created_at")
+RUNS = DayPartitioned("runqueue_run_finished", "finished_at", "runqueue_run_finished_idx")
+EVENTS = DayPartitioned("runqueue_run_event", "created_at", "runqueue_event_created_idx")
 #: Tables whose rows belong to a run (run_id) and go when the run is
 #: dropped: every table keyed by a run but the events, which are dropped
 #: by day (a test holds this list to the models).
@@ -158,7 +158,8 @@ def summarize(*, today: dt.date | None = None) -> dict[str, int]:
     Yesterday too: its last minutes are written after the round before
     midnight."""
     today = today or _today()
-    days = [table.name(day) for table in (RUNS, EVENTS) for day in (today - DAY, today)]
+    tables = (RUNS, EVENTS)
+    days = [table.name(day) for table in tables for day in (today - DAY, today)]
     indexes = _run(
         sql.SQL(
             "SELECT x.relname FROM pg_inherits i"
@@ -168,7 +169,7 @@ def summarize(*, today: dt.date | None = None) -> dict[str, int]:
             " WHERE i.inhparent = ANY(%(brins)s::regclass[]) AND t.relname = ANY(%(days)s)"
             " AND t.relnamespace = current_schema()::regnamespace ORDER BY 1"
         ),
-        {"brins": list(BRINS), "days": days},
+        {"brins": [table.brin for table in tables], "days": days},
     )
     summarized = {}
     for (name,) in indexes:
